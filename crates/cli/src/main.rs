@@ -1,0 +1,54 @@
+//! The `loadterm` binary: three subcommands, plus haterm's argv (`loadterm -L ...`).
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "loadterm",
+    version,
+    about = "Dummy HTTP server, load generator and A/B harness for HTTP/1.1, HTTP/2 and HTTP/3"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the dummy server (haterm/httpterm request vocabulary).
+    Serve(loadterm_server::cli::ServeArgs),
+    /// Generate load against a URL.
+    Load(loadterm_load::cli::LoadArgs),
+    /// Compare two (or more) server builds with interleaved rounds and paired statistics.
+    Ab(loadterm_ab::cli::AbArgs),
+}
+
+/// haterm is run as `haterm -L ...`: a first argument that is an option (other than help or
+/// version) means `serve`.
+fn argv() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = std::env::args_os().collect();
+    let serve_implied = args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| a.starts_with('-') && !matches!(a, "-h" | "--help" | "-V" | "--version"));
+    if serve_implied {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse_from(argv());
+    let result = match cli.cmd {
+        Cmd::Serve(a) => loadterm_server::cli::run(a),
+        Cmd::Load(a) => loadterm_load::cli::run(a),
+        Cmd::Ab(a) => loadterm_ab::cli::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("loadterm: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

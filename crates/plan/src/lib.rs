@@ -1,0 +1,245 @@
+//! What to answer, decided from the request alone: the haterm/httpterm request vocabulary
+//! (`/?s=1k&r=404&t=10...`) turned into a [`Plan`], plus the pieces every protocol engine
+//! shares (body bytes, `x-req`/`x-rsp` values, reason phrases, help and error pages).
+//!
+//! Pure functions, no I/O: engines call [`Plan::from_request`], then frame the result for
+//! their protocol. The H1 connection decision lives in [`h1`] because it is a pure function
+//! of the request and the plan too.
+
+pub mod body;
+pub mod h1;
+pub mod headers;
+pub mod pages;
+pub mod query;
+pub mod reason;
+mod rng;
+
+pub use body::BodyKind;
+pub use query::{ConnForce, Params, PlanError};
+pub use rng::Rng;
+
+/// Name of the request header that carries the same vocabulary as the query string, for
+/// setups where a proxy rewrites URLs. Parsed after the URI, so its keys win.
+pub const CONTROL_HEADER: &str = "x-loadterm";
+
+/// Longest delay a request may ask for; longer ones are refused with a 400 so that a typo
+/// (`t=10g`) cannot park connections for years.
+pub const MAX_DELAY_MS: u64 = 3_600_000;
+
+/// The request facts the vocabulary looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Raw request-target (H1) or `:path` (H2/H3); no percent-decoding is done.
+    pub target: &'a [u8],
+    /// Value of the [`CONTROL_HEADER`] header, if any.
+    pub control: Option<&'a [u8]>,
+    pub is_head: bool,
+}
+
+/// What the engine must do for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Serve the help page (URI ending in `?`, or `/?h`).
+    Help,
+    /// Serve a dummy response.
+    Respond(Plan),
+    /// The request asked for something absurd: answer 400 with this explanation.
+    Reject(PlanError),
+}
+
+/// A response fully decided: engines frame it, never re-derive it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Status code, 100..=999.
+    pub status: u16,
+    /// Body bytes to send (already 0 for HEAD and for statuses that forbid a body).
+    pub size: u64,
+    /// Milliseconds to wait before responding (after the request body unless `drain_after`).
+    pub delay_ms: u64,
+    pub cacheable: bool,
+    /// `A>0`: respond first, drain the request body afterwards.
+    pub drain_after: bool,
+    /// `C`/`K`: what the request forced on the connection (H1 only).
+    pub conn: ConnForce,
+    /// `k>0`: no content-length, chunked transfer on HTTP/1.1, body of ASCII `1`.
+    pub chunked: bool,
+    /// `S` (default true): zero-copy paths allowed for this response.
+    pub splice: bool,
+    pub body: BodyKind,
+    pub is_head: bool,
+}
+
+impl Plan {
+    /// Decide the response for one request. `rng` feeds the `r` (random) suffix.
+    pub fn from_request(req: &Request<'_>, rng: &mut Rng) -> Outcome {
+        let mut params = Params::default();
+        if let Some(query) = query::locate(req.target) {
+            if query::is_help(query) {
+                return Outcome::Help;
+            }
+            query::parse_into(query, &mut params, rng);
+        }
+        if let Some(header) = req.control {
+            query::parse_into(header, &mut params, rng);
+        }
+        Self::from_params(params, req.is_head)
+    }
+
+    fn from_params(p: Params, is_head: bool) -> Outcome {
+        let status = match u16::try_from(p.status) {
+            Ok(s @ 100..=999) => s,
+            _ => return Outcome::Reject(PlanError::Status(p.status)),
+        };
+        let Ok(size) = u64::try_from(p.size) else {
+            return Outcome::Reject(PlanError::Size(p.size));
+        };
+        let delay_ms = p.delay_ms.max(0) as u64;
+        if delay_ms > MAX_DELAY_MS {
+            return Outcome::Reject(PlanError::Delay(p.delay_ms));
+        }
+        let mut plan = Plan {
+            status,
+            size,
+            delay_ms,
+            cacheable: p.cacheable,
+            drain_after: p.drain_after,
+            conn: p.conn,
+            chunked: p.chunked,
+            splice: p.splice,
+            body: if p.chunked {
+                BodyKind::Ones
+            } else if p.random {
+                BodyKind::Random
+            } else {
+                BodyKind::Pattern
+            },
+            is_head,
+        };
+        if is_head || !status_allows_body(status) {
+            plan.size = 0;
+        }
+        Outcome::Respond(plan)
+    }
+
+    /// Interim (1xx) statuses asked for as the final answer: engines send the head and then
+    /// end the exchange (close on H1, end the stream on H2/H3).
+    pub fn is_informational(&self) -> bool {
+        self.status < 200
+    }
+
+    /// Whether a content-length header belongs on this response (framing aside).
+    pub fn has_length_header(&self) -> bool {
+        status_allows_body(self.status) && self.status != 304
+    }
+}
+
+/// 1xx, 204 and 304 never carry a body.
+pub fn status_allows_body(status: u16) -> bool {
+    !(status < 200 || status == 204 || status == 304)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(target: &str) -> Outcome {
+        let req = Request {
+            target: target.as_bytes(),
+            control: None,
+            is_head: false,
+        };
+        Plan::from_request(&req, &mut Rng::new(1))
+    }
+
+    fn ok(target: &str) -> Plan {
+        match plan(target) {
+            Outcome::Respond(p) => p,
+            other => panic!("{target}: expected a plan, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let p = ok("/");
+        assert_eq!((p.status, p.size, p.delay_ms), (200, 0, 0));
+        assert!(p.cacheable && !p.chunked && p.splice && !p.drain_after);
+        assert_eq!(p.body, BodyKind::Pattern);
+    }
+
+    #[test]
+    fn help_triggers() {
+        assert_eq!(plan("/?"), Outcome::Help);
+        assert_eq!(plan("/x?"), Outcome::Help);
+        assert_eq!(plan("/?h"), Outcome::Help);
+        assert_eq!(plan("/?help"), Outcome::Help);
+        assert!(matches!(plan("/?s=10?"), Outcome::Respond(_)));
+    }
+
+    #[test]
+    fn first_question_mark_applies_everything() {
+        let p = ok("/?r=500?s=0?c=0?t=1000");
+        assert_eq!(
+            (p.status, p.size, p.delay_ms, p.cacheable),
+            (500, 0, 1000, false)
+        );
+    }
+
+    #[test]
+    fn head_ignores_size_and_bodyless_statuses() {
+        let req = Request {
+            target: b"/?s=100",
+            control: None,
+            is_head: true,
+        };
+        let Outcome::Respond(p) = Plan::from_request(&req, &mut Rng::new(1)) else {
+            panic!()
+        };
+        assert_eq!(p.size, 0);
+        assert_eq!(ok("/?r=204&s=5").size, 0);
+        assert_eq!(ok("/?r=304&s=5").size, 0);
+        assert_eq!(ok("/?r=103&s=5").size, 0);
+        assert_eq!(ok("/?r=404&s=5").size, 5);
+    }
+
+    #[test]
+    fn rejects_absurd_values() {
+        assert_eq!(plan("/?r=99"), Outcome::Reject(PlanError::Status(99)));
+        assert_eq!(plan("/?r=1000"), Outcome::Reject(PlanError::Status(1000)));
+        assert_eq!(plan("/?r=-1"), Outcome::Reject(PlanError::Status(-1)));
+        assert_eq!(plan("/?s=-1"), Outcome::Reject(PlanError::Size(-1)));
+        assert_eq!(plan("/?t=10g"), Outcome::Reject(PlanError::Delay(10 << 30)));
+        assert_eq!(ok("/?t=-5").delay_ms, 0);
+        // Huge but non-negative sizes are legal: they stream in constant memory.
+        assert_eq!(ok("/?s=999999g").size, 999_999u64 << 30);
+    }
+
+    #[test]
+    fn control_header_overrides_uri() {
+        let req = Request {
+            target: b"/x?s=10&r=404",
+            control: Some(b"s=20"),
+            is_head: false,
+        };
+        let Outcome::Respond(p) = Plan::from_request(&req, &mut Rng::new(1)) else {
+            panic!()
+        };
+        assert_eq!((p.size, p.status), (20, 404));
+        let req = Request {
+            target: b"/rewritten",
+            control: Some(b"r=503"),
+            is_head: false,
+        };
+        let Outcome::Respond(p) = Plan::from_request(&req, &mut Rng::new(1)) else {
+            panic!()
+        };
+        assert_eq!(p.status, 503);
+    }
+
+    #[test]
+    fn body_kinds() {
+        assert_eq!(ok("/?R=1").body, BodyKind::Random);
+        assert_eq!(ok("/?k=1&R=1").body, BodyKind::Ones);
+        assert!(ok("/?k=1").chunked);
+        assert!(!ok("/?S=0").splice);
+    }
+}

@@ -1,0 +1,2 @@
+//! See the crate description.
+pub mod cli;
