@@ -1,0 +1,95 @@
+//! Test support shared by the integration tests: start the real `loadterm` binary on free
+//! loopback ports, wait until it answers, kill it on drop.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_loadterm")
+}
+
+/// A port free on 127.0.0.1 for both TCP and UDP right now (the OS picks it; races with other
+/// tests are possible but rare, and `Server::start` retries).
+pub fn free_port() -> u16 {
+    loop {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("bind tcp :0");
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+pub struct Server {
+    pub child: Child,
+    pub clear_port: u16,
+    pub tls_port: u16,
+}
+
+impl Server {
+    /// `loadterm serve -L 127.0.0.1:<clear>:<tls> <extra...>`, ready to answer.
+    pub fn start(extra: &[&str]) -> Server {
+        for _ in 0..5 {
+            let (clear_port, tls_port) = (free_port(), free_port());
+            let listen = format!("127.0.0.1:{clear_port}:{tls_port}");
+            let mut child = Command::new(bin())
+                .args(["serve", "-L", &listen])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn loadterm serve");
+            if wait_tcp(clear_port, Duration::from_secs(10)) && wait_tcp(tls_port, Duration::from_secs(5)) {
+                return Server { child, clear_port, tls_port };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("loadterm serve did not start");
+    }
+
+    pub fn clear_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.clear_port))
+    }
+
+    pub fn tls_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.tls_port))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until something accepts TCP connections on 127.0.0.1:port.
+pub fn wait_tcp(port: u16, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Whether an external tool is on PATH (tests that need one fail loudly when it is missing
+/// unless LOADTERM_ALLOW_MISSING_TOOLS=1, so CI cannot silently skip them).
+pub fn have_tool(name: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
+        panic!("{name} is not installed (set LOADTERM_ALLOW_MISSING_TOOLS=1 to skip locally)");
+    }
+    found
+}
