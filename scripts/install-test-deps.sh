@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the third-party clients the test suite talks to: curl, nghttp/h2load (Debian), h2spec (Go module
+# proxy), aioquic (PyPI). Idempotent; needs root (or sudo) for apt.
+set -euo pipefail
+
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing_apt=()
+command -v curl >/dev/null || missing_apt+=(curl)
+command -v h2load >/dev/null || missing_apt+=(nghttp2-client)
+command -v ss >/dev/null || missing_apt+=(iproute2)
+command -v go >/dev/null || missing_apt+=(golang-go)
+command -v python3 >/dev/null || missing_apt+=(python3 python3-pip python3-venv)
+if [ ${#missing_apt[@]} -gt 0 ]; then
+  sudo_if_needed apt-get update -qq
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_apt[@]}" >/dev/null
+fi
+
+export PATH="$PATH:$(go env GOPATH)/bin"
+if ! command -v h2spec >/dev/null; then
+  go install github.com/summerwind/h2spec/cmd/h2spec@latest
+fi
+
+if ! python3 -c 'import aioquic' 2>/dev/null; then
+  python3 -m pip install --quiet aioquic || python3 -m pip install --quiet --break-system-packages aioquic
+fi
+
+echo "test tools: $(curl --version | head -1 | cut -d' ' -f1-2), $(h2load --version | head -1), h2spec $(h2spec --version 2>/dev/null | head -1), aioquic $(python3 -c 'import aioquic; print(aioquic.__version__)')"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every check a submission must pass: formatting, clippy, and the whole test suite (unit tests
+# plus integration tests that start the real server and talk to it with our client, curl, nghttp,
+# h2load, h2spec and an aioquic HTTP/3 client). Installs the tools it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-test-deps.sh
+export PATH="$PATH:$(go env GOPATH)/bin"
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
