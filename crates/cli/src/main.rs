@@ -34,6 +34,18 @@ fn argv() -> Vec<std::ffi::OsString> {
     if serve_implied {
         args.insert(1, "serve".into());
     }
+    if args.get(1).is_some_and(|a| a == "serve") {
+        // haterm's two-letter debug flags, which clap would read as `-d -S`.
+        for a in args.iter_mut().skip(2) {
+            let long = match a.to_str() {
+                Some(s) if s.starts_with("-dS") => "--no-splice",
+                Some(s) if s.starts_with("-dZ") => "--no-zero-copy",
+                Some(s) if s.starts_with("-dT") => "--no-ktls",
+                _ => continue,
+            };
+            *a = long.into();
+        }
+    }
     args
 }
 

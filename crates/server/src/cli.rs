@@ -1,8 +1,289 @@
-//! `loadterm serve` command line.
+//! `loadterm serve` command line, including haterm's options (`-L`, `-G 'nbthread 1'`, `-C`, `-v`...).
+
+use crate::config::Config;
+use crate::listen::ListenSpec;
+use crate::tls::{self, CertSource, Curve, Identity};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// Listener: [<ip>]:<clear port>[:<TLS+QUIC port>], IPv6 in brackets; repeatable.
+    /// Default: 127.0.0.1:8888:8889.
+    #[arg(short = 'L', long = "listen", value_name = "[IP]:CLEAR[:TLS]")]
+    listen: Vec<ListenSpec>,
+    /// Worker threads (default: the CPUs this process may run on).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Client timeout: incomplete requests (408), idle keep-alive, and clients that stop reading.
+    #[arg(long, default_value = "25s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Most connections served at once (more are closed on accept).
+    #[arg(long, default_value_t = 100_000)]
+    maxconn: usize,
+    /// RSA key size of the generated certificate (2048, 3072 or 4096).
+    #[arg(
+        short = 'b',
+        long = "rsa-bits",
+        default_value_t = 2048,
+        value_name = "BITS"
+    )]
+    rsa_bits: u32,
+    /// ECDSA curve of the generated certificate (P-256 or P-384).
+    #[arg(
+        short = 'c',
+        long = "curve",
+        default_value = "P-256",
+        value_name = "CURVE"
+    )]
+    curve: Curve,
+    /// PEM file with certificate chain and private key (HAProxy's `crt` format) instead of a
+    /// generated certificate.
+    #[arg(long, value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// Write the generated certificates (PEM) here, for clients to trust.
+    #[arg(long, value_name = "FILE")]
+    cert_out: Option<PathBuf>,
+    /// Do not serve HTTP/3 on the UDP twin of the TLS ports.
+    #[arg(long)]
+    no_quic: bool,
+    /// Print the version and exit (haterm's -v).
+    #[arg(short = 'v')]
+    version: bool,
+    /// Print the effective configuration and exit (haterm's -C).
+    #[arg(short = 'C')]
+    dump_config: bool,
+    /// haterm "global" line; understood: `nbthread N`, `maxconn N`, `timeout client T`,
+    /// `limited-quic` (no effect); others are ignored with a warning.
+    #[arg(short = 'G', value_name = "LINE")]
+    global: Vec<String>,
+    /// haterm "frontend" line; same subset as -G.
+    #[arg(short = 'F', value_name = "LINE")]
+    frontend: Vec<String>,
+    /// haterm "traces" line: accepted and ignored (loadterm has no HAProxy traces).
+    #[arg(short = 'T', value_name = "LINE")]
+    traces: Vec<String>,
+    /// haterm's -d (protocol traces): accepted and ignored, with a warning.
+    #[arg(short = 'd')]
+    debug: bool,
+    /// haterm's -D (daemon) is refused: run loadterm under a supervisor or with `&`.
+    #[arg(short = 'D', hide = true)]
+    daemon: bool,
+    /// haterm's -dS: no splice() (loadterm does not splice; accepted for compatibility).
+    #[arg(long)]
+    no_splice: bool,
+    /// haterm's -dZ: no zero-copy forwarding (accepted for compatibility).
+    #[arg(long)]
+    no_zero_copy: bool,
+    /// haterm's -dT: no kernel TLS (loadterm does not use kTLS; accepted for compatibility).
+    #[arg(long, hide = true)]
+    no_ktls: bool,
+    /// haterm's extra bind options: accepted, ignored with a warning.
+    #[arg(long, value_name = "OPTS")]
+    tcp_bind_opts: Option<String>,
+    /// haterm's extra QUIC bind options: accepted, ignored with a warning.
+    #[arg(long, value_name = "OPTS")]
+    quic_bind_opts: Option<String>,
+    #[command(flatten)]
+    h2: crate::h2::H2Args,
+    #[command(flatten)]
+    h3: crate::h3::H3Args,
+}
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// `25s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (examples: 25s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "us" => v / 1e6,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in '{s}' (use ms, s, m or h)"
+            ))
+        }
+    };
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(format!("duration '{s}' out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Usage errors are reported like clap's own: message on stderr, exit code 2.
+fn usage_error(msg: impl std::fmt::Display) -> ! {
+    eprintln!("error: {msg}\n\nFor more information, try 'loadterm serve --help'.");
+    std::process::exit(2);
+}
+
+fn cpus_available() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Apply the understood subset of haterm's -G/-F lines.
+fn apply_haproxy_line(line: &str, threads: &mut Option<usize>, cfg: &mut Config) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let number = |w: Option<&&str>| w.and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+    match words.as_slice() {
+        ["nbthread", rest @ ..] => match number(rest.first()) {
+            Some(n) => *threads = Some(n),
+            None => usage_error(format!("'{line}': nbthread needs a positive number")),
+        },
+        ["maxconn", rest @ ..] => match number(rest.first()) {
+            Some(n) => cfg.maxconn = n,
+            None => usage_error(format!("'{line}': maxconn needs a positive number")),
+        },
+        ["timeout", "client", v] => match parse_duration(v) {
+            Ok(d) => cfg.timeout = d,
+            Err(e) => usage_error(format!("'{line}': {e}")),
+        },
+        ["limited-quic"] | [] => {}
+        _ => eprintln!("loadterm: warning: ignoring haterm configuration line '{line}'"),
+    }
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    if a.version {
+        println!("loadterm version {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
+    if a.daemon {
+        usage_error("-D (daemon mode) is not supported: run loadterm under a supervisor or in the background");
+    }
+    if a.threads == Some(0) {
+        usage_error("--threads must be at least 1");
+    }
+    let mut cfg = Config {
+        timeout: a.timeout,
+        threads: 0,
+        maxconn: a.maxconn.max(1),
+        quic: !a.no_quic,
+        h2: a.h2,
+        h3: a.h3,
+    };
+    let mut threads = a.threads;
+    for line in a.global.iter().chain(&a.frontend) {
+        apply_haproxy_line(line, &mut threads, &mut cfg);
+    }
+    cfg.threads = threads.unwrap_or_else(cpus_available);
+    for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
+        if set {
+            eprintln!("loadterm: warning: {flag} (HAProxy traces) has no effect in loadterm");
+        }
+    }
+    for (flag, v) in [
+        ("--tcp-bind-opts", &a.tcp_bind_opts),
+        ("--quic-bind-opts", &a.quic_bind_opts),
+    ] {
+        if let Some(v) = v {
+            eprintln!("loadterm: warning: {flag} '{v}' has no effect in loadterm");
+        }
+    }
+    let defaulted = a.listen.is_empty();
+    let specs = if defaulted {
+        vec![ListenSpec::default_loopback()]
+    } else {
+        a.listen
+    };
+    let any_tls = specs.iter().any(|s| s.tls_port.is_some());
+    let source = match a.cert {
+        Some(path) => CertSource::File(path),
+        None => {
+            let ips: Vec<_> = specs.iter().map(|s| s.ip).collect();
+            let (names, ips) = tls::default_sans(&ips);
+            CertSource::Generate {
+                rsa_bits: a.rsa_bits,
+                curve: a.curve,
+                names,
+                ips,
+            }
+        }
+    };
+    if a.dump_config {
+        println!("{cfg:#?}\nlisteners: {specs:#?}\ncertificate: {source:?}");
+        return Ok(());
+    }
+    let identity = if any_tls || a.cert_out.is_some() {
+        let id = Identity::load(&source).context("TLS certificate")?;
+        if let Some(out) = &a.cert_out {
+            std::fs::write(out, &id.generated_pem)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+        }
+        Some(Arc::new(id))
+    } else {
+        None
+    };
+    let cfg = Arc::new(cfg);
+    crate::workers::start(cfg.clone(), &specs, identity.filter(|_| any_tls))?;
+    announce(&specs, &cfg, defaulted);
+    wait_for_signal()
+}
+
+fn announce(specs: &[ListenSpec], cfg: &Config, defaulted: bool) {
+    let mut msg = format!(
+        "loadterm {} serving with {} thread(s)",
+        env!("CARGO_PKG_VERSION"),
+        cfg.threads
+    );
+    if defaulted {
+        msg.push_str(" (no -L given: loopback defaults)");
+    }
+    msg.push_str(":\n");
+    for s in specs {
+        msg.push_str(&format!("  http://{}   HTTP/1.1, h2c\n", s.clear()));
+        if let Some(tls) = s.tls() {
+            let h3 = if cfg.quic { "; UDP: HTTP/3" } else { "" };
+            msg.push_str(&format!("  https://{tls}  TLS: HTTP/2, HTTP/1.1{h3}\n"));
+        }
+    }
+    if defaulted {
+        msg.push_str(
+            "Try:\n  curl 'http://127.0.0.1:8888/?s=1k'\n  curl -k --http2 'https://127.0.0.1:8889/?s=16k&r=404&t=20'\n  \
+             curl 'http://127.0.0.1:8888/?'      # help: every parameter\n",
+        );
+    }
+    print!("{msg}");
+}
+
+/// Block until SIGINT or SIGTERM, then return (the process exits, ending every connection).
+fn wait_for_signal() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("25s"), Ok(Duration::from_secs(25)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["", "x", "-1s", "0", "5parsecs", "1e99"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,6 +1,11 @@
 //! See the crate description.
 pub mod cli;
 pub mod config;
+pub mod h1;
 pub mod h2;
 pub mod h3;
+pub mod listen;
 pub mod tls;
+mod workers;
+
+pub use workers::TCP_ALPN;

@@ -1,0 +1,345 @@
+//! The HTTP/1.x connection driver. Responses are appended to one reused output buffer and
+//! flushed only before the connection would wait (for the client or for a delay), so pipelined
+//! small responses leave in one write; large bodies go out as vectored writes of static slices.
+
+use super::body::{BodyError, Decoder};
+use super::head::{self, Head, Parsed};
+use crate::config::Config;
+use loadterm_plan::h1::{framing, Framing, H1Request};
+use loadterm_plan::headers::{chunk_size_line, h1_head, Timing};
+use loadterm_plan::pages::{self, ErrorPage};
+use loadterm_plan::{body, Outcome, Plan, Request, Rng};
+use std::cell::RefCell;
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::timeout;
+
+const READ_CHUNK: usize = 16 * 1024;
+/// Flush the output buffer once it holds this much, even if more pipelined requests wait.
+const OUT_FLUSH: usize = 64 * 1024;
+/// Bodies up to this size are copied into the output buffer (batched with other responses);
+/// larger ones are written straight from the static blocks.
+const INLINE_BODY: usize = 16 * 1024;
+/// Slices per vectored write of a large body.
+const IOV: usize = 8;
+/// After deciding to close, keep reading (and discarding) this long so that unread request bytes
+/// do not turn our close into a reset that destroys the response in flight.
+const LINGER: Duration = Duration::from_millis(500);
+
+thread_local! {
+    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
+}
+
+#[derive(Debug)]
+enum Stop {
+    /// Close the connection (after flushing what is buffered).
+    Close,
+    /// The peer went away or a write timed out: drop without further writes.
+    Abort,
+}
+
+impl From<io::Error> for Stop {
+    fn from(_: io::Error) -> Self {
+        Stop::Abort
+    }
+}
+
+struct Conn<IO> {
+    io: IO,
+    rbuf: Vec<u8>,
+    start: usize,
+    out: Vec<u8>,
+    timeout: Duration,
+    head: Head,
+}
+
+/// Serve HTTP/1.x on `io` until the connection ends.
+pub async fn serve<IO>(io: IO, cfg: Arc<Config>) -> io::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut c = Conn {
+        io,
+        rbuf: Vec::with_capacity(READ_CHUNK),
+        start: 0,
+        out: Vec::with_capacity(4096),
+        timeout: cfg.timeout,
+        head: Head::default(),
+    };
+    let lingering = loop {
+        match c.request().await {
+            Ok(()) => continue,
+            Err(Stop::Close) => break true,
+            Err(Stop::Abort) => break false,
+        }
+    };
+    if lingering {
+        c.close().await;
+    }
+    Ok(())
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
+    fn buffered(&self) -> &[u8] {
+        &self.rbuf[self.start..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.rbuf.len() {
+            self.rbuf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// Read more request bytes (flushing pending output first: we are about to wait).
+    /// `Ok(0)` is end of stream; `Err(None)` a timeout.
+    async fn read_more(&mut self) -> Result<usize, Option<io::Error>> {
+        self.flush().await.map_err(Some)?;
+        if self.start > 0 {
+            self.rbuf.drain(..self.start);
+            self.start = 0;
+        }
+        self.rbuf.reserve(READ_CHUNK);
+        match timeout(self.timeout, self.io.read_buf(&mut self.rbuf)).await {
+            Ok(r) => r.map_err(Some),
+            Err(_) => Err(None),
+        }
+    }
+
+    async fn write_timed(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match timeout(self.timeout, self.io.write_vectored(bufs)).await {
+            Ok(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client stopped reading",
+            )),
+        }
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        while !self.out.is_empty() {
+            let out = std::mem::take(&mut self.out);
+            let n = self.write_timed(&[IoSlice::new(&out)]).await;
+            self.out = out;
+            let n = n?;
+            self.out.drain(..n);
+        }
+        match timeout(self.timeout, self.io.flush()).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client stopped reading",
+            )),
+        }
+    }
+
+    /// Send an error page and close.
+    async fn fail(&mut self, page: ErrorPage) -> Stop {
+        self.out.extend_from_slice(page.h1());
+        Stop::Close
+    }
+
+    /// Flush, half-close, and discard what the client still sends for a short while.
+    async fn close(&mut self) {
+        if self.flush().await.is_err() {
+            return;
+        }
+        let _ = timeout(LINGER, async {
+            let _ = self.io.shutdown().await;
+            let mut sink = [0u8; 4096];
+            let mut left = 256 * 1024usize;
+            while left > 0 {
+                match self.io.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Handle one request: wait for its head, answer it.
+    async fn request(&mut self) -> Result<(), Stop> {
+        // Idle keep-alive: no byte of a next request within the timeout → silent close.
+        if self.buffered().is_empty() {
+            match self.read_more().await {
+                Ok(0) | Err(_) => return Err(Stop::Abort),
+                Ok(_) => {}
+            }
+        }
+        let t_first = Instant::now();
+        loop {
+            let mut head = std::mem::take(&mut self.head);
+            let parsed = head::parse(self.buffered(), &mut head);
+            self.head = head;
+            match parsed {
+                Parsed::Complete => break,
+                Parsed::Error(page) => return Err(self.fail(page).await),
+                Parsed::Partial => match self.read_more().await {
+                    Ok(0) => return Err(Stop::Abort),
+                    Ok(_) => {}
+                    Err(None) => return Err(self.fail(ErrorPage::Timeout).await),
+                    Err(Some(_)) => return Err(Stop::Abort),
+                },
+            }
+        }
+        let head_len = self.head.len;
+        self.consume(head_len);
+        let req = Request {
+            target: &self.head.target,
+            control: self.head.control.as_deref(),
+            is_head: self.head.is_head,
+        };
+        let outcome = RNG.with(|r| Plan::from_request(&req, &mut r.borrow_mut()));
+        let mut decoder = Decoder::new(self.head.body.unwrap_or(head::BodyFraming::None));
+        let mut req_bytes = head_len as u64;
+        if self.head.expect {
+            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let plan = match outcome {
+            Outcome::Respond(plan) => plan,
+            Outcome::Reject(e) => {
+                self.out.extend_from_slice(&pages::h1_text_response(
+                    400,
+                    &format!("400 Bad Request: {e}\n"),
+                ));
+                return Err(Stop::Close);
+            }
+            Outcome::Help => {
+                self.drain(&mut decoder, &mut req_bytes).await?;
+                self.out.extend_from_slice(HELP_HEAD);
+                if !self.head.is_head {
+                    self.out.extend_from_slice(pages::help().as_bytes());
+                }
+                return Err(Stop::Close);
+            }
+        };
+        if !plan.drain_after {
+            self.drain(&mut decoder, &mut req_bytes).await?;
+        }
+        let t_req = Instant::now();
+        if plan.delay_ms > 0 {
+            self.flush().await?;
+            tokio::time::sleep(Duration::from_millis(plan.delay_ms)).await;
+        }
+        let h1req = H1Request {
+            is_11: self.head.is_11,
+            conn_close: self.head.conn_close,
+            conn_keep_alive: self.head.conn_keep_alive,
+            is_head: self.head.is_head,
+        };
+        let fr = framing(&h1req, &plan);
+        let timing = Timing {
+            req_bytes,
+            req_ms: t_req.duration_since(t_first).as_millis() as u64,
+            real_ms: t_req.elapsed().as_millis() as u64,
+        };
+        h1_head(&mut self.out, &plan, &fr, &timing);
+        self.body(&plan, &fr).await?;
+        if plan.drain_after {
+            self.drain(&mut decoder, &mut req_bytes).await?;
+        }
+        if !fr.keep_alive {
+            return Err(Stop::Close);
+        }
+        if self.out.len() >= OUT_FLUSH {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Read and discard the request body. Timeout → 408, bad framing or early end → 400.
+    async fn drain(&mut self, dec: &mut Decoder, req_bytes: &mut u64) -> Result<(), Stop> {
+        loop {
+            if !self.buffered().is_empty() {
+                match dec.feed(self.buffered()) {
+                    Ok(n) => {
+                        self.consume(n);
+                        *req_bytes += n as u64;
+                    }
+                    Err(BodyError::Malformed) => {
+                        return Err(self.fail(ErrorPage::BadRequest).await)
+                    }
+                }
+            }
+            if dec.is_done() {
+                return Ok(());
+            }
+            match self.read_more().await {
+                Ok(0) => return Err(self.fail(ErrorPage::BadRequest).await),
+                Ok(_) => {}
+                Err(None) => return Err(self.fail(ErrorPage::Timeout).await),
+                Err(Some(_)) => return Err(Stop::Abort),
+            }
+        }
+    }
+
+    async fn body(&mut self, plan: &Plan, fr: &Framing) -> io::Result<()> {
+        let size = plan.size;
+        if fr.chunked_te {
+            let mut off = 0u64;
+            while off < size {
+                let data = body::slice(
+                    plan.body,
+                    off,
+                    (size - off).min(body::WINDOW as u64) as usize,
+                );
+                chunk_size_line(&mut self.out, data.len());
+                self.out.extend_from_slice(data);
+                self.out.extend_from_slice(b"\r\n");
+                off += data.len() as u64;
+                if self.out.len() >= OUT_FLUSH {
+                    self.flush().await?;
+                }
+            }
+            self.out.extend_from_slice(b"0\r\n\r\n");
+            Ok(())
+        } else if size <= INLINE_BODY as u64 {
+            self.out
+                .extend_from_slice(body::slice(plan.body, 0, size as usize));
+            Ok(())
+        } else {
+            self.large_body(plan.body, size).await
+        }
+    }
+
+    /// Pending output (the head) plus the body, as vectored writes of up to `IOV` static slices.
+    async fn large_body(&mut self, kind: body::BodyKind, size: u64) -> io::Result<()> {
+        let mut off = 0u64;
+        while off < size || !self.out.is_empty() {
+            let out = std::mem::take(&mut self.out);
+            let mut iov: [IoSlice<'_>; IOV + 1] = [IoSlice::new(&[]); IOV + 1];
+            let mut count = 0;
+            if !out.is_empty() {
+                iov[0] = IoSlice::new(&out);
+                count = 1;
+            }
+            let mut o = off;
+            while count < iov.len() && o < size {
+                let s = body::slice(kind, o, (size - o).min(body::WINDOW as u64) as usize);
+                iov[count] = IoSlice::new(s);
+                count += 1;
+                o += s.len() as u64;
+            }
+            let written = self.write_timed(&iov[..count]).await;
+            let head_len = out.len();
+            self.out = out;
+            let n = written?;
+            if n < head_len {
+                self.out.drain(..n);
+            } else {
+                self.out.clear();
+                off += (n - head_len) as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The help page head: HTTP/1.0, close-delimited, as haterm's.
+const HELP_HEAD: &[u8] =
+    b"HTTP/1.0 200 OK\r\ncache-control: no-cache\r\ncontent-type: text/plain\r\n\r\n";

@@ -1,0 +1,183 @@
+//! `-L [<ip>]:<clear port>[:<tls port>]` (haterm's syntax) and the sockets behind it: one
+//! SO_REUSEPORT socket per worker thread and address, bound up front so that errors surface at
+//! start-up with a clear message.
+
+use anyhow::{bail, Context, Result};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+/// One `-L` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenSpec {
+    pub ip: IpAddr,
+    pub clear_port: u16,
+    pub tls_port: Option<u16>,
+}
+
+impl ListenSpec {
+    pub fn clear(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.clear_port)
+    }
+
+    pub fn tls(&self) -> Option<SocketAddr> {
+        self.tls_port.map(|p| SocketAddr::new(self.ip, p))
+    }
+
+    /// The default when no `-L` is given: loopback only.
+    pub fn default_loopback() -> Self {
+        ListenSpec {
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            clear_port: 8888,
+            tls_port: Some(8889),
+        }
+    }
+}
+
+impl std::str::FromStr for ListenSpec {
+    type Err = String;
+
+    /// `[ip]:port[:port]`, `[v6]:port[:port]`; an empty address means all IPv4 addresses (as
+    /// haterm), a host name is resolved.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let usage = || {
+            format!("invalid listener '{s}': expected [<ip>]:<clear port>[:<tls port>], IPv6 in brackets")
+        };
+        let (host, ports, v6) = if let Some(rest) = s.strip_prefix('[') {
+            let end = rest.find(']').ok_or_else(usage)?;
+            let ports = rest[end + 1..].strip_prefix(':').ok_or_else(usage)?;
+            (&rest[..end], ports, true)
+        } else {
+            let colon = s.find(':').ok_or_else(usage)?;
+            (&s[..colon], &s[colon + 1..], false)
+        };
+        let mut fields = ports.split(':');
+        let port = |f: Option<&str>| -> Result<Option<u16>, String> {
+            match f {
+                None => Ok(None),
+                Some(p) => p
+                    .parse::<u16>()
+                    .map(Some)
+                    .map_err(|_| format!("invalid port '{p}' in listener '{s}'")),
+            }
+        };
+        let clear_port = port(fields.next())?.ok_or_else(usage)?;
+        let tls_port = port(fields.next())?;
+        if fields.next().is_some() {
+            return Err(usage());
+        }
+        let ip = if host.is_empty() {
+            if v6 {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            }
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
+            ip
+        } else {
+            (host, clear_port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve '{host}' in listener '{s}': {e}"))?
+                .next()
+                .ok_or_else(|| format!("'{host}' in listener '{s}' resolves to nothing"))?
+                .ip()
+        };
+        Ok(ListenSpec {
+            ip,
+            clear_port,
+            tls_port,
+        })
+    }
+}
+
+/// Refuse an address another process already holds: with SO_REUSEPORT the kernel would silently
+/// split the traffic between us (a classic way to ruin a benchmark).
+fn ensure_free(addr: SocketAddr, ty: Type) -> Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), ty, None)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    match probe.bind(&SockAddr::from(addr)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let proto = if ty == Type::STREAM { "TCP" } else { "UDP" };
+            bail!("{proto} {addr} is already in use by another socket")
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot bind {addr}")),
+    }
+}
+
+fn reuseport_socket(addr: SocketAddr, ty: Type) -> Result<Socket> {
+    let proto = if ty == Type::STREAM {
+        Protocol::TCP
+    } else {
+        Protocol::UDP
+    };
+    let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&SockAddr::from(addr))
+        .with_context(|| format!("cannot bind {addr}"))?;
+    Ok(s)
+}
+
+/// `count` TCP listeners sharing `addr` (one per worker).
+pub fn tcp_listeners(addr: SocketAddr, count: usize) -> Result<Vec<std::net::TcpListener>> {
+    ensure_free(addr, Type::STREAM)?;
+    (0..count)
+        .map(|_| {
+            let s = reuseport_socket(addr, Type::STREAM)?;
+            s.listen(4096)
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            Ok(s.into())
+        })
+        .collect()
+}
+
+/// `count` UDP sockets sharing `addr` (one QUIC endpoint per worker).
+pub fn udp_sockets(addr: SocketAddr, count: usize) -> Result<Vec<std::net::UdpSocket>> {
+    ensure_free(addr, Type::DGRAM)?;
+    (0..count)
+        .map(|_| Ok(reuseport_socket(addr, Type::DGRAM)?.into()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<ListenSpec, String> {
+        s.parse()
+    }
+
+    #[test]
+    fn haterm_listener_syntax() {
+        assert_eq!(
+            p("127.0.0.1:8888:8889").unwrap().tls(),
+            Some("127.0.0.1:8889".parse().unwrap())
+        );
+        assert_eq!(p("127.0.0.1:8888").unwrap().tls_port, None);
+        assert_eq!(p(":8888").unwrap().ip, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(
+            p("[::1]:8888:8889").unwrap().clear(),
+            "[::1]:8888".parse().unwrap()
+        );
+        assert_eq!(p("[::]:80").unwrap().ip, "::".parse::<IpAddr>().unwrap());
+        assert_eq!(p("localhost:80").unwrap().clear_port, 80);
+        for bad in [
+            "8888",
+            "::1:80",
+            "[::1:80",
+            "1.2.3.4:a",
+            "1.2.3.4:1:2:3",
+            "1.2.3.4:",
+            "1.2.3.4:70000",
+            "[::1]80",
+        ] {
+            assert!(p(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+}

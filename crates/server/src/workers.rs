@@ -1,0 +1,205 @@
+//! Worker threads: each owns a current-thread tokio runtime and its own SO_REUSEPORT sockets
+//! (bound up front by the caller), so nothing on the request path is shared.
+
+use crate::config::Config;
+use crate::listen::{self, ListenSpec};
+use crate::tls::Identity;
+use anyhow::{Context, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+/// ALPN protocols offered on TLS/TCP, most preferred first.
+pub const TCP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1", b"http/1.0"];
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Sockets of one worker.
+#[derive(Default)]
+struct WorkerSockets {
+    clear: Vec<std::net::TcpListener>,
+    tls: Vec<std::net::TcpListener>,
+    udp: Vec<std::net::UdpSocket>,
+}
+
+/// Bind everything, start the workers, and return once they run (they never stop by themselves).
+pub fn start(
+    cfg: Arc<Config>,
+    specs: &[ListenSpec],
+    identity: Option<Arc<Identity>>,
+) -> Result<()> {
+    let n = cfg.threads;
+    let mut per_worker: Vec<WorkerSockets> = (0..n).map(|_| WorkerSockets::default()).collect();
+    for spec in specs {
+        for (w, l) in per_worker
+            .iter_mut()
+            .zip(listen::tcp_listeners(spec.clear(), n)?)
+        {
+            w.clear.push(l);
+        }
+        if let Some(addr) = spec.tls() {
+            for (w, l) in per_worker.iter_mut().zip(listen::tcp_listeners(addr, n)?) {
+                w.tls.push(l);
+            }
+            if cfg.quic {
+                for (w, s) in per_worker.iter_mut().zip(listen::udp_sockets(addr, n)?) {
+                    w.udp.push(s);
+                }
+            }
+        }
+    }
+    let acceptor = match &identity {
+        Some(id) => Some(TlsAcceptor::from(Arc::new(
+            id.rustls_config(TCP_ALPN, false)?,
+        ))),
+        None => None,
+    };
+    let conns = Arc::new(AtomicUsize::new(0));
+    for (i, sockets) in per_worker.into_iter().enumerate() {
+        let (cfg, acceptor, identity, conns) = (
+            cfg.clone(),
+            acceptor.clone(),
+            identity.clone(),
+            conns.clone(),
+        );
+        std::thread::Builder::new()
+            .name(format!("worker-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        eprintln!("loadterm: worker {i}: cannot start a runtime: {e}");
+                        std::process::exit(1);
+                    }
+                };
+                rt.block_on(worker(sockets, cfg, acceptor, identity, conns));
+            })
+            .context("cannot start a worker thread")?;
+    }
+    Ok(())
+}
+
+async fn worker(
+    sockets: WorkerSockets,
+    cfg: Arc<Config>,
+    acceptor: Option<TlsAcceptor>,
+    identity: Option<Arc<Identity>>,
+    conns: Arc<AtomicUsize>,
+) {
+    let listeners = sockets
+        .clear
+        .into_iter()
+        .map(|l| (l, None))
+        .chain(sockets.tls.into_iter().map(|l| (l, acceptor.clone())));
+    for (l, tls) in listeners {
+        match tokio::net::TcpListener::from_std(l) {
+            Ok(l) => {
+                tokio::spawn(accept_loop(l, tls, cfg.clone(), conns.clone()));
+            }
+            Err(e) => eprintln!("loadterm: cannot register a listener: {e}"),
+        }
+    }
+    if let Some(identity) = identity {
+        for s in sockets.udp {
+            let (identity, cfg) = (identity.clone(), cfg.clone());
+            tokio::spawn(async move {
+                if let Err(e) = crate::h3::run_endpoint(s, identity, cfg).await {
+                    eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
+                }
+            });
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Decrements the connection count when a connection ends.
+struct ConnSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn accept_loop(
+    l: tokio::net::TcpListener,
+    tls: Option<TlsAcceptor>,
+    cfg: Arc<Config>,
+    conns: Arc<AtomicUsize>,
+) {
+    loop {
+        let sock = match l.accept().await {
+            Ok((sock, _)) => sock,
+            Err(_) => {
+                // Out of file descriptors or similar: back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if conns.fetch_add(1, Ordering::Relaxed) >= cfg.maxconn {
+            conns.fetch_sub(1, Ordering::Relaxed);
+            continue;
+        }
+        let slot = ConnSlot(conns.clone());
+        let _ = sock.set_nodelay(true);
+        let (tls, cfg) = (tls.clone(), cfg.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            match tls {
+                None => serve_clear(sock, cfg).await,
+                Some(acceptor) => serve_tls(sock, acceptor, cfg).await,
+            }
+        });
+    }
+}
+
+async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
+    match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
+        Some(true) => {
+            let _ = crate::h2::serve_connection(sock, cfg).await;
+        }
+        Some(false) => {
+            let _ = crate::h1::serve(sock, cfg).await;
+        }
+        None => {}
+    }
+}
+
+async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>) {
+    let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(sock)).await else {
+        return;
+    };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let _ = crate::h2::serve_connection(stream, cfg).await;
+    } else {
+        let _ = crate::h1::serve(stream, cfg).await;
+    }
+}
+
+async fn timeout_opt<F: std::future::Future>(d: Duration, f: F) -> Option<F::Output> {
+    tokio::time::timeout(d, f).await.ok()
+}
+
+/// Peek (without consuming) until the first bytes tell HTTP/2's preface from an HTTP/1 request.
+/// `None`-like outcomes (end of stream, errors) count as "not h2": the H1 engine closes.
+async fn is_h2_preface(sock: &TcpStream) -> bool {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = match sock.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        if !H2_PREFACE.starts_with(&buf[..n]) {
+            return false;
+        }
+        if n == H2_PREFACE.len() {
+            return true;
+        }
+        // A prefix of the preface: wait for the rest (rare: clients send it in one segment).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
