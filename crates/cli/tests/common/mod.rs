@@ -2,6 +2,8 @@
 //! loopback ports, wait until it answers, kill it on drop.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod http1;
+
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,8 +44,14 @@ impl Server {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("spawn loadterm serve");
-            if wait_tcp(clear_port, Duration::from_secs(10)) && wait_tcp(tls_port, Duration::from_secs(5)) {
-                return Server { child, clear_port, tls_port };
+            if wait_tcp(clear_port, Duration::from_secs(10))
+                && wait_tcp(tls_port, Duration::from_secs(5))
+            {
+                return Server {
+                    child,
+                    clear_port,
+                    tls_port,
+                };
             }
             let _ = child.kill();
             let _ = child.wait();
