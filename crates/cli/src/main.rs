@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the dummy server (haterm/httpterm request vocabulary).
-    Serve(loadterm_server::cli::ServeArgs),
+    Serve(Box<loadterm_server::cli::ServeArgs>),
     /// Generate load against a URL.
     Load(loadterm_load::cli::LoadArgs),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
@@ -52,7 +52,7 @@ fn argv() -> Vec<std::ffi::OsString> {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(argv());
     let result = match cli.cmd {
-        Cmd::Serve(a) => loadterm_server::cli::run(a),
+        Cmd::Serve(a) => loadterm_server::cli::run(*a),
         Cmd::Load(a) => loadterm_load::cli::run(a),
         Cmd::Ab(a) => loadterm_ab::cli::run(a),
     };

@@ -1,16 +1,93 @@
-//! HTTP/2 engine: TLS (ALPN `h2`) and cleartext h2c connections.
+//! HTTP/2 engine (TLS ALPN `h2`, and h2c by prior knowledge on the clear port), on the `h2`
+//! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
+//! static slices sent as flow control allows, so any size streams in constant memory.
 
+mod stream;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// HTTP/2 settings exposed on the command line (flattened into `loadterm serve`).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct H2Args {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct H2Args {
+    /// Concurrent streams a client may open per connection.
+    #[arg(long = "h2-max-streams", default_value_t = 256, value_name = "N")]
+    pub max_streams: u32,
+    /// Initial receive window of each stream, bytes (request bodies).
+    #[arg(long = "h2-stream-window", default_value_t = 4 << 20, value_name = "BYTES")]
+    pub stream_window: u32,
+    /// Receive window of the whole connection, bytes.
+    #[arg(long = "h2-conn-window", default_value_t = 16 << 20, value_name = "BYTES")]
+    pub conn_window: u32,
+    /// Largest frame the server accepts (16384..=16777215).
+    #[arg(long = "h2-max-frame-size", default_value_t = 16384, value_name = "BYTES",
+          value_parser = clap::value_parser!(u32).range(16384..=16_777_215))]
+    pub max_frame_size: u32,
+    /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
+    #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
+    pub max_header_list: u32,
+}
+
+impl Default for H2Args {
+    fn default() -> Self {
+        H2Args {
+            max_streams: 256,
+            stream_window: 4 << 20,
+            conn_window: 16 << 20,
+            max_frame_size: 16384,
+            max_header_list: 64 << 10,
+        }
+    }
+}
 
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-pub async fn serve_connection<IO>(_io: IO, _cfg: Arc<crate::config::Config>) -> anyhow::Result<()>
+pub async fn serve_connection<IO>(io: IO, cfg: Arc<crate::config::Config>) -> anyhow::Result<()>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    anyhow::bail!("not built yet")
+    let s = &cfg.h2;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(s.max_streams)
+        .initial_window_size(s.stream_window)
+        .initial_connection_window_size(s.conn_window)
+        .max_frame_size(s.max_frame_size)
+        .max_header_list_size(s.max_header_list)
+        // Rapid reset (CVE-2023-44487) and error floods: bounded, then GOAWAY.
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(Some(256))
+        .max_concurrent_reset_streams(64)
+        .max_send_buffer_size(256 << 10);
+    let mut conn =
+        tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await??;
+    let active = Arc::new(AtomicUsize::new(0));
+    loop {
+        // Idle connections (no stream for a whole timeout period) are closed with GOAWAY, so
+        // clients waiting for the server to close do not hang.
+        let next = match tokio::time::timeout(cfg.timeout, conn.accept()).await {
+            Ok(next) => next,
+            Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
+            Err(_) => {
+                conn.graceful_shutdown();
+                let _ = tokio::time::timeout(cfg.timeout, async {
+                    while conn.accept().await.is_some() {}
+                })
+                .await;
+                return Ok(());
+            }
+        };
+        match next {
+            Some(Ok((req, respond))) => {
+                let (cfg, active) = (cfg.clone(), active.clone());
+                active.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    stream::serve(req, respond, &cfg).await;
+                    active.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => return Ok(()),
+        }
+    }
 }
