@@ -18,7 +18,7 @@ enum Cmd {
     /// Run the dummy server (haterm/httpterm request vocabulary).
     Serve(Box<loadterm_server::cli::ServeArgs>),
     /// Generate load against a URL.
-    Load(loadterm_load::cli::LoadArgs),
+    Load(Box<loadterm_load::cli::LoadArgs>),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
     Ab(loadterm_ab::cli::AbArgs),
 }
@@ -53,7 +53,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(argv());
     let result = match cli.cmd {
         Cmd::Serve(a) => loadterm_server::cli::run(*a),
-        Cmd::Load(a) => loadterm_load::cli::run(a),
+        Cmd::Load(a) => loadterm_load::cli::run(*a),
         Cmd::Ab(a) => loadterm_ab::cli::run(a),
     };
     match result {

@@ -134,7 +134,14 @@ fn absurd_parameters_are_refused_with_an_explanation() {
 fn keep_alive_decision_table() {
     let s = server();
     // (request, expected: status-line version, content-length, connection header, chunked, stays open)
-    type Row = (&'static str, &'static str, Option<&'static str>, Option<&'static str>, bool, bool);
+    type Row = (
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        bool,
+        bool,
+    );
     let rows: &[Row] = &[
         (
             "GET /?s=10 HTTP/1.0\r\n\r\n",

@@ -1,8 +1,448 @@
-//! `loadterm load` command line.
+//! `loadterm load` command line and the run itself: worker threads, each with a current-thread
+//! runtime and its share of the connections; results merged at the end.
+
+use crate::record::Recorder;
+use crate::report::{self, RunInfo};
+use crate::setup::{Options, Proto, Setup};
+use crate::worker::{Pace, Progress, Worker};
+use anyhow::{bail, Context, Result};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
-pub struct LoadArgs {}
+pub struct LoadArgs {
+    /// Target URL(s); several are used round-robin (same scheme, host and port).
+    #[arg(required = true, value_name = "URL")]
+    urls: Vec<String>,
+    /// Total requests (default 1000 unless -D is given).
+    #[arg(short = 'n', long = "requests")]
+    requests: Option<u64>,
+    /// Connections.
+    #[arg(short = 'c', long = "clients", default_value_t = 1)]
+    connections: usize,
+    /// Worker threads (default: min(connections, CPUs)).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Concurrent requests per connection: streams on HTTP/2 and 3, pipelining depth on HTTP/1.1.
+    #[arg(short = 'm', long = "max-concurrent-streams", default_value_t = 1)]
+    streams: usize,
+    /// Run for this long instead of a request count (e.g. 10s).
+    #[arg(short = 'D', long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// With -D: run this long first without recording.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    warm_up_time: Duration,
+    /// Extra request header, `name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// HTTP/1.1 (over TLS for https URLs).
+    #[arg(long, group = "proto")]
+    h1: bool,
+    /// HTTP/2 over TLS (ALPN h2).
+    #[arg(long, group = "proto")]
+    h2: bool,
+    /// HTTP/2 in clear text (prior knowledge).
+    #[arg(long, group = "proto")]
+    h2c: bool,
+    /// HTTP/3 over QUIC.
+    #[arg(long, group = "proto")]
+    h3: bool,
+    /// ALPN to offer, comma-separated (h2, http/1.1, h3); an alternative to --h1/--h2/--h3.
+    #[arg(long, group = "proto", value_name = "LIST")]
+    alpn_list: Option<String>,
+    /// Do not verify the server certificate.
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// Trust these CA certificates (PEM) instead of the system bundle.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Connect here instead of the URL's host (the URL still gives Host and SNI).
+    #[arg(long, value_name = "HOST:PORT")]
+    connect_to: Option<String>,
+    /// TLS server name (default: the URL's host).
+    #[arg(long)]
+    sni: Option<String>,
+    /// Upload this file as the request body (POST unless --method says otherwise).
+    #[arg(short = 'd', long = "data", value_name = "FILE")]
+    data: Option<PathBuf>,
+    /// Upload this many bytes as the request body.
+    #[arg(long, value_name = "BYTES")]
+    data_size: Option<usize>,
+    /// Request method (default GET, or POST with a body).
+    #[arg(long)]
+    method: Option<String>,
+    /// Open loop: requests per second across all connections, sent at scheduled times;
+    /// latency is also reported from the intended send time (coordinated omission corrected).
+    #[arg(long, conflicts_with = "rate_per_conn")]
+    rate: Option<f64>,
+    /// Open loop: requests per second per connection.
+    #[arg(long)]
+    rate_per_conn: Option<f64>,
+    /// Give up on a request (or connection attempt) after this long.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    timeout: Duration,
+    /// Pin worker threads to these CPUs (e.g. 1 or 2-3,5).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    /// Write the results as JSON here (`-` for stdout); schema in docs/LOAD.md.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Write an HdrHistogram interval log (per-second latency histograms) here.
+    #[arg(long, value_name = "FILE")]
+    hdr_log: Option<PathBuf>,
+    /// No progress line, no text summary (with --json -).
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
 
-pub fn run(_args: LoadArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration unit in '{s}'")),
+    };
+    if !(secs.is_finite() && (0.0..1e8).contains(&secs)) {
+        return Err(format!("duration '{s}' out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `1`, `0-3`, `1,3-4`.
+fn parse_cpus(s: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse()?, b.trim().parse()?);
+                if a > b {
+                    bail!("invalid CPU range '{part}'");
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(
+                part.trim()
+                    .parse()
+                    .with_context(|| format!("invalid CPU '{part}'"))?,
+            ),
+        }
+    }
+    if out.is_empty() {
+        bail!("empty CPU list");
+    }
+    Ok(out)
+}
+
+fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
+    Ok(if a.h1 {
+        Some(Proto::H1)
+    } else if a.h2 {
+        Some(Proto::H2)
+    } else if a.h2c {
+        Some(Proto::H2c)
+    } else if a.h3 {
+        Some(Proto::H3)
+    } else if let Some(list) = &a.alpn_list {
+        match list.split(',').next().map(str::trim) {
+            Some("h2") => Some(Proto::H2),
+            Some("h3") => Some(Proto::H3),
+            Some("http/1.1") => Some(Proto::H1),
+            other => bail!(
+                "unsupported ALPN '{}' (use h2, h3 or http/1.1)",
+                other.unwrap_or("")
+            ),
+        }
+    } else {
+        None
+    })
+}
+
+fn usage_error(msg: impl std::fmt::Display) -> ! {
+    eprintln!("error: {msg}\n\nFor more information, try 'loadterm load --help'.");
+    std::process::exit(2);
+}
+
+pub fn run(a: LoadArgs) -> Result<()> {
+    if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
+        usage_error("-c, -m and -t must be at least 1");
+    }
+    if a.requests == Some(0) {
+        usage_error("-n must be at least 1");
+    }
+    if a.rate
+        .or(a.rate_per_conn)
+        .is_some_and(|r| !(r > 0.0 && r.is_finite()))
+    {
+        usage_error("--rate must be a positive number");
+    }
+    let data = match (&a.data, a.data_size) {
+        (Some(_), Some(_)) => usage_error("use either -d or --data-size"),
+        (Some(f), None) => bytes::Bytes::from(
+            std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?,
+        ),
+        (None, Some(n)) => bytes::Bytes::from(vec![b'x'; n]),
+        (None, None) => bytes::Bytes::new(),
+    };
+    let proto = proto(&a).unwrap_or_else(|e| usage_error(e));
+    let setup = Setup::new(&Options {
+        urls: &a.urls,
+        proto,
+        connect_to: a.connect_to.as_deref(),
+        sni: a.sni.as_deref(),
+        insecure: a.insecure,
+        cacert: a.cacert.as_deref(),
+        method: a.method.as_deref(),
+        headers: &a.headers,
+        data,
+        streams: a.streams,
+        timeout: a.timeout,
+    })
+    .unwrap_or_else(|e| usage_error(format!("{e:#}")));
+    let setup = Arc::new(setup);
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(parse_cpus)
+        .transpose()
+        .unwrap_or_else(|e| usage_error(format!("--cpus: {e:#}")));
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = a
+        .threads
+        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
+        .min(a.connections)
+        .max(1);
+    let requests = match (a.requests, a.duration) {
+        (Some(_), Some(_)) => usage_error("use either -n or -D"),
+        (n, None) => Some(n.unwrap_or(1000)),
+        (None, Some(_)) => None,
+    };
+    let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
+    let pace = match rate_per_conn {
+        // On HTTP/2 and 3 each stream is a slot with its own share of the connection's rate.
+        Some(r) => {
+            let slots = if matches!(setup.proto, Proto::H1) {
+                1.0
+            } else {
+                a.streams as f64
+            };
+            Pace::Open {
+                interval: Duration::from_secs_f64(slots / r),
+            }
+        }
+        None => Pace::Closed,
+    };
+    let interactive = !a.quiet && std::io::stderr().is_terminal();
+    let progress = interactive.then(|| Arc::new(Progress::default()));
+    let t0 = Instant::now() + Duration::from_millis(20);
+    let warm = if a.duration.is_some() {
+        a.warm_up_time
+    } else {
+        Duration::ZERO
+    };
+    let from = t0 + warm;
+    let until = a.duration.map(|d| from + d);
+    let mut handles = Vec::new();
+    for i in 0..threads {
+        let conns: Vec<u64> = (0..a.connections as u64)
+            .filter(|c| *c as usize % threads == i)
+            .collect();
+        let share = requests.map(|n| {
+            // Split -n in proportion to the connections each worker runs.
+            let base = n * conns.len() as u64 / a.connections as u64;
+            let before: u64 = (0..i)
+                .map(|j| {
+                    n * (0..a.connections).filter(|c| c % threads == j).count() as u64
+                        / a.connections as u64
+                })
+                .sum();
+            if i == threads - 1 {
+                n - before
+            } else {
+                base
+            }
+        });
+        let (setup, progress, hdr) = (setup.clone(), progress.clone(), a.hdr_log.is_some());
+        let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("load-{i}"))
+                .spawn(move || -> Result<Recorder> {
+                    if let Some(cpu) = cpu {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                    }
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&rt, async move {
+                        let endpoint = if setup.proto == Proto::H3 {
+                            let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
+                                "[::]:0".parse()?
+                            } else {
+                                "0.0.0.0:0".parse()?
+                            };
+                            Some(quinn::Endpoint::client(bind).context("QUIC client socket")?)
+                        } else {
+                            None
+                        };
+                        let rec = Recorder::new(t0, from, until, hdr);
+                        let w = Rc::new(Worker {
+                            setup,
+                            rec: std::cell::RefCell::new(rec),
+                            tickets: share.map(std::cell::Cell::new),
+                            deadline: until,
+                            pace,
+                            start: t0,
+                            progress,
+                            endpoint,
+                            counter: std::cell::Cell::new(0),
+                        });
+                        tokio::time::sleep_until(t0.into()).await;
+                        let tasks: Vec<_> = conns
+                            .iter()
+                            .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
+                            .collect();
+                        let all = futures::future::join_all(tasks);
+                        match until {
+                            Some(end) => {
+                                tokio::select! {
+                                    _ = all => {}
+                                    _ = tokio::time::sleep_until(end.into()) => {}
+                                }
+                            }
+                            None => {
+                                all.await;
+                            }
+                        }
+                        if let Some(e) = &w.endpoint {
+                            e.close(0u32.into(), b"done");
+                        }
+                        let rec = w.rec.borrow().clone();
+                        Ok(rec)
+                    })
+                })
+                .context("cannot start a worker thread")?,
+        );
+    }
+    let ticker = progress.clone().map(|p| {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let h = std::thread::spawn(move || {
+            let mut last = 0;
+            while !s2.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(1));
+                let done = p.done.load(Ordering::Relaxed);
+                eprint!(
+                    "\r{:>6.1}s  {:>10} req/s  {:>10} done  {:>6} errors   ",
+                    t0.elapsed().as_secs_f64(),
+                    done - last,
+                    done,
+                    p.errors.load(Ordering::Relaxed)
+                );
+                last = done;
+            }
+            eprint!("\r{:80}\r", "");
+        });
+        (stop, h)
+    });
+    let mut total: Option<Recorder> = None;
+    for h in handles {
+        let rec = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+        match &mut total {
+            Some(t) => t.merge(&rec),
+            None => total = Some(rec),
+        }
+    }
+    if let Some((stop, h)) = ticker {
+        stop.store(true, Ordering::Relaxed);
+        let _ = h.join();
+    }
+    let total = total.expect("at least one worker");
+    let duration_s = match (until, total.first_done, total.last_done) {
+        (Some(end), _, _) => end.duration_since(from).as_secs_f64(),
+        (None, Some(_), Some(last)) => last.duration_since(t0).as_secs_f64(),
+        _ => t0.elapsed().as_secs_f64(),
+    };
+    let rep = report::build(
+        &total,
+        RunInfo {
+            protocol: setup.proto.name().to_owned(),
+            urls: a.urls.clone(),
+            connections: a.connections,
+            threads,
+            streams: a.streams,
+            duration_s,
+            rate: rate_per_conn.map(|r| r * a.connections as f64),
+        },
+    );
+    if let Some(path) = &a.hdr_log {
+        report::write_hdr_log(&total, path)?;
+    }
+    let to_stdout = a.json.as_deref() == Some("-");
+    if !(a.quiet || to_stdout) {
+        stdout(&report::text(&rep))?;
+    }
+    if let Some(j) = &a.json {
+        let doc = serde_json::to_string_pretty(&rep)? + "\n";
+        if to_stdout {
+            stdout(&doc)?;
+        } else {
+            std::fs::write(j, doc).with_context(|| format!("cannot write {j}"))?;
+        }
+    }
+    if total.completed == 0 && total.errors.total() > 0 {
+        bail!(
+            "no request completed: {} connect, {} TLS, {} timeout, {} reset, {} protocol errors (is the server up at {}?)",
+            total.errors.connect,
+            total.errors.tls,
+            total.errors.timeout,
+            total.errors.reset,
+            total.errors.protocol,
+            setup.addr
+        );
+    }
+    Ok(())
+}
+
+/// Print to stdout; a reader that went away (`| head`) is not an error.
+fn stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("cannot write to stdout"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpus("1").unwrap(), vec![1]);
+        assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
+        assert!(parse_cpus("3-1").is_err() && parse_cpus("x").is_err() && parse_cpus("").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("soon").is_err());
+    }
 }

@@ -1,2 +1,9 @@
 //! See the crate description.
 pub mod cli;
+mod conn;
+mod h1parse;
+pub mod record;
+pub mod report;
+mod setup;
+mod tls;
+mod worker;

@@ -1,13 +1,14 @@
 //! One HTTP/2 request/response exchange.
 
 use crate::config::Config;
+use crate::mapped::response_head;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
-use http::{HeaderValue, Request, Response, StatusCode};
-use loadterm_plan::headers::{x_req, x_rsp, Timing};
+use http::{Request, Response};
+use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, ConnForce, Outcome, Plan, Rng};
+use loadterm_plan::{body, Outcome, Plan, Rng};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -35,25 +36,8 @@ async fn drain(body: &mut RecvStream, bytes: &mut u64, limit: Duration) -> Resul
     }
 }
 
-/// Approximate request size: header lines as `name: value\r\n` plus the body.
-fn head_bytes<T>(req: &Request<T>) -> u64 {
-    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
-    let headers: usize = req
-        .headers()
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    (req.method().as_str().len() + target + headers + 12) as u64
-}
-
 fn text_response(respond: &mut SendResponse<Bytes>, status: u16, text: String) {
-    let resp = Response::builder()
-        .status(status)
-        .header("content-length", text.len())
-        .header("cache-control", "no-cache")
-        .header("content-type", "text/plain")
-        .body(())
-        .expect("static response parts");
+    let resp = crate::mapped::text_head(status, text.len());
     if let Ok(mut send) = respond.send_response(resp, false) {
         let _ = send.send_data(Bytes::from(text), true);
     }
@@ -61,7 +45,7 @@ fn text_response(respond: &mut SendResponse<Bytes>, status: u16, text: String) {
 
 pub async fn serve(req: Request<RecvStream>, mut respond: SendResponse<Bytes>, cfg: &Config) {
     let t_first = Instant::now();
-    let mut req_bytes = head_bytes(&req);
+    let mut req_bytes = crate::mapped::head_bytes(&req);
     let is_head = req.method() == http::Method::HEAD;
     let target = req
         .uri()
@@ -163,29 +147,4 @@ pub async fn serve(req: Request<RecvStream>, mut respond: SendResponse<Bytes>, c
         let _ = drain(&mut body, &mut req_bytes, cfg.timeout).await;
         let _ = send.send_data(Bytes::new(), true);
     }
-}
-
-fn response_head(plan: &Plan, timing: &Timing) -> Result<Response<()>, http::Error> {
-    let mut b =
-        Response::builder().status(StatusCode::from_u16(plan.status).map_err(http::Error::from)?);
-    // C/K/k never touch an HTTP/2 connection: they only drop content-length (END_STREAM frames).
-    if plan.has_length_header() && !plan.chunked && plan.conn != ConnForce::Close {
-        b = b.header("content-length", plan.size);
-    }
-    if !plan.cacheable {
-        b = b.header("cache-control", "no-cache");
-    }
-    let mut v = Vec::with_capacity(96);
-    x_req(&mut v, timing);
-    b = b.header(
-        "x-req",
-        HeaderValue::from_bytes(&v).map_err(http::Error::from)?,
-    );
-    v.clear();
-    x_rsp(&mut v, plan, timing);
-    b.header(
-        "x-rsp",
-        HeaderValue::from_bytes(&v).map_err(http::Error::from)?,
-    )
-    .body(())
 }

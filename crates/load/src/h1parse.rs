@@ -1,0 +1,303 @@
+//! HTTP/1.1 response parsing for the client (sans-I/O): feed bytes, get completed responses.
+//! Bodies are counted, never copied.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    pub status: u16,
+    pub head_bytes: u64,
+    pub body_bytes: u64,
+    /// The server will close after this response (or the body was close-delimited).
+    pub close: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Need more bytes (everything given was consumed or kept).
+    More,
+    /// A response completed after `consumed` bytes of the input.
+    Response { done: Done, consumed: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseError;
+
+#[derive(Debug, Clone, Copy)]
+enum Body {
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the connection closes.
+    Eof,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Size(u64, u8),
+    Ext(u64),
+    SizeLf(u64),
+    Data(u64),
+    DataCr,
+    DataLf,
+    Trailer,
+    TrailerLine,
+    TrailerLf(bool),
+}
+
+/// Parser for one connection's response stream. Heads are parsed from a small internal buffer;
+/// body bytes are only counted.
+#[derive(Debug, Default)]
+pub struct Parser {
+    head: Vec<u8>,
+    state: Option<(Done, Body)>,
+}
+
+impl Parser {
+    /// `head_request`: the response to a HEAD has no body.
+    pub fn feed(&mut self, input: &[u8], head_request: bool) -> Result<Event, ParseError> {
+        let mut used = 0;
+        if self.state.is_none() {
+            // Accumulate until the end of the head.
+            let start = self.head.len().saturating_sub(3);
+            self.head.extend_from_slice(input);
+            let Some(end) = self.head[start..]
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|p| start + p + 4)
+            else {
+                if self.head.len() > 64 * 1024 {
+                    return Err(ParseError);
+                }
+                return Ok(Event::More);
+            };
+            let before = self.head.len() - input.len();
+            used = end - before;
+            let (done, body) = parse_head(&self.head[..end], head_request)?;
+            self.head.clear();
+            if matches!(body, Body::Length(0)) {
+                return Ok(Event::Response {
+                    done,
+                    consumed: used,
+                });
+            }
+            self.state = Some((done, body));
+        }
+        let (done, body) = self.state.as_mut().expect("state set above");
+        let rest = &input[used..];
+        match body {
+            Body::Length(left) => {
+                let n = (*left).min(rest.len() as u64);
+                *left -= n;
+                done.body_bytes += n;
+                used += n as usize;
+                if *left == 0 {
+                    let done = *done;
+                    self.state = None;
+                    return Ok(Event::Response {
+                        done,
+                        consumed: used,
+                    });
+                }
+                Ok(Event::More)
+            }
+            Body::Eof => {
+                done.body_bytes += rest.len() as u64;
+                Ok(Event::More)
+            }
+            Body::Chunked(st) => {
+                let mut i = 0;
+                while i < rest.len() {
+                    let b = rest[i];
+                    *st = match *st {
+                        Chunk::Size(v, d) => match (b as char).to_digit(16) {
+                            Some(x) if d < 16 => Chunk::Size(v << 4 | x as u64, d + 1),
+                            Some(_) => return Err(ParseError),
+                            None if d == 0 => return Err(ParseError),
+                            None => match b {
+                                b';' | b' ' | b'\t' => Chunk::Ext(v),
+                                b'\r' => Chunk::SizeLf(v),
+                                b'\n' => after_size(v),
+                                _ => return Err(ParseError),
+                            },
+                        },
+                        Chunk::Ext(v) => match b {
+                            b'\r' => Chunk::SizeLf(v),
+                            b'\n' => after_size(v),
+                            _ => Chunk::Ext(v),
+                        },
+                        Chunk::SizeLf(v) if b == b'\n' => after_size(v),
+                        Chunk::Data(left) => {
+                            let n = left.min((rest.len() - i) as u64);
+                            done.body_bytes += n;
+                            i += n as usize;
+                            *st = if n == left {
+                                Chunk::DataCr
+                            } else {
+                                Chunk::Data(left - n)
+                            };
+                            continue;
+                        }
+                        Chunk::DataCr if b == b'\r' => Chunk::DataLf,
+                        Chunk::DataLf if b == b'\n' => Chunk::Size(0, 0),
+                        Chunk::Trailer => match b {
+                            b'\r' => Chunk::TrailerLf(true),
+                            b'\n' => return Ok(self.finish(used + i + 1)),
+                            _ => Chunk::TrailerLine,
+                        },
+                        Chunk::TrailerLine => match b {
+                            b'\r' => Chunk::TrailerLf(false),
+                            b'\n' => Chunk::Trailer,
+                            _ => Chunk::TrailerLine,
+                        },
+                        Chunk::TrailerLf(true) if b == b'\n' => {
+                            return Ok(self.finish(used + i + 1))
+                        }
+                        Chunk::TrailerLf(false) if b == b'\n' => Chunk::Trailer,
+                        _ => return Err(ParseError),
+                    };
+                    i += 1;
+                }
+                Ok(Event::More)
+            }
+        }
+    }
+
+    fn finish(&mut self, consumed: usize) -> Event {
+        let (done, _) = self.state.take().expect("in a response");
+        Event::Response { done, consumed }
+    }
+
+    /// The connection ended: completes a close-delimited response, if one is in progress.
+    pub fn eof(&mut self) -> Option<Done> {
+        match self.state.take() {
+            Some((done, Body::Eof)) => Some(done),
+            _ => None,
+        }
+    }
+}
+
+fn after_size(v: u64) -> Chunk {
+    if v == 0 {
+        Chunk::Trailer
+    } else {
+        Chunk::Data(v)
+    }
+}
+
+fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseError> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    match r.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return Err(ParseError),
+    }
+    let status = r.code.ok_or(ParseError)?;
+    let mut length = None;
+    let mut chunked = false;
+    let mut close = r.version == Some(0);
+    for h in r.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).map_err(|_| ParseError)?.trim();
+            length = Some(v.parse::<u64>().map_err(|_| ParseError)?);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = h
+                .value
+                .windows(7)
+                .any(|w| w.eq_ignore_ascii_case(b"chunked"));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            let v = h.value.to_ascii_lowercase();
+            if v.windows(5).any(|w| w == b"close") {
+                close = true;
+            } else if v.windows(10).any(|w| w == b"keep-alive") {
+                close = false;
+            }
+        }
+    }
+    let done = Done {
+        status,
+        head_bytes: head.len() as u64,
+        body_bytes: 0,
+        close,
+    };
+    let body = if head_request || status < 200 || status == 204 || status == 304 {
+        Body::Length(0)
+    } else if chunked {
+        Body::Chunked(Chunk::Size(0, 0))
+    } else if let Some(n) = length {
+        Body::Length(n)
+    } else {
+        Body::Eof
+    };
+    if matches!(body, Body::Eof) {
+        return Ok((
+            Done {
+                close: true,
+                ..done
+            },
+            body,
+        ));
+    }
+    Ok((done, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(stream: &[u8], split: usize) -> Vec<Done> {
+        let mut p = Parser::default();
+        let mut out = Vec::new();
+        for part in [&stream[..split], &stream[split..]] {
+            let mut rest = part;
+            loop {
+                match p.feed(rest, false).unwrap() {
+                    Event::More => break,
+                    Event::Response { done, consumed } => {
+                        out.push(done);
+                        rest = &rest[consumed..];
+                        if rest.is_empty() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        out.extend(p.eof());
+        out
+    }
+
+    #[test]
+    fn every_split_point() {
+        let stream = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n.1234HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\n111\r\n0\r\n\r\nHTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nconnection: close\r\n\r\nabc";
+        for split in 0..=stream.len() {
+            let got = all(stream, split);
+            let summary: Vec<_> = got
+                .iter()
+                .map(|d| (d.status, d.body_bytes, d.close))
+                .collect();
+            assert_eq!(
+                summary,
+                [
+                    (200, 5, false),
+                    (404, 3, false),
+                    (204, 0, false),
+                    (200, 3, true)
+                ],
+                "split {split}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert_eq!(
+            Parser::default().feed(b"NOT HTTP\r\n\r\n", false),
+            Err(ParseError)
+        );
+        let mut p = Parser::default();
+        assert!(p
+            .feed(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz",
+                false
+            )
+            .is_err());
+    }
+}

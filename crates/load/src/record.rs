@@ -1,0 +1,250 @@
+//! Per-worker measurements (no sharing on the request path), merged at the end.
+
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Highest latency the histograms track (longer ones are clamped to it).
+const MAX_US: u64 = 3_600_000_000;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Errors {
+    pub connect: u64,
+    pub tls: u64,
+    pub timeout: u64,
+    pub reset: u64,
+    pub protocol: u64,
+}
+
+impl Errors {
+    pub fn total(&self) -> u64 {
+        self.connect + self.tls + self.timeout + self.reset + self.protocol
+    }
+
+    fn add(&mut self, o: &Errors) {
+        self.connect += o.connect;
+        self.tls += o.tls;
+        self.timeout += o.timeout;
+        self.reset += o.reset;
+        self.protocol += o.protocol;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Connect,
+    Tls,
+    Timeout,
+    Reset,
+    Protocol,
+}
+
+/// One finished request's timestamps.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// When the schedule wanted the request sent (open loop only).
+    pub intended: Option<Instant>,
+    pub sent: Instant,
+    pub first_byte: Instant,
+    pub done: Instant,
+    pub status: u16,
+    pub head_bytes: u64,
+    pub body_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    t0: Instant,
+    /// Only requests finishing in [from, until) are recorded (warm-up before, end of run after).
+    from: Instant,
+    until: Option<Instant>,
+    pub latency: Histogram<u64>,
+    pub ttfb: Histogram<u64>,
+    pub corrected: Histogram<u64>,
+    pub status: BTreeMap<u16, u64>,
+    pub errors: Errors,
+    pub started: u64,
+    pub completed: u64,
+    pub head_bytes: u64,
+    pub body_bytes: u64,
+    /// Open loop: sends later than 1 ms after their intended time.
+    pub late: u64,
+    /// Open loop: intended sends that never happened before the end of the run.
+    pub missed: u64,
+    pub first_done: Option<Instant>,
+    pub last_done: Option<Instant>,
+    /// Per second since t0: (requests completed, errors).
+    pub series: Vec<(u64, u64)>,
+    /// Per-second latency histograms, when an interval log was asked for.
+    pub intervals: Option<Vec<Histogram<u64>>>,
+}
+
+fn us(d: Duration) -> u64 {
+    (d.as_micros() as u64).clamp(1, MAX_US)
+}
+
+impl Recorder {
+    pub fn new(t0: Instant, from: Instant, until: Option<Instant>, intervals: bool) -> Recorder {
+        Recorder {
+            t0,
+            from,
+            until,
+            latency: histogram(),
+            ttfb: histogram(),
+            corrected: histogram(),
+            status: BTreeMap::new(),
+            errors: Errors::default(),
+            started: 0,
+            completed: 0,
+            head_bytes: 0,
+            body_bytes: 0,
+            late: 0,
+            missed: 0,
+            first_done: None,
+            last_done: None,
+            series: Vec::new(),
+            intervals: intervals.then(Vec::new),
+        }
+    }
+
+    fn in_window(&self, t: Instant) -> bool {
+        t >= self.from && self.until.is_none_or(|u| t < u)
+    }
+
+    fn second(&mut self, t: Instant) -> usize {
+        let s = t.saturating_duration_since(self.t0).as_secs() as usize;
+        if self.series.len() <= s {
+            self.series.resize(s + 1, (0, 0));
+        }
+        s
+    }
+
+    pub fn sent(&mut self, intended: Option<Instant>, at: Instant) {
+        if !self.in_window(at) {
+            return;
+        }
+        self.started += 1;
+        if intended.is_some_and(|i| at.saturating_duration_since(i) > Duration::from_millis(1)) {
+            self.late += 1;
+        }
+    }
+
+    pub fn done(&mut self, s: &Sample) {
+        if !self.in_window(s.done) {
+            return;
+        }
+        self.completed += 1;
+        *self.status.entry(s.status).or_default() += 1;
+        self.head_bytes += s.head_bytes;
+        self.body_bytes += s.body_bytes;
+        let lat = us(s.done - s.sent);
+        self.latency.saturating_record(lat);
+        self.ttfb
+            .saturating_record(us(s.first_byte.saturating_duration_since(s.sent)));
+        if let Some(i) = s.intended {
+            self.corrected
+                .saturating_record(us(s.done.saturating_duration_since(i)));
+        }
+        self.first_done.get_or_insert(s.done);
+        self.last_done = Some(s.done);
+        let sec = self.second(s.done);
+        self.series[sec].0 += 1;
+        if let Some(iv) = self.intervals.as_mut() {
+            while iv.len() <= sec {
+                iv.push(histogram());
+            }
+            iv[sec].saturating_record(lat);
+        }
+    }
+
+    pub fn error(&mut self, kind: ErrorKind, at: Instant) {
+        if !self.in_window(at) {
+            return;
+        }
+        match kind {
+            ErrorKind::Connect => self.errors.connect += 1,
+            ErrorKind::Tls => self.errors.tls += 1,
+            ErrorKind::Timeout => self.errors.timeout += 1,
+            ErrorKind::Reset => self.errors.reset += 1,
+            ErrorKind::Protocol => self.errors.protocol += 1,
+        }
+        let sec = self.second(at);
+        self.series[sec].1 += 1;
+    }
+
+    pub fn merge(&mut self, o: &Recorder) {
+        self.latency.add(&o.latency).expect("same bounds");
+        self.ttfb.add(&o.ttfb).expect("same bounds");
+        self.corrected.add(&o.corrected).expect("same bounds");
+        for (k, v) in &o.status {
+            *self.status.entry(*k).or_default() += v;
+        }
+        self.errors.add(&o.errors);
+        self.started += o.started;
+        self.completed += o.completed;
+        self.head_bytes += o.head_bytes;
+        self.body_bytes += o.body_bytes;
+        self.late += o.late;
+        self.missed += o.missed;
+        self.first_done = match (self.first_done, o.first_done) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_done = self.last_done.max(o.last_done);
+        if self.series.len() < o.series.len() {
+            self.series.resize(o.series.len(), (0, 0));
+        }
+        for (a, b) in self.series.iter_mut().zip(&o.series) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+        if let (Some(mine), Some(theirs)) = (self.intervals.as_mut(), o.intervals.as_ref()) {
+            while mine.len() < theirs.len() {
+                mine.push(histogram());
+            }
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                a.add(b).expect("same bounds");
+            }
+        }
+    }
+
+    pub fn t0(&self) -> Instant {
+        self.t0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_and_merge() {
+        let t0 = Instant::now();
+        let from = t0 + Duration::from_secs(1);
+        let mut a = Recorder::new(t0, from, Some(t0 + Duration::from_secs(3)), false);
+        let mut b = a.clone();
+        let sample = |done_ms: u64, lat_ms: u64| Sample {
+            intended: None,
+            sent: t0 + Duration::from_millis(done_ms - lat_ms),
+            first_byte: t0 + Duration::from_millis(done_ms - lat_ms / 2),
+            done: t0 + Duration::from_millis(done_ms),
+            status: 200,
+            head_bytes: 10,
+            body_bytes: 100,
+        };
+        a.done(&sample(500, 10)); // warm-up: ignored
+        a.done(&sample(1500, 10));
+        b.done(&sample(2500, 30));
+        b.done(&sample(3500, 10)); // after the end: ignored
+        b.error(ErrorKind::Reset, t0 + Duration::from_millis(2600));
+        a.merge(&b);
+        assert_eq!((a.completed, a.body_bytes, a.errors.reset), (2, 200, 1));
+        assert_eq!(a.series, vec![(0, 0), (1, 0), (1, 1)]);
+        assert_eq!(a.latency.max() / 1000, 30);
+        assert_eq!(a.latency.min() / 1000, 10);
+    }
+}
