@@ -8,33 +8,33 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize)]
 pub struct Percentiles {
-    pub min: f64,
+    pub min: u64,
     pub mean: f64,
     pub stdev: f64,
-    pub max: f64,
-    pub p50: f64,
-    pub p75: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub p99_9: f64,
-    pub p99_99: f64,
+    pub max: u64,
+    pub p50: u64,
+    pub p75: u64,
+    pub p90: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub p99_9: u64,
+    pub p99_99: u64,
 }
 
 impl Percentiles {
     fn of(h: &Histogram<u64>) -> Option<Percentiles> {
         (!h.is_empty()).then(|| Percentiles {
-            min: h.min() as f64,
+            min: h.min(),
             mean: h.mean(),
             stdev: h.stdev(),
-            max: h.max() as f64,
-            p50: h.value_at_quantile(0.5) as f64,
-            p75: h.value_at_quantile(0.75) as f64,
-            p90: h.value_at_quantile(0.9) as f64,
-            p95: h.value_at_quantile(0.95) as f64,
-            p99: h.value_at_quantile(0.99) as f64,
-            p99_9: h.value_at_quantile(0.999) as f64,
-            p99_99: h.value_at_quantile(0.9999) as f64,
+            max: h.max(),
+            p50: h.value_at_quantile(0.5),
+            p75: h.value_at_quantile(0.75),
+            p90: h.value_at_quantile(0.9),
+            p95: h.value_at_quantile(0.95),
+            p99: h.value_at_quantile(0.99),
+            p99_9: h.value_at_quantile(0.999),
+            p99_99: h.value_at_quantile(0.9999),
         })
     }
 }
@@ -250,14 +250,14 @@ pub fn text(r: &Report) -> String {
         if let Some(p) = p {
             s += &format!(
                 "{name} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-                ms(p.min),
+                ms(p.min as f64),
                 ms(p.mean),
                 ms(p.stdev),
-                ms(p.max),
-                ms(p.p50),
-                ms(p.p90),
-                ms(p.p99),
-                ms(p.p99_9)
+                ms(p.max as f64),
+                ms(p.p50 as f64),
+                ms(p.p90 as f64),
+                ms(p.p99 as f64),
+                ms(p.p99_9 as f64)
             );
         }
     }

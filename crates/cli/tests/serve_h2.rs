@@ -1,0 +1,265 @@
+//! HTTP/2 behaviour of `loadterm serve` (TLS ALPN h2 and h2c), with curl, nghttp, h2load, h2spec
+//! and our own h2 client for concurrency, resets and floods.
+
+mod common;
+
+use bytes::Bytes;
+use common::Server;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn server() -> Server {
+    Server::start(&["-t", "1", "--no-quic"])
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run tool");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn curl_nghttp_and_h2load() {
+    let s = server();
+    if common::have_tool("curl") {
+        let tls = format!("https://127.0.0.1:{}/?s=70000&r=202", s.tls_port);
+        let out = run(Command::new("curl").args([
+            "-sk",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code} %{size_download}",
+            &tls,
+        ]));
+        assert_eq!(out, "2 202 70000");
+        let clear = format!("http://127.0.0.1:{}/?s=1234&c=0", s.clear_port);
+        let out = run(Command::new("curl").args(["-si", "--http2-prior-knowledge", &clear]));
+        assert!(out.starts_with("HTTP/2 200"), "{out}");
+        assert!(
+            out.contains("cache-control: no-cache") && out.contains("content-length: 1234"),
+            "{out}"
+        );
+        // C=1 and k=1 only drop content-length; the body still arrives whole.
+        for q in ["C=1", "k=1"] {
+            let url = format!("http://127.0.0.1:{}/?s=5000&{q}", s.clear_port);
+            let out = run(Command::new("curl").args([
+                "-s",
+                "--http2-prior-knowledge",
+                "-D",
+                "-",
+                "-o",
+                "/dev/null",
+                "-w",
+                "size=%{size_download}",
+                &url,
+            ]));
+            assert!(out.starts_with("HTTP/2 200"), "{q}: {out}");
+            assert!(!out.contains("content-length"), "{q}: {out}");
+            assert!(out.ends_with("size=5000"), "{q}: {out}");
+        }
+    }
+    if common::have_tool("nghttp") {
+        let out = run(Command::new("nghttp").args([
+            "-nv",
+            &format!("https://127.0.0.1:{}/?s=100&r=418", s.tls_port),
+        ]));
+        assert!(out.contains(":status: 418"), "{out}");
+        let out = run(Command::new("nghttp")
+            .args(["-nv", &format!("http://127.0.0.1:{}/?s=100", s.clear_port)]));
+        assert!(
+            out.contains(":status: 200")
+                && out.contains("x-rsp: id=dummy, code=200, cache=1, size=100"),
+            "{out}"
+        );
+    }
+    if common::have_tool("h2load") {
+        for url in [
+            format!("https://127.0.0.1:{}/?s=1k", s.tls_port),
+            format!("http://127.0.0.1:{}/?s=16k", s.clear_port),
+        ] {
+            let out = run(Command::new("h2load").args([
+                "-n",
+                "2000",
+                "-c",
+                "4",
+                "-m",
+                "10",
+                "--npn-list=h2",
+                &url,
+            ]));
+            assert!(
+                out.contains("2000 total, 2000 started, 2000 done, 2000 succeeded"),
+                "{url}: {out}"
+            );
+        }
+    }
+}
+
+/// h2spec in strict mode: everything passes on the TLS port; on the mixed H1/H2 clear port the
+/// one expected exception is §3.5/2 (an invalid preface is served as HTTP/1.1, which answers 400).
+#[test]
+fn h2spec_strict() {
+    if !common::have_tool("h2spec") {
+        return;
+    }
+    let s = server();
+    let tls = run(Command::new("h2spec").args([
+        "-S",
+        "-t",
+        "-k",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &s.tls_port.to_string(),
+        "-P",
+        "/?s=1k",
+        "-o",
+        "5",
+    ]));
+    assert!(
+        tls.contains("146 tests, 146 passed, 0 skipped, 0 failed"),
+        "{tls}"
+    );
+    let clear = run(Command::new("h2spec").args([
+        "-S",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &s.clear_port.to_string(),
+        "-P",
+        "/?s=1k",
+        "-o",
+        "5",
+    ]));
+    assert!(
+        clear.contains("146 tests, 145 passed, 0 skipped, 1 failed"),
+        "{clear}"
+    );
+    assert!(
+        clear.contains("× 2: Sends invalid connection preface"),
+        "{clear}"
+    );
+}
+
+async fn h2c(port: u16) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+fn get(path: &str) -> http::Request<()> {
+    http::Request::get(format!("http://127.0.0.1{path}"))
+        .body(())
+        .unwrap()
+}
+
+async fn fetch(client: &mut h2::client::SendRequest<Bytes>, path: &str) -> (u16, usize) {
+    let (resp, _) = client
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(get(path), true)
+        .unwrap();
+    let resp = resp.await.unwrap();
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut n = 0;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        n += chunk.len();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    (status, n)
+}
+
+#[tokio::test]
+async fn streams_are_independent_and_flow_controlled() {
+    let s = server();
+    let mut client = h2c(s.clear_port).await;
+    // A slow stream does not hold back fast ones on the same connection.
+    let mut slow_client = client.clone();
+    let slow = tokio::spawn(async move { fetch(&mut slow_client, "/?t=1500&s=10").await });
+    let t0 = Instant::now();
+    let fast: Vec<_> = (0..20)
+        .map(|i| {
+            let mut c = client.clone();
+            tokio::spawn(async move { fetch(&mut c, &format!("/?s={}", i * 1000)).await })
+        })
+        .collect();
+    for (i, f) in fast.into_iter().enumerate() {
+        assert_eq!(f.await.unwrap(), (200, i * 1000));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1000),
+        "fast streams waited for the slow one"
+    );
+    assert_eq!(slow.await.unwrap(), (200, 10));
+    // A body far larger than the client's 64 KiB default window.
+    assert_eq!(fetch(&mut client, "/?s=20m").await, (200, 20 << 20));
+}
+
+#[tokio::test]
+async fn resets_mid_body_and_rapid_reset_flood() {
+    let s = server();
+    let client = h2c(s.clear_port).await;
+    // Open a huge response and reset it after the first bytes.
+    let (resp, _) = client
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(get("/?s=1g"), true)
+        .unwrap();
+    let mut body = resp.await.unwrap().into_body();
+    let first = body.data().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    drop(body);
+    // Rapid reset: open and immediately cancel many streams.
+    for _ in 0..2000 {
+        let Ok(mut c) = client.clone().ready().await else {
+            break;
+        };
+        match c.send_request(get("/?t=1000&s=10"), true) {
+            Ok((resp, _)) => drop(resp),
+            Err(_) => break,
+        }
+    }
+    // The server either went on serving this connection or sent GOAWAY; either way it is alive.
+    let mut fresh = h2c(s.clear_port).await;
+    assert_eq!(fetch(&mut fresh, "/?s=3").await, (200, 3));
+}
+
+#[tokio::test]
+async fn expect_continue_and_upload() {
+    let s = server();
+    let client = h2c(s.clear_port).await;
+    let req = http::Request::post("http://127.0.0.1/?s=5")
+        .header("expect", "100-continue")
+        .body(())
+        .unwrap();
+    let (resp, mut tx) = client
+        .ready()
+        .await
+        .unwrap()
+        .send_request(req, false)
+        .unwrap();
+    tx.send_data(Bytes::from(vec![b'x'; 200_000]), true)
+        .unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let x_req = resp.headers()["x-req"].to_str().unwrap().to_owned();
+    let size: u64 = x_req
+        .trim_start_matches("size=")
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(size > 200_000, "{x_req}");
+}

@@ -1,0 +1,113 @@
+//! HTTP/3 behaviour of `loadterm serve`, checked with an independent client (aioquic).
+
+mod common;
+
+use common::Server;
+use serde_json::Value;
+use std::process::Command;
+
+fn h3get(port: u16, requests: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg("127.0.0.1")
+        .arg(port.to_string())
+        .args(requests)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "h3get failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn have_aioquic() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
+        panic!("python3 with aioquic is not installed (pip install aioquic)");
+    }
+    ok
+}
+
+#[test]
+fn aioquic_client_sees_the_vocabulary() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["-t", "1"]);
+    let r = h3get(
+        s.tls_port,
+        &[
+            r#"{"path": "/?s=100&r=404"}"#,
+            r#"{"path": "/?s=70000&c=0"}"#,
+            r#"{"path": "/?s=5&k=1"}"#,
+            r#"{"path": "/?s=5&C=1"}"#,
+            r#"{"path": "/?t=300"}"#,
+            r#"{"path": "/?s=5", "data": 100000}"#,
+            r#"{"path": "/?s=6", "data": 5000, "no_length": true}"#,
+            r#"{"path": "/?s=7&A=1", "data": 3000}"#,
+            r#"{"path": "/?s=8", "grease": true}"#,
+            r#"{"path": "/?s=9", "data": 10, "grease": true}"#,
+            r#"{"path": "/x", "headers": [["x-loadterm", "r=503&s=4"]]}"#,
+            r#"{"path": "/?r=1000"}"#,
+            r#"{"path": "/?"}"#,
+        ],
+    );
+    let status = |i: usize| r[i]["status"].as_u64().unwrap();
+    let len = |i: usize| r[i]["body_len"].as_u64().unwrap();
+    let header = |i: usize, h: &str| r[i]["headers"][h].as_str().map(str::to_owned);
+    assert_eq!((status(0), len(0)), (404, 100));
+    assert_eq!(
+        r[0]["body_head"].as_str().unwrap(),
+        ".123456789.123456789.123456789.123456789.12345678\n.123456789"
+    );
+    assert_eq!(
+        header(0, "x-rsp").unwrap(),
+        "id=dummy, code=404, cache=1, size=100, time=0 ms (0 real)"
+    );
+    assert_eq!(
+        (len(1), header(1, "cache-control").as_deref()),
+        (70000, Some("no-cache"))
+    );
+    assert_eq!((len(2), header(2, "content-length")), (5, None));
+    assert_eq!(r[2]["body_head"].as_str().unwrap(), "11111");
+    assert_eq!((len(3), header(3, "content-length")), (5, None));
+    assert!(r[4]["elapsed"].as_f64().unwrap() >= 0.3);
+    assert!(header(4, "x-rsp").unwrap().contains("time=300 ms"));
+    for i in 5..8 {
+        assert_eq!(status(i), 200, "upload {i}");
+    }
+    let req_size: u64 = header(5, "x-req")
+        .unwrap()
+        .trim_start_matches("size=")
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(req_size >= 100_000, "the upload was drained and counted");
+    // Requests ending in a grease frame complete at once (haterm 3.5-dev5 stalls 25 s here).
+    for i in [8, 9] {
+        assert_eq!(status(i), 200);
+        assert!(
+            r[i]["elapsed"].as_f64().unwrap() < 2.0,
+            "grease request {i} stalled"
+        );
+    }
+    assert_eq!((status(10), len(10)), (503, 4));
+    assert_eq!(status(11), 400);
+    assert_eq!(status(12), 200);
+    assert!(r[12]["body_head"]
+        .as_str()
+        .unwrap()
+        .starts_with("loadterm "));
+}

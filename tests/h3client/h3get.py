@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Independent HTTP/3 client (aioquic) used by loadterm's tests.
+
+Usage: h3get.py HOST PORT REQUEST... where each REQUEST is a JSON object:
+  {"path": "/?s=10", "method": "GET", "data": 100, "no_length": false, "grease": false,
+   "headers": [["x-loadterm", "r=404"]]}
+"data" uploads that many bytes (with content-length unless "no_length"); "grease" ends the
+request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's client does.
+Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds.
+"""
+import asyncio
+import json
+import ssl
+import sys
+import time
+
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection, encode_frame
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamReset
+
+GREASE_FRAME_TYPE = 0x1F * 7 + 0x21
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.waiters = {}
+        self.results = {}
+
+    def _finish(self, sid):
+        fut = self.waiters.pop(sid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamReset):
+            self.results.setdefault(event.stream_id, {})["reset"] = event.error_code
+            self._finish(event.stream_id)
+        for ev in self.h3.handle_event(event):
+            r = self.results.setdefault(ev.stream_id, {})
+            if isinstance(ev, HeadersReceived):
+                headers = {k.decode(): v.decode() for k, v in ev.headers}
+                if headers.get(":status", "").startswith("1"):
+                    r.setdefault("informational", []).append(int(headers[":status"]))
+                else:
+                    r["headers"] = headers
+            elif isinstance(ev, DataReceived):
+                r.setdefault("body", bytearray()).extend(ev.data)
+            if getattr(ev, "stream_ended", False):
+                self._finish(ev.stream_id)
+
+    async def request(self, host, port, spec):
+        sid = self._quic.get_next_available_stream_id()
+        data = b"x" * spec["data"] if spec.get("data") is not None else None
+        headers = [
+            (b":method", spec.get("method", "GET").encode()),
+            (b":scheme", b"https"),
+            (b":authority", f"{host}:{port}".encode()),
+            (b":path", spec["path"].encode()),
+        ]
+        if data is not None and not spec.get("no_length"):
+            headers.append((b"content-length", str(len(data)).encode()))
+        headers += [(k.encode(), v.encode()) for k, v in spec.get("headers", [])]
+        grease = spec.get("grease", False)
+        self.h3.send_headers(sid, headers, end_stream=data is None and not grease)
+        if data is not None:
+            self.h3.send_data(sid, data, end_stream=not grease)
+        if grease:
+            self._quic.send_stream_data(sid, encode_frame(GREASE_FRAME_TYPE, b"grease"), end_stream=True)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[sid] = fut
+        start = time.monotonic()
+        self.transmit()
+        await asyncio.wait_for(fut, timeout=spec.get("timeout", 20))
+        r = self.results.pop(sid, {})
+        body = bytes(r.get("body", b""))
+        headers = r.get("headers", {})
+        return {
+            "status": int(headers[":status"]) if ":status" in headers else None,
+            "headers": {k: v for k, v in headers.items() if not k.startswith(":")},
+            "informational": r.get("informational", []),
+            "reset": r.get("reset"),
+            "body_len": len(body),
+            "body_head": body[:60].decode("latin-1"),
+            "elapsed": time.monotonic() - start,
+        }
+
+
+async def main():
+    host, port = sys.argv[1], int(sys.argv[2])
+    specs = [json.loads(a) for a in sys.argv[3:]]
+    config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True, verify_mode=ssl.CERT_NONE)
+    async with connect(host, port, configuration=config, create_protocol=Client) as client:
+        for spec in specs:
+            print(json.dumps(await client.request(host, port, spec)), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
