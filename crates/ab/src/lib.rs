@@ -1,2 +1,3 @@
 //! See the crate description.
 pub mod cli;
+pub mod stats;
