@@ -88,20 +88,22 @@ pub fn wilcoxon(diffs: &[f64]) -> Option<f64> {
     let r_plus: f64 = d.iter().zip(&r).filter(|(x, _)| **x > 0.0).map(|(_, r)| r).sum();
     let total = (n * (n + 1)) as f64 / 2.0;
     let t = r_plus.min(total - r_plus);
-    // scipy's 'auto': the exact distribution for up to 50 differences without zeros (ties
-    // included, the smaller statistic then rounded up), the normal approximation otherwise.
+    // scipy's 'auto': the exact distribution for up to 50 differences without zeros, the
+    // normal approximation otherwise.
     let exact = n <= 50 && n == diffs.len();
     let p = if exact {
-        // Number of subsets of {1..n} per rank sum.
-        let max = n * (n + 1) / 2;
+        // Number of sign assignments per rank sum, over the actual (tied, averaged) ranks;
+        // doubled so that half ranks are integers.
+        let doubled: Vec<usize> = r.iter().map(|x| (x * 2.0).round() as usize).collect();
+        let max: usize = doubled.iter().sum();
         let mut counts = vec![0f64; max + 1];
         counts[0] = 1.0;
-        for k in 1..=n {
+        for &k in &doubled {
             for s in (k..=max).rev() {
                 counts[s] += counts[s - k];
             }
         }
-        let below: f64 = counts[..=(t.ceil() as usize)].iter().sum();
+        let below: f64 = counts[..=((t * 2.0).round() as usize)].iter().sum();
         2.0 * below / 2f64.powi(n as i32)
     } else {
         let nf = n as f64;
