@@ -47,7 +47,9 @@ pub fn median_ci(xs: &[f64]) -> Option<(f64, f64)> {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     // Coverage of [x_(k), x_(n-k+1)] is 1 - 2 P(B <= k-1).
-    let k = (1..=n / 2).take_while(|&k| 1.0 - 2.0 * binom_cdf_half(k - 1, n) >= 0.95).last()?;
+    let k = (1..=n / 2)
+        .take_while(|&k| 1.0 - 2.0 * binom_cdf_half(k - 1, n) >= 0.95)
+        .last()?;
     Some((v[k - 1], v[n - k]))
 }
 
@@ -85,7 +87,12 @@ pub fn wilcoxon(diffs: &[f64]) -> Option<f64> {
     }
     let abs: Vec<f64> = d.iter().map(|x| x.abs()).collect();
     let (r, ties) = ranks(&abs);
-    let r_plus: f64 = d.iter().zip(&r).filter(|(x, _)| **x > 0.0).map(|(_, r)| r).sum();
+    let r_plus: f64 = d
+        .iter()
+        .zip(&r)
+        .filter(|(x, _)| **x > 0.0)
+        .map(|(_, r)| r)
+        .sum();
     let total = (n * (n + 1)) as f64 / 2.0;
     let t = r_plus.min(total - r_plus);
     // scipy's 'auto': the exact distribution for up to 50 differences without zeros, the
@@ -134,7 +141,7 @@ pub fn mann_whitney(x: &[f64], y: &[f64]) -> Option<f64> {
         for row in prev.iter_mut() {
             row[0] = 1.0;
         }
-        for i in 1..=n1 {
+        for _ in 1..=n1 {
             let mut cur = vec![vec![0.0; max + 1]; n2 + 1];
             cur[0][0] = 1.0;
             for j in 1..=n2 {

@@ -9,17 +9,28 @@ fn fixture() -> Value {
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn close(a: f64, b: f64, what: &str) {
-    assert!((a - b).abs() <= 1e-9 * b.abs().max(1e-12) + 1e-12, "{what}: {a} vs scipy {b}");
+    assert!(
+        (a - b).abs() <= 1e-9 * b.abs().max(1e-12) + 1e-12,
+        "{what}: {a} vs scipy {b}"
+    );
 }
 
 #[test]
 fn normal_tail() {
     for c in fixture()["norm_sf"].as_array().unwrap() {
-        close(norm_sf(c["z"].as_f64().unwrap()), c["p"].as_f64().unwrap(), &format!("sf({})", c["z"]));
+        close(
+            norm_sf(c["z"].as_f64().unwrap()),
+            c["p"].as_f64().unwrap(),
+            &format!("sf({})", c["z"]),
+        );
     }
 }
 
@@ -43,7 +54,11 @@ fn median_and_order_statistic_ci() {
 fn wilcoxon_signed_rank() {
     for c in fixture()["wilcoxon"].as_array().unwrap() {
         let d = floats(&c["d"]);
-        close(wilcoxon(&d).unwrap(), c["p"].as_f64().unwrap(), &format!("wilcoxon n={}", d.len()));
+        close(
+            wilcoxon(&d).unwrap(),
+            c["p"].as_f64().unwrap(),
+            &format!("wilcoxon n={}", d.len()),
+        );
     }
 }
 
@@ -51,6 +66,10 @@ fn wilcoxon_signed_rank() {
 fn mann_whitney_u() {
     for c in fixture()["mann_whitney"].as_array().unwrap() {
         let (x, y) = (floats(&c["x"]), floats(&c["y"]));
-        close(mann_whitney(&x, &y).unwrap(), c["p"].as_f64().unwrap(), &format!("mwu {}x{}", x.len(), y.len()));
+        close(
+            mann_whitney(&x, &y).unwrap(),
+            c["p"].as_f64().unwrap(),
+            &format!("mwu {}x{}", x.len(), y.len()),
+        );
     }
 }

@@ -1,0 +1,236 @@
+//! Server processes: started through `sh -c` in their own process group, pinned to the server
+//! CPUs; measured from /proc over the whole process tree; stopped with SIGTERM then SIGKILL.
+
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Pin the calling (child) process to `cpus` before exec.
+pub fn pin(cmd: &mut Command, cpus: Vec<usize>) {
+    if cpus.is_empty() {
+        return;
+    }
+    // SAFETY: only async-signal-safe calls (sched_setaffinity) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in &cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+pub struct ServerProc {
+    child: Child,
+}
+
+/// CPU, memory and scheduling counters of a process tree at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    /// utime + stime, clock ticks.
+    pub cpu_ticks: u64,
+    pub rss_kib: u64,
+    pub ctx_switches: u64,
+}
+
+impl ServerProc {
+    pub fn start(command: &str, cpus: &[usize]) -> Result<ServerProc> {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        pin(&mut cmd, cpus.to_vec());
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start `{command}`"))?;
+        Ok(ServerProc { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process already exited (its stderr then explains why).
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                Some(format!("{status}: {}", err.trim()))
+            }
+            _ => None,
+        }
+    }
+
+    pub fn sample(&self) -> Sample {
+        sample_tree(self.pid())
+    }
+
+    /// Whether a socket listening on `port` (TCP) belongs to this process tree.
+    pub fn owns_port(&self, port: u16) -> bool {
+        let inodes = listening_inodes(port);
+        tree(self.pid()).into_iter().any(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .ok()
+                        .and_then(|l| l.to_str().map(str::to_owned))
+                        .is_some_and(|l| {
+                            l.strip_prefix("socket:[")
+                                .and_then(|r| r.strip_suffix(']'))
+                                .is_some_and(|i| inodes.iter().any(|x| x == i))
+                        })
+                })
+        })
+    }
+
+    /// SIGTERM to the group, SIGKILL after `grace`.
+    pub fn stop(mut self, grace: Duration) {
+        let pgid = self.pid() as i32;
+        // SAFETY: plain kill(2) on our own child's process group.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < grace {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above; the group may already be gone.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Every pid of the tree rooted at `root`.
+pub fn tree(root: u32) -> Vec<u32> {
+    let mut parent: HashMap<u32, u32> = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(ppid) = stat_fields(pid).and_then(|f| f.get(1).and_then(|p| p.parse().ok()))
+            {
+                parent.insert(pid, ppid);
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parent.iter().filter(|(_, pp)| **pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
+/// CPU, RSS and context switches summed over the tree rooted at `root`.
+pub fn sample_tree(root: u32) -> Sample {
+    let mut s = Sample::default();
+    for pid in tree(root) {
+        if let Some(f) = stat_fields(pid) {
+            // After "pid (comm)": field 3 is index 0, so utime (14) and stime (15) are 11, 12.
+            let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            s.cpu_ticks += t(11) + t(12);
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            s.rss_kib += status_value(&status, "VmRSS:");
+        }
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
+                    s.ctx_switches += status_value(&st, "voluntary_ctxt_switches:")
+                        + status_value(&st, "nonvoluntary_ctxt_switches:");
+                }
+            }
+        }
+    }
+    s
+}
+
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+fn status_value(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Inodes of TCP sockets listening on `port` (IPv4 and IPv6).
+fn listening_inodes(port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9
+                && f[3] == "0A"
+                && f[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+            {
+                out.push(f[9].to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// A TCP+UDP port free on `host` right now, below 32768 (outside the ephemeral range).
+pub fn free_port(host: &str, avoid: &[u16]) -> Result<u16> {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos()) as u64;
+    for i in 0..2000u64 {
+        let port = 20000 + ((seed.wrapping_mul(2654435761).wrapping_add(i * 7919)) % 12000) as u16;
+        if avoid.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind((host, port)).is_ok()
+            && std::net::UdpSocket::bind((host, port)).is_ok()
+        {
+            return Ok(port);
+        }
+    }
+    bail!("no free port found on {host}")
+}
+
+/// Clock ticks per second.
+pub fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}

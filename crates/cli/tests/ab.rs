@@ -1,0 +1,137 @@
+//! `loadterm ab` with real server processes: A/A finds nothing, a known effect is found.
+
+mod common;
+
+use serde_json::Value;
+use std::process::Command;
+
+fn ab(args: &[&str]) -> Value {
+    let json = std::env::temp_dir().join(format!(
+        "loadterm-ab-test-{}-{}.json",
+        std::process::id(),
+        args.len()
+    ));
+    let md = json.with_extension("md");
+    let out = Command::new(common::bin())
+        .arg("ab")
+        .args(args)
+        .args([
+            "--json",
+            json.to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let markdown = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        markdown.contains("| variant | req/s | % baseline |")
+            && markdown.contains("Environment and commands"),
+        "{markdown}"
+    );
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(md);
+    v
+}
+
+fn comparison<'a>(report: &'a Value, metric: &str) -> &'a Value {
+    report["cells"][0]["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == metric)
+        .unwrap()
+}
+
+fn server_cmd() -> String {
+    format!(
+        "{} serve -t 1 -L {{host}}:{{clear_port}}:{{tls_port}} --no-quic",
+        common::bin()
+    )
+}
+
+#[test]
+fn a_a_finds_no_difference() {
+    let cmd = server_cmd();
+    let r = ab(&[
+        "--a",
+        &cmd,
+        "--b",
+        &cmd,
+        "--aa",
+        "--rounds",
+        "8",
+        "--duration",
+        "500ms",
+        "--warmup",
+        "0s",
+        "-c",
+        "4",
+        "-m",
+        "2",
+        "--url",
+        "/?s=4k",
+    ]);
+    for metric in ["cpu_us_per_req", "rps", "bytes_per_req"] {
+        let c = comparison(&r, metric);
+        assert_eq!(c["significant"], false, "{metric}: {}", c["verdict"]);
+        let v = c["verdict"].as_str().unwrap();
+        assert!(
+            v.starts_with("no significant difference") || v.starts_with("not measurable"),
+            "{metric}: {v}"
+        );
+    }
+    assert_eq!(r["cells"][0]["aa_runs"].as_array().unwrap().len(), 16);
+    assert_eq!(r["cells"][0]["runs"].as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn known_effect_is_detected() {
+    let cmd = server_cmd();
+    let r = ab(&[
+        "--a",
+        &cmd,
+        "--url",
+        "/?s=16k",
+        "--b-url",
+        "/?s=20k",
+        "--rounds",
+        "8",
+        "--duration",
+        "700ms",
+        "--warmup",
+        "200ms",
+        "-c",
+        "8",
+        "-m",
+        "4",
+    ]);
+    let bytes = comparison(&r, "bytes_per_req");
+    assert_eq!(bytes["significant"], true, "{}", bytes["verdict"]);
+    // The true ratio: the same head (a few bytes longer for the longer size) with 4 KiB more body.
+    let runs = r["cells"][0]["runs"].as_array().unwrap();
+    let per_req = |v: &str| {
+        runs.iter().find(|x| x["variant"] == v).unwrap()["bytes_per_req"]
+            .as_f64()
+            .unwrap()
+    };
+    let truth = per_req("B") / per_req("A");
+    assert!((1.2..1.26).contains(&truth), "{truth}");
+    let ci = bytes["ci"].as_array().unwrap();
+    assert!(
+        ci[0].as_f64().unwrap() <= truth + 1e-9 && truth - 1e-9 <= ci[1].as_f64().unwrap(),
+        "CI {ci:?} vs {truth}"
+    );
+    let cpu = comparison(&r, "cpu_us_per_req");
+    assert!(
+        cpu["ratio"].as_f64().unwrap() > 1.0,
+        "B costs more CPU per request: {}",
+        cpu["verdict"]
+    );
+}
