@@ -20,7 +20,7 @@ enum Cmd {
     /// Generate load against a URL.
     Load(Box<loadterm_load::cli::LoadArgs>),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
-    Ab(loadterm_ab::cli::AbArgs),
+    Ab(Box<loadterm_ab::cli::AbArgs>),
 }
 
 /// haterm is run as `haterm -L ...`: a first argument that is an option (other than help or
@@ -54,7 +54,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.cmd {
         Cmd::Serve(a) => loadterm_server::cli::run(*a),
         Cmd::Load(a) => loadterm_load::cli::run(*a),
-        Cmd::Ab(a) => loadterm_ab::cli::run(a),
+        Cmd::Ab(a) => loadterm_ab::cli::run(*a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
