@@ -1,0 +1,19 @@
+//! Arbitrary bytes as an HTTP/1.x request stream: head parser, body decoder, and the plan for
+//! whatever target and control header come out. Must never panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loadterm_plan::{Plan, Request, Rng};
+use loadterm_server::h1::body::Decoder;
+use loadterm_server::h1::head::{parse, BodyFraming, Head, Parsed};
+
+fuzz_target!(|data: &[u8]| {
+    let mut head = Head::default();
+    if parse(data, &mut head) == Parsed::Complete {
+        let req = Request { target: &head.target, control: head.control.as_deref(), is_head: head.is_head };
+        let _ = Plan::from_request(&req, &mut Rng::new(1));
+        let mut dec = Decoder::new(head.body.unwrap_or(BodyFraming::None));
+        let _ = dec.feed(&data[head.len..]);
+    }
+    let _ = Plan::from_request(&Request { target: data, control: Some(data), is_head: false }, &mut Rng::new(2));
+});
