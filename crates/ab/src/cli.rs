@@ -4,6 +4,7 @@ use crate::compare::{compare, noise};
 use crate::measure::{self, RunSpec, METRICS};
 use crate::report::{self, Cell, Report, Variant};
 use anyhow::{bail, Context, Result};
+use loadterm_plan::units::parse_duration;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::PathBuf;
@@ -77,23 +78,6 @@ pub struct AbArgs {
     json: Option<PathBuf>,
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}' (e.g. 5s, 500ms)"))?;
-    if !(v * mul >= 0.0 && v * mul < 1e6) {
-        return Err(format!("duration '{s}' out of range"));
-    }
-    Ok(Duration::from_secs_f64(v * mul))
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> ! {

@@ -6,6 +6,7 @@ use crate::report::{self, RunInfo};
 use crate::setup::{Options, Proto, Setup};
 use crate::worker::{Pace, Progress, Worker};
 use anyhow::{bail, Context, Result};
+use loadterm_plan::units::parse_duration;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -97,28 +98,6 @@ pub struct LoadArgs {
     /// No progress line, no text summary (with --json -).
     #[arg(short = 'q', long)]
     quiet: bool,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}' (examples: 10s, 500ms, 2m)"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1e3,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration unit in '{s}'")),
-    };
-    if !(secs.is_finite() && (0.0..1e8).contains(&secs)) {
-        return Err(format!("duration '{s}' out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// `1`, `0-3`, `1,3-4`.
@@ -437,12 +416,5 @@ mod tests {
         assert_eq!(parse_cpus("1").unwrap(), vec![1]);
         assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
         assert!(parse_cpus("3-1").is_err() && parse_cpus("x").is_err() && parse_cpus("").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("soon").is_err());
     }
 }

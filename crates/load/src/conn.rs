@@ -273,14 +273,7 @@ async fn h2_stream_loop(
         let Some(i) = w.take() else {
             return End::Finished;
         };
-        let t = setup.target(i);
-        let mut req = http::Request::builder()
-            .method(setup.method.clone())
-            .uri(t.uri.clone());
-        for (n, v) in &setup.headers {
-            req = req.header(n, v);
-        }
-        let req = req.body(()).expect("request parts validated at setup");
+        let req = setup.request(i);
         client = match client.ready().await {
             Ok(c) => c,
             Err(_) => {
@@ -394,14 +387,7 @@ async fn h3_stream_loop(
         let Some(i) = w.take() else {
             return End::Finished;
         };
-        let t = setup.target(i);
-        let mut req = http::Request::builder()
-            .method(setup.method.clone())
-            .uri(t.uri.clone());
-        for (n, v) in &setup.headers {
-            req = req.header(n, v);
-        }
-        let req = req.body(()).expect("request parts validated at setup");
+        let req = setup.request(i);
         let sent = Instant::now();
         w.rec.borrow_mut().sent(intended, sent);
         let exchange = async {

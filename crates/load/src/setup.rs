@@ -198,6 +198,17 @@ impl Setup {
         })
     }
 
+    /// The `i`-th request for HTTP/2 and HTTP/3 (URLs are used round-robin).
+    pub fn request(&self, i: u64) -> http::Request<()> {
+        let mut req = http::Request::builder()
+            .method(self.method.clone())
+            .uri(self.target(i).uri.clone());
+        for (n, v) in &self.headers {
+            req = req.header(n, v);
+        }
+        req.body(()).expect("request parts validated at setup")
+    }
+
     /// The `i`-th request's target (URLs are used round-robin).
     pub fn target(&self, i: u64) -> &Target {
         &self.targets[(i % self.targets.len() as u64) as usize]

@@ -13,6 +13,7 @@ pub mod pages;
 pub mod query;
 pub mod reason;
 mod rng;
+pub mod units;
 
 pub use body::BodyKind;
 pub use query::{ConnForce, Params, PlanError};

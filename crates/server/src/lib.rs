@@ -6,6 +6,7 @@ pub mod h2;
 pub mod h3;
 pub mod listen;
 mod mapped;
+mod planner;
 pub mod tls;
 mod workers;
 

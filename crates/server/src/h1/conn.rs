@@ -8,8 +8,7 @@ use crate::config::Config;
 use loadterm_plan::h1::{framing, Framing, H1Request};
 use loadterm_plan::headers::{chunk_size_line, h1_head, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome, Plan, Request, Rng};
-use std::cell::RefCell;
+use loadterm_plan::{body, Outcome, Plan, Request};
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,10 +26,6 @@ const IOV: usize = 8;
 /// After deciding to close, keep reading (and discarding) this long so that unread request bytes
 /// do not turn our close into a reset that destroys the response in flight.
 const LINGER: Duration = Duration::from_millis(500);
-
-thread_local! {
-    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
-}
 
 #[derive(Debug)]
 enum Stop {
@@ -194,7 +189,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             control: self.head.control.as_deref(),
             is_head: self.head.is_head,
         };
-        let outcome = RNG.with(|r| Plan::from_request(&req, &mut r.borrow_mut()));
+        let outcome = crate::planner::plan(&req);
         let mut decoder = Decoder::new(self.head.body.unwrap_or(head::BodyFraming::None));
         let mut req_bytes = head_len as u64;
         if self.head.expect {

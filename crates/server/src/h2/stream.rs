@@ -8,13 +8,8 @@ use h2::{Reason, RecvStream};
 use http::{Request, Response};
 use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome, Plan, Rng};
-use std::cell::RefCell;
+use loadterm_plan::{body, Outcome};
 use std::time::{Duration, Instant};
-
-thread_local! {
-    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
-}
 
 enum Drain {
     Timeout,
@@ -63,7 +58,7 @@ pub async fn serve(req: Request<RecvStream>, mut respond: SendResponse<Bytes>, c
         control: control.as_deref(),
         is_head,
     };
-    let outcome = RNG.with(|r| Plan::from_request(&request, &mut r.borrow_mut()));
+    let outcome = crate::planner::plan(&request);
     if expect {
         let _ = respond.send_informational(Response::builder().status(100).body(()).expect("100"));
     }

@@ -9,15 +9,10 @@ use h3_quinn::BidiStream;
 use http::Request;
 use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome, Plan, Rng};
-use std::cell::RefCell;
+use loadterm_plan::{body, Outcome};
 use std::time::{Duration, Instant};
 
 type Stream = RequestStream<BidiStream<Bytes>, Bytes>;
-
-thread_local! {
-    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
-}
 
 enum Drain {
     Timeout,
@@ -60,7 +55,7 @@ pub async fn serve(req: Request<()>, mut s: Stream, cfg: &Config) {
         control,
         is_head,
     };
-    let outcome = RNG.with(|r| Plan::from_request(&request, &mut r.borrow_mut()));
+    let outcome = crate::planner::plan(&request);
     let plan = match outcome {
         Outcome::Respond(plan) => plan,
         Outcome::Reject(e) => return text(&mut s, 400, format!("400 Bad Request: {e}\n")).await,
