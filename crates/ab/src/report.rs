@@ -134,14 +134,18 @@ pub fn markdown(r: &Report) -> String {
             let ci = cmp
                 .ci
                 .map_or("—".into(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"));
+            let noise = cmp
+                .noise_pct
+                .map_or(String::new(), |n| format!(", A/A noise ±{n:.1}%"));
             s += &format!(
-                "- **{}** ({}, ratio {:.3}, CI {}, Mann–Whitney p={}): {}\n",
+                "- **{}** ({}, ratio {:.3}, CI {}, Mann–Whitney p={}{}): {}\n",
                 cmp.metric,
                 cmp.variant,
                 cmp.ratio,
                 ci,
                 cmp.p_mann_whitney
                     .map_or("n/a".into(), |p| format!("{p:.4}")),
+                noise,
                 cmp.verdict
             );
         }
