@@ -12,6 +12,15 @@ fn server() -> Server {
     Server::start(&["-t", "1", "--no-quic"])
 }
 
+fn sigterm(s: &Server) {
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run tool");
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
@@ -39,6 +48,36 @@ fn curl_nghttp_and_h2load() {
             out.contains("cache-control: no-cache") && out.contains("content-length: 1234"),
             "{out}"
         );
+        // `Upgrade: h2c` (curl sends it for http:// with --http2): 101, then stream 1 over HTTP/2.
+        let clear = format!("http://127.0.0.1:{}/?s=4321&r=203", s.clear_port);
+        let out = run(Command::new("curl").args([
+            "-s",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code} %{size_download}",
+            &clear,
+        ]));
+        assert_eq!(out, "2 203 4321");
+        // Over TLS, h2c is never negotiated: the same request is answered as HTTP/1.1.
+        let tls = format!("https://127.0.0.1:{}/?s=10", s.tls_port);
+        let out = run(Command::new("curl").args([
+            "-sk",
+            "--http1.1",
+            "-H",
+            "Connection: Upgrade, HTTP2-Settings",
+            "-H",
+            "Upgrade: h2c",
+            "-H",
+            "HTTP2-Settings: AAMAAABkAAQAAP__",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+            &tls,
+        ]));
+        assert_eq!(out, "1.1 200");
         // C=1 and k=1 only drop content-length; the body still arrives whole.
         for q in ["C=1", "k=1"] {
             let url = format!("http://127.0.0.1:{}/?s=5000&{q}", s.clear_port);
@@ -69,6 +108,15 @@ fn curl_nghttp_and_h2load() {
         assert!(
             out.contains(":status: 200")
                 && out.contains("x-rsp: id=dummy, code=200, cache=1, size=100"),
+            "{out}"
+        );
+        // nghttp -u: HTTP/1.1 Upgrade, then more requests on the upgraded connection.
+        let url = |n| format!("http://127.0.0.1:{}/?s={n}", s.clear_port);
+        let out = run(Command::new("nghttp").args(["-uv", &url(2000), &url(2001)]));
+        assert!(out.contains("HTTP Upgrade success"), "{out}");
+        assert!(
+            out.contains("(stream_id=1) content-length: 2000")
+                && out.contains("content-length: 2001"),
             "{out}"
         );
     }
@@ -262,4 +310,74 @@ async fn expect_continue_and_upload() {
         .parse()
         .unwrap();
     assert!(size > 200_000, "{x_req}");
+}
+
+/// `--alt-svc` advertises HTTP/3 on the TLS port's responses (H1 and H2), never on clear text.
+#[test]
+fn alt_svc_advertises_h3_on_tls_only() {
+    let s = Server::start(&["-t", "1", "--alt-svc"]);
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400", s.tls_port);
+    for (proto, url) in [
+        ("--http2", format!("https://127.0.0.1:{}/?s=1", s.tls_port)),
+        (
+            "--http1.1",
+            format!("https://127.0.0.1:{}/?s=1", s.tls_port),
+        ),
+    ] {
+        let out =
+            run(Command::new("curl").args(["-sk", proto, "-D", "-", "-o", "/dev/null", &url]));
+        assert!(out.contains(&want), "{proto}: {out}");
+    }
+    let url = format!("http://127.0.0.1:{}/?s=1", s.clear_port);
+    let out = run(Command::new("curl").args(["-s", "-D", "-", "-o", "/dev/null", &url]));
+    assert!(
+        out.starts_with("HTTP/1.1 200") && !out.contains("alt-svc"),
+        "{out}"
+    );
+}
+
+/// SIGTERM: in-flight requests finish, idle HTTP/1 connections close at once, HTTP/2 connections
+/// get GOAWAY and end, and the process exits well before the grace period.
+#[tokio::test]
+async fn sigterm_drains_connections_with_goaway() {
+    let mut s = server();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.clear_port))
+        .await
+        .unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let mut c = client.clone();
+    let delayed = tokio::spawn(async move { fetch(&mut c, "/?t=800&s=10").await });
+    let mut idle_h1 = std::net::TcpStream::connect(("127.0.0.1", s.clear_port)).unwrap();
+    std::io::Write::write_all(&mut idle_h1, b"GET /?s=1 HTTP/1.1\r\n\r\n").unwrap();
+    idle_h1
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut resp = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut idle_h1, &mut resp).unwrap();
+    assert!(resp[..n].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    sigterm(&s);
+    // The idle HTTP/1 connection is closed (EOF), not left to the 25 s timeout.
+    assert_eq!(std::io::Read::read(&mut idle_h1, &mut resp).unwrap(), 0);
+    // The stream in flight completes.
+    assert_eq!(delayed.await.unwrap(), (200, 10));
+    // GOAWAY, then the connection ends cleanly (an error here would be a reset).
+    tokio::time::timeout(Duration::from_secs(3), conn)
+        .await
+        .expect("connection still open after GOAWAY")
+        .unwrap()
+        .expect("connection ended with an error");
+    loop {
+        if s.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(500),
+        "exited before the stream finished"
+    );
 }

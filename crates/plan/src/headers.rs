@@ -54,7 +54,8 @@ pub fn x_rsp(buf: &mut Vec<u8>, plan: &Plan, t: &Timing) {
 /// Append the complete HTTP/1.x head (status line to blank line) for `plan` as framed.
 /// Header order is haterm's: content-length, cache-control, x-req, x-rsp, connection,
 /// transfer-encoding.
-pub fn h1_head(buf: &mut Vec<u8>, plan: &Plan, framing: &Framing, t: &Timing) {
+/// `extra`: further header lines, each CRLF-terminated (usually empty).
+pub fn h1_head(buf: &mut Vec<u8>, plan: &Plan, framing: &Framing, t: &Timing, extra: &[u8]) {
     buf.extend_from_slice(if framing.response_11 {
         b"HTTP/1.1 "
     } else {
@@ -85,6 +86,7 @@ pub fn h1_head(buf: &mut Vec<u8>, plan: &Plan, framing: &Framing, t: &Timing) {
     if framing.chunked_te {
         buf.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
+    buf.extend_from_slice(extra);
     buf.extend_from_slice(b"\r\n");
 }
 
@@ -123,7 +125,13 @@ mod tests {
             panic!()
         };
         let mut buf = Vec::new();
-        h1_head(&mut buf, &plan, &framing(&req, &plan), &Timing::default());
+        h1_head(
+            &mut buf,
+            &plan,
+            &framing(&req, &plan),
+            &Timing::default(),
+            b"",
+        );
         String::from_utf8(buf).unwrap()
     }
 

@@ -2,11 +2,15 @@
 
 use crate::config::Config;
 use crate::listen::ListenSpec;
+use crate::shutdown::Shutdown;
 use crate::tls::{self, CertSource, Curve, Identity};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -49,6 +53,14 @@ pub struct ServeArgs {
     /// Do not serve HTTP/3 on the UDP twin of the TLS ports.
     #[arg(long)]
     no_quic: bool,
+    /// Advertise HTTP/3 on the TLS ports' responses (`alt-svc: h3=":PORT"; ma=86400`), so
+    /// browsers and other clients that discover HTTP/3 this way find it.
+    #[arg(long)]
+    alt_svc: bool,
+    /// After SIGINT/SIGTERM, how long in-flight requests may take to finish (idle connections
+    /// close at once, HTTP/2 and HTTP/3 with GOAWAY); a second signal exits at once.
+    #[arg(long, default_value = "5s", value_parser = loadterm_plan::units::parse_duration, value_name = "DURATION")]
+    grace: Duration,
     /// Print the version and exit (haterm's -v).
     #[arg(short = 'v')]
     version: bool,
@@ -145,11 +157,18 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.threads == Some(0) {
         usage_error("--threads must be at least 1");
     }
+    if a.alt_svc && a.no_quic {
+        usage_error("--alt-svc advertises HTTP/3, which --no-quic turns off");
+    }
+    let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
         timeout: a.timeout,
         threads: 0,
         maxconn: a.maxconn.max(1),
         quic: !a.no_quic,
+        alt_svc: a.alt_svc,
+        grace: a.grace,
+        shutdown,
         h2: a.h2,
         h3: a.h3,
     };
@@ -206,9 +225,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
         None
     };
     let cfg = Arc::new(cfg);
-    crate::workers::start(cfg.clone(), &specs, identity.filter(|_| any_tls))?;
+    let conns = crate::workers::start(cfg.clone(), &specs, identity.filter(|_| any_tls))?;
     announce(&specs, &cfg, defaulted);
-    wait_for_signal()
+    shut_down_on_signal(stop, &conns, cfg.grace)
 }
 
 fn announce(specs: &[ListenSpec], cfg: &Config, defaulted: bool) {
@@ -237,19 +256,37 @@ fn announce(specs: &[ListenSpec], cfg: &Config, defaulted: bool) {
     print!("{msg}");
 }
 
-/// Block until SIGINT or SIGTERM, then return (the process exits, ending every connection).
-fn wait_for_signal() -> Result<()> {
+/// Block until SIGINT or SIGTERM, then shut down gracefully: return once every connection has
+/// ended, the grace period is over, or a second signal arrives (the process then exits).
+fn shut_down_on_signal(
+    stop: watch::Sender<bool>,
+    conns: &AtomicUsize,
+    grace: Duration,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-    })?;
-    Ok(())
+        let _ = stop.send(true);
+        let drained = async {
+            while conns.load(Ordering::Relaxed) > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = tokio::time::sleep(grace) => {}
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,11 @@ pub struct Config {
     pub maxconn: usize,
     /// Serve HTTP/3 on the UDP twin of every TLS port.
     pub quic: bool,
+    /// Advertise HTTP/3 (`alt-svc: h3=":port"`) on responses over TLS/TCP.
+    pub alt_svc: bool,
+    /// How long in-flight requests may take to finish after SIGINT/SIGTERM.
+    pub grace: Duration,
+    pub shutdown: crate::shutdown::Shutdown,
     pub h2: crate::h2::H2Args,
     pub h3: crate::h3::H3Args,
 }

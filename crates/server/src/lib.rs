@@ -7,6 +7,7 @@ pub mod h3;
 pub mod listen;
 mod mapped;
 mod planner;
+mod shutdown;
 pub mod tls;
 mod workers;
 

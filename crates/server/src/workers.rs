@@ -2,6 +2,7 @@
 //! (bound up front by the caller), so nothing on the request path is shared.
 
 use crate::config::Config;
+use crate::h1;
 use crate::listen::{self, ListenSpec};
 use crate::tls::Identity;
 use anyhow::{Context, Result};
@@ -13,7 +14,6 @@ use tokio_rustls::TlsAcceptor;
 
 /// ALPN protocols offered on TLS/TCP, most preferred first.
 pub const TCP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1", b"http/1.0"];
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Sockets of one worker.
 #[derive(Default)]
@@ -23,12 +23,13 @@ struct WorkerSockets {
     udp: Vec<std::net::UdpSocket>,
 }
 
-/// Bind everything, start the workers, and return once they run (they never stop by themselves).
+/// Bind everything, start the workers, and return once they run, with the count of open
+/// connections (TCP and QUIC) for the shutdown to wait on.
 pub fn start(
     cfg: Arc<Config>,
     specs: &[ListenSpec],
     identity: Option<Arc<Identity>>,
-) -> Result<()> {
+) -> Result<Arc<AtomicUsize>> {
     let n = cfg.threads;
     let mut per_worker: Vec<WorkerSockets> = (0..n).map(|_| WorkerSockets::default()).collect();
     for spec in specs {
@@ -80,7 +81,7 @@ pub fn start(
             })
             .context("cannot start a worker thread")?;
     }
-    Ok(())
+    Ok(conns)
 }
 
 async fn worker(
@@ -105,9 +106,9 @@ async fn worker(
     }
     if let Some(identity) = identity {
         for s in sockets.udp {
-            let (identity, cfg) = (identity.clone(), cfg.clone());
+            let (identity, cfg, conns) = (identity.clone(), cfg.clone(), conns.clone());
             tokio::spawn(async move {
-                if let Err(e) = crate::h3::run_endpoint(s, identity, cfg).await {
+                if let Err(e) = crate::h3::run_endpoint(s, identity, cfg, conns).await {
                     eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
                 }
             });
@@ -116,8 +117,15 @@ async fn worker(
     std::future::pending::<()>().await;
 }
 
-/// Decrements the connection count when a connection ends.
-struct ConnSlot(Arc<AtomicUsize>);
+/// Counts a connection as open until dropped.
+pub struct ConnSlot(Arc<AtomicUsize>);
+
+impl ConnSlot {
+    pub fn new(conns: &Arc<AtomicUsize>) -> ConnSlot {
+        conns.fetch_add(1, Ordering::Relaxed);
+        ConnSlot(conns.clone())
+    }
+}
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
@@ -131,27 +139,36 @@ async fn accept_loop(
     cfg: Arc<Config>,
     conns: Arc<AtomicUsize>,
 ) {
+    // The TLS port's UDP twin serves HTTP/3: advertise it there if asked to.
+    let alt_svc = match (&tls, l.local_addr()) {
+        (Some(_), Ok(addr)) if cfg.alt_svc => Some(format!("h3=\":{}\"; ma=86400", addr.port())),
+        _ => None,
+    };
+    let stop = cfg.shutdown.wait();
+    tokio::pin!(stop);
     loop {
-        let sock = match l.accept().await {
-            Ok((sock, _)) => sock,
-            Err(_) => {
-                // Out of file descriptors or similar: back off instead of spinning.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
+        let sock = tokio::select! {
+            r = l.accept() => match r {
+                Ok((sock, _)) => sock,
+                Err(_) => {
+                    // Out of file descriptors or similar: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => return,
         };
-        if conns.fetch_add(1, Ordering::Relaxed) >= cfg.maxconn {
-            conns.fetch_sub(1, Ordering::Relaxed);
+        if conns.load(Ordering::Relaxed) >= cfg.maxconn {
             continue;
         }
-        let slot = ConnSlot(conns.clone());
+        let slot = ConnSlot::new(&conns);
         let _ = sock.set_nodelay(true);
-        let (tls, cfg) = (tls.clone(), cfg.clone());
+        let (tls, cfg, alt_svc) = (tls.clone(), cfg.clone(), alt_svc.clone());
         tokio::spawn(async move {
             let _slot = slot;
             match tls {
                 None => serve_clear(sock, cfg).await,
-                Some(acceptor) => serve_tls(sock, acceptor, cfg).await,
+                Some(acceptor) => serve_tls(sock, acceptor, cfg, alt_svc).await,
             }
         });
     }
@@ -160,23 +177,39 @@ async fn accept_loop(
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
         Some(true) => {
-            let _ = crate::h2::serve_connection(sock, cfg).await;
+            let _ = crate::h2::serve_connection(sock, cfg, None).await;
         }
         Some(false) => {
-            let _ = crate::h1::serve(sock, cfg).await;
+            let opts = h1::Options {
+                h2c_upgrade: true,
+                alt_svc: None,
+            };
+            if let Ok(Some(upgraded)) = h1::serve(sock, cfg.clone(), opts).await {
+                let _ = crate::h2::serve_connection(upgraded, cfg, None).await;
+            }
         }
         None => {}
     }
 }
 
-async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>) {
+async fn serve_tls(
+    sock: TcpStream,
+    acceptor: TlsAcceptor,
+    cfg: Arc<Config>,
+    alt_svc: Option<String>,
+) {
     let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(sock)).await else {
         return;
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = crate::h2::serve_connection(stream, cfg).await;
+        let _ = crate::h2::serve_connection(stream, cfg, alt_svc).await;
     } else {
-        let _ = crate::h1::serve(stream, cfg).await;
+        // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
+        let opts = h1::Options {
+            h2c_upgrade: false,
+            alt_svc,
+        };
+        let _ = h1::serve(stream, cfg, opts).await;
     }
 }
 
@@ -193,10 +226,10 @@ async fn is_h2_preface(sock: &TcpStream) -> bool {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
-        if !H2_PREFACE.starts_with(&buf[..n]) {
+        if !crate::h2::upgrade::PREFACE.starts_with(&buf[..n]) {
             return false;
         }
-        if n == H2_PREFACE.len() {
+        if n == crate::h2::upgrade::PREFACE.len() {
             return true;
         }
         // A prefix of the preface: wait for the rest (rare: clients send it in one segment).

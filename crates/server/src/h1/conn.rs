@@ -5,6 +5,8 @@
 use super::body::{BodyError, Decoder};
 use super::head::{self, Head, Parsed};
 use crate::config::Config;
+use crate::h2::upgrade::{self, Rewound, Splice};
+use crate::shutdown::Shutdown;
 use loadterm_plan::h1::{framing, Framing, H1Request};
 use loadterm_plan::headers::{chunk_size_line, h1_head, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
@@ -33,6 +35,16 @@ enum Stop {
     Close,
     /// The peer went away or a write timed out: drop without further writes.
     Abort,
+    /// `Upgrade: h2c` accepted (the 101 is buffered): this HPACK block becomes stream 1.
+    Upgrade(Vec<u8>),
+}
+
+/// Per-listener behaviour.
+pub struct Options {
+    /// Honour `Upgrade: h2c` (clear-text ports only).
+    pub h2c_upgrade: bool,
+    /// `alt-svc` value to add to every response head.
+    pub alt_svc: Option<String>,
 }
 
 impl From<io::Error> for Stop {
@@ -48,10 +60,15 @@ struct Conn<IO> {
     out: Vec<u8>,
     timeout: Duration,
     head: Head,
+    h2c_upgrade: bool,
+    /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
+    extra_head: Vec<u8>,
+    shutdown: Shutdown,
 }
 
-/// Serve HTTP/1.x on `io` until the connection ends.
-pub async fn serve<IO>(io: IO, cfg: Arc<Config>) -> io::Result<()>
+/// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
+/// `Upgrade: h2c`: then the stream to serve as HTTP/2 is returned.
+pub async fn serve<IO>(io: IO, cfg: Arc<Config>, opts: Options) -> io::Result<Option<Rewound<IO>>>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -62,18 +79,24 @@ where
         out: Vec::with_capacity(4096),
         timeout: cfg.timeout,
         head: Head::default(),
+        h2c_upgrade: opts.h2c_upgrade,
+        extra_head: opts
+            .alt_svc
+            .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
+            .unwrap_or_default(),
+        shutdown: cfg.shutdown.clone(),
     };
-    let lingering = loop {
+    loop {
         match c.request().await {
             Ok(()) => continue,
-            Err(Stop::Close) => break true,
-            Err(Stop::Abort) => break false,
+            Err(Stop::Close) => {
+                c.close().await;
+                return Ok(None);
+            }
+            Err(Stop::Abort) => return Ok(None),
+            Err(Stop::Upgrade(block)) => return Ok(c.upgrade(&block).await),
         }
-    };
-    if lingering {
-        c.close().await;
     }
-    Ok(())
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
@@ -157,11 +180,33 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
         .await;
     }
 
+    /// Send the buffered 101, wait for the client's HTTP/2 preface and first SETTINGS, and hand
+    /// the connection over with stream 1 spliced in (`None`: the client did not follow up).
+    async fn upgrade(mut self, block: &[u8]) -> Option<Rewound<IO>> {
+        loop {
+            match upgrade::splice(self.buffered(), block) {
+                Splice::Ready(bytes) => return Some(Rewound::new(bytes, self.io)),
+                Splice::Invalid => return None,
+                Splice::Partial => match self.read_more().await {
+                    Ok(n) if n > 0 => {}
+                    _ => return None,
+                },
+            }
+        }
+    }
+
     /// Handle one request: wait for its head, answer it.
     async fn request(&mut self) -> Result<(), Stop> {
-        // Idle keep-alive: no byte of a next request within the timeout → silent close.
+        // Idle keep-alive: no byte of a next request within the timeout → silent close; at
+        // shutdown, close at once. (Flush outside the select: a cancelled flush loses output.)
         if self.buffered().is_empty() {
-            match self.read_more().await {
+            self.flush().await?;
+            let stop = self.shutdown.clone();
+            let r = tokio::select! {
+                r = self.read_more() => r,
+                () = stop.wait() => return Err(Stop::Close),
+            };
+            match r {
                 Ok(0) | Err(_) => return Err(Stop::Abort),
                 Ok(_) => {}
             }
@@ -183,6 +228,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             }
         }
         let head_len = self.head.len;
+        if self.h2c_upgrade && self.head.upgrade_h2c {
+            if let Some(block) = upgrade::request_block(&self.buffered()[..head_len]) {
+                self.consume(head_len);
+                self.out.extend_from_slice(upgrade::SWITCHING);
+                return Err(Stop::Upgrade(block));
+            }
+        }
         self.consume(head_len);
         let req = Request {
             target: &self.head.target,
@@ -233,7 +285,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             req_ms: t_req.duration_since(t_first).as_millis() as u64,
             real_ms: t_req.elapsed().as_millis() as u64,
         };
-        h1_head(&mut self.out, &plan, &fr, &timing);
+        h1_head(&mut self.out, &plan, &fr, &timing, &self.extra_head);
         self.body(&plan, &fr).await?;
         if plan.drain_after {
             self.drain(&mut decoder, &mut req_bytes).await?;

@@ -5,4 +5,4 @@ pub mod body;
 mod conn;
 pub mod head;
 
-pub use conn::serve;
+pub use conn::{serve, Options};

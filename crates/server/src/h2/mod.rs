@@ -1,9 +1,11 @@
-//! HTTP/2 engine (TLS ALPN `h2`, and h2c by prior knowledge on the clear port), on the `h2`
+//! HTTP/2 engine (TLS ALPN `h2`; h2c by prior knowledge or `Upgrade: h2c` on the clear port), on the `h2`
 //! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
 //! static slices sent as flow control allows, so any size streams in constant memory.
 
 mod stream;
+pub mod upgrade;
 
+use http::HeaderValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -42,7 +44,12 @@ impl Default for H2Args {
 }
 
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-pub async fn serve_connection<IO>(io: IO, cfg: Arc<crate::config::Config>) -> anyhow::Result<()>
+/// `alt_svc`: value of an `alt-svc` header to add to every response.
+pub async fn serve_connection<IO>(
+    io: IO,
+    cfg: Arc<crate::config::Config>,
+    alt_svc: Option<String>,
+) -> anyhow::Result<()>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -61,33 +68,42 @@ where
         .max_send_buffer_size(256 << 10);
     let mut conn =
         tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await??;
+    let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
     let active = Arc::new(AtomicUsize::new(0));
+    let spawn = |(req, respond)| {
+        let (cfg, active, alt_svc) = (cfg.clone(), active.clone(), alt_svc.clone());
+        active.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            stream::serve(req, respond, &cfg, alt_svc).await;
+            active.fetch_sub(1, Ordering::Relaxed);
+        });
+    };
+    let stop = cfg.shutdown.wait();
+    tokio::pin!(stop);
     loop {
-        // Idle connections (no stream for a whole timeout period) are closed with GOAWAY, so
-        // clients waiting for the server to close do not hang.
-        let next = match tokio::time::timeout(cfg.timeout, conn.accept()).await {
-            Ok(next) => next,
-            Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
-            Err(_) => {
-                conn.graceful_shutdown();
-                let _ = tokio::time::timeout(cfg.timeout, async {
-                    while conn.accept().await.is_some() {}
-                })
-                .await;
-                return Ok(());
-            }
+        // Idle connections (no stream for a whole timeout period) and every connection at
+        // shutdown get GOAWAY, so clients waiting for the server to close do not hang.
+        let next = tokio::select! {
+            r = tokio::time::timeout(cfg.timeout, conn.accept()) => match r {
+                Ok(next) => next,
+                Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
+                Err(_) => break,
+            },
+            () = &mut stop => break,
         };
         match next {
-            Some(Ok((req, respond))) => {
-                let (cfg, active) = (cfg.clone(), active.clone());
-                active.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(async move {
-                    stream::serve(req, respond, &cfg).await;
-                    active.fetch_sub(1, Ordering::Relaxed);
-                });
-            }
+            Some(Ok(stream)) => spawn(stream),
             Some(Err(e)) => return Err(e.into()),
             None => return Ok(()),
         }
     }
+    conn.graceful_shutdown();
+    // Streams the client opened before it saw the GOAWAY are still served.
+    let _ = tokio::time::timeout(cfg.timeout, async {
+        while let Some(Ok(stream)) = conn.accept().await {
+            spawn(stream);
+        }
+    })
+    .await;
+    Ok(())
 }

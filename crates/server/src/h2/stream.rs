@@ -5,7 +5,7 @@ use crate::mapped::response_head;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{body, Outcome};
@@ -38,7 +38,12 @@ fn text_response(respond: &mut SendResponse<Bytes>, status: u16, text: String) {
     }
 }
 
-pub async fn serve(req: Request<RecvStream>, mut respond: SendResponse<Bytes>, cfg: &Config) {
+pub async fn serve(
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    cfg: &Config,
+    alt_svc: Option<HeaderValue>,
+) {
     let t_first = Instant::now();
     let mut req_bytes = crate::mapped::head_bytes(&req);
     let is_head = req.method() == http::Method::HEAD;
@@ -107,9 +112,12 @@ pub async fn serve(req: Request<RecvStream>, mut respond: SendResponse<Bytes>, c
         let _ = respond.send_informational(interim);
         return respond.send_reset(Reason::NO_ERROR);
     }
-    let Ok(resp) = response_head(&plan, &timing) else {
+    let Ok(mut resp) = response_head(&plan, &timing) else {
         return respond.send_reset(Reason::INTERNAL_ERROR);
     };
+    if let Some(v) = alt_svc {
+        resp.headers_mut().insert(http::header::ALT_SVC, v);
+    }
     let Ok(mut send) = respond.send_response(resp, plan.size == 0 && !plan.drain_after) else {
         return;
     };

@@ -3,7 +3,9 @@
 
 mod stream;
 
+use crate::workers::ConnSlot;
 use anyhow::{Context, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
@@ -55,11 +57,12 @@ fn server_config(
 }
 
 /// Serve HTTP/3 on this (already bound, SO_REUSEPORT) UDP socket until shutdown. Called once per
-/// worker thread, inside that worker's current-thread runtime.
+/// worker thread, inside that worker's current-thread runtime; `conns` counts open connections.
 pub async fn run_endpoint(
     socket: std::net::UdpSocket,
     identity: Arc<crate::tls::Identity>,
     cfg: Arc<crate::config::Config>,
+    conns: Arc<AtomicUsize>,
 ) -> Result<()> {
     let server = server_config(&identity, &cfg)?;
     let endpoint = quinn::Endpoint::new(
@@ -69,12 +72,26 @@ pub async fn run_endpoint(
         Arc::new(quinn::TokioRuntime),
     )
     .context("QUIC endpoint")?;
-    while let Some(incoming) = endpoint.accept().await {
-        let cfg = cfg.clone();
+    let stop = cfg.shutdown.wait();
+    tokio::pin!(stop);
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => return Ok(()),
+            },
+            () = &mut stop => break,
+        };
+        let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns));
         tokio::spawn(async move {
+            let _slot = slot;
             let _ = connection(incoming, cfg).await;
         });
     }
+    // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
+    // exit with clients left to time out.
+    let _slot = ConnSlot::new(&conns);
+    endpoint.wait_idle().await;
     Ok(())
 }
 
@@ -84,14 +101,34 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
         .max_field_section_size(cfg.h3.h3_max_header_list)
         .build::<_, bytes::Bytes>(h3_quinn::Connection::new(conn))
         .await?;
+    let active = Arc::new(AtomicUsize::new(0));
+    let stop = cfg.shutdown.wait();
+    tokio::pin!(stop);
     // Unknown and grease frames/settings are skipped by h3 itself (RFC 9114 §7.2.8, §9).
-    while let Some(resolver) = h3.accept().await? {
-        let cfg = cfg.clone();
+    loop {
+        let resolver = tokio::select! {
+            r = h3.accept() => match r? {
+                Some(r) => r,
+                None => return Ok(()),
+            },
+            () = &mut stop => break,
+        };
+        let (cfg, active) = (cfg.clone(), active.clone());
+        active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             if let Ok((req, stream)) = resolver.resolve_request().await {
                 stream::serve(req, stream, &cfg).await;
             }
+            active.fetch_sub(1, Ordering::Relaxed);
         });
     }
+    // Shutdown: GOAWAY (no new requests), let the accepted ones finish, then close.
+    h3.shutdown(0).await?;
+    let _ = tokio::time::timeout(cfg.timeout, async {
+        while active.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     Ok(())
 }

@@ -1,0 +1,296 @@
+//! `Upgrade: h2c` (RFC 7540 §3.2). After the `101`, the request that carried the upgrade is
+//! stream 1 of the new HTTP/2 connection. The `h2` crate has no upgrade API, so (sans-I/O) we
+//! encode that request as a HEADERS frame and splice it into the client's bytes right after its
+//! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
+//! connection whose first stream is already half-closed.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The HTTP/1.1 answer that switches the connection.
+pub const SWITCHING: &[u8] =
+    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
+/// Frame payloads above this need the peer's consent (SETTINGS_MAX_FRAME_SIZE), which a
+/// client's first frames cannot have given yet.
+const DEFAULT_MAX_FRAME: usize = 16_384;
+const FRAME_HEADERS: u8 = 0x1;
+const FRAME_SETTINGS: u8 = 0x4;
+const END_STREAM_AND_HEADERS: u8 = 0x1 | 0x4;
+
+/// Hop-by-hop fields that do not exist in HTTP/2 (RFC 9113 §8.2.2), plus `host` (→ `:authority`).
+const DROPPED: &[&str] = &[
+    "connection",
+    "upgrade",
+    "http2-settings",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "host",
+];
+
+/// The HPACK block of stream 1 for an upgrade request whose head is `head` (complete, parsed
+/// once already), or `None` when the upgrade must be ignored and the request served as
+/// HTTP/1.1: a method that may carry a body, no `HTTP2-Settings` (required by RFC 7540 §3.2),
+/// or fields too large for one frame.
+pub fn request_block(head: &[u8]) -> Option<Vec<u8>> {
+    let mut headers = [httparse::EMPTY_HEADER; crate::h1::head::MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    req.parse(head).ok()?;
+    let (method, path) = (req.method?, req.path?);
+    if !matches!(method, "GET" | "HEAD")
+        || !req
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("http2-settings"))
+    {
+        return None;
+    }
+    let mut block = Vec::with_capacity(head.len() + 32);
+    literal(&mut block, b":method", method.as_bytes());
+    literal(&mut block, b":scheme", b"http");
+    literal(&mut block, b":path", path.as_bytes());
+    if let Some(host) = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("host"))
+    {
+        literal(&mut block, b":authority", host.value);
+    }
+    for h in req.headers.iter() {
+        if !DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
+            literal(&mut block, h.name.to_ascii_lowercase().as_bytes(), h.value);
+        }
+    }
+    (block.len() <= DEFAULT_MAX_FRAME).then_some(block)
+}
+
+/// What the client has sent since the `101`, with stream 1 spliced in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Splice {
+    /// Need more bytes (the preface or the first SETTINGS frame is incomplete).
+    Partial,
+    /// Not an HTTP/2 connection preface followed by SETTINGS: close.
+    Invalid,
+    Ready(Vec<u8>),
+}
+
+pub fn splice(client: &[u8], block: &[u8]) -> Splice {
+    let n = client.len().min(PREFACE.len());
+    if client[..n] != PREFACE[..n] {
+        return Splice::Invalid;
+    }
+    let at = PREFACE.len();
+    let Some(frame) = client.get(at..at + 9) else {
+        return Splice::Partial;
+    };
+    let len = u32::from_be_bytes([0, frame[0], frame[1], frame[2]]) as usize;
+    if frame[3] != FRAME_SETTINGS || len > DEFAULT_MAX_FRAME {
+        return Splice::Invalid;
+    }
+    let end = at + 9 + len;
+    if client.len() < end {
+        return Splice::Partial;
+    }
+    let mut out = Vec::with_capacity(client.len() + 9 + block.len());
+    out.extend_from_slice(&client[..end]);
+    out.extend_from_slice(&(block.len() as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(&[FRAME_HEADERS, END_STREAM_AND_HEADERS, 0, 0, 0, 1]);
+    out.extend_from_slice(block);
+    out.extend_from_slice(&client[end..]);
+    Splice::Ready(out)
+}
+
+/// HPACK "literal header field without indexing — new name" (RFC 7541 §6.2.2), no Huffman.
+fn literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.push(0);
+    for s in [name, value] {
+        integer(out, s.len(), 7);
+        out.extend_from_slice(s);
+    }
+}
+
+/// HPACK integer with an `n`-bit prefix (RFC 7541 §5.1); the prefix byte's high bits are 0.
+fn integer(out: &mut Vec<u8>, mut v: usize, n: u32) {
+    let max = (1usize << n) - 1;
+    if v < max {
+        out.push(v as u8);
+        return;
+    }
+    out.push(max as u8);
+    v -= max;
+    while v >= 128 {
+        out.push((v % 128) as u8 | 0x80);
+        v /= 128;
+    }
+    out.push(v as u8);
+}
+
+/// An I/O stream whose first reads return `prefix` (the spliced bytes), then the socket's.
+pub struct Rewound<IO> {
+    prefix: Vec<u8>,
+    pos: usize,
+    io: IO,
+}
+
+impl<IO> Rewound<IO> {
+    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
+        Rewound { prefix, pos: 0, io }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Rewound<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.pos < this.prefix.len() {
+            let n = buf.remaining().min(this.prefix.len() - this.pos);
+            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Rewound<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPGRADE: &[u8] =
+        b"GET /?s=1k HTTP/1.1\r\nHost: h:1\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+        Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nX-Loadterm: s=2\r\n\r\n";
+
+    /// Decode our own literal-only blocks back to (name, value) pairs.
+    fn decode(mut b: &[u8]) -> Vec<(String, String)> {
+        let mut out = vec![];
+        while !b.is_empty() {
+            assert_eq!(b[0], 0);
+            b = &b[1..];
+            let mut pair = vec![];
+            for _ in 0..2 {
+                let (len, used) = if b[0] < 127 {
+                    (b[0] as usize, 1)
+                } else {
+                    let mut v = 127usize;
+                    let mut i = 1;
+                    let mut shift = 0;
+                    loop {
+                        v += ((b[i] & 0x7f) as usize) << shift;
+                        shift += 7;
+                        i += 1;
+                        if b[i - 1] & 0x80 == 0 {
+                            break (v, i);
+                        }
+                    }
+                };
+                pair.push(String::from_utf8(b[used..used + len].to_vec()).unwrap());
+                b = &b[used + len..];
+            }
+            out.push((pair[0].clone(), pair[1].clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn upgrade_request_becomes_pseudo_headers_without_hop_by_hop_fields() {
+        let fields = decode(&request_block(UPGRADE).unwrap());
+        let names: Vec<_> = fields.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        assert_eq!(
+            names,
+            [
+                ":method=GET",
+                ":scheme=http",
+                ":path=/?s=1k",
+                ":authority=h:1",
+                "x-loadterm=s=2"
+            ]
+        );
+    }
+
+    #[test]
+    fn upgrade_is_ignored_without_settings_or_for_bodies() {
+        let no_settings = b"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+        assert_eq!(request_block(no_settings), None);
+        let post = b"POST / HTTP/1.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+            HTTP2-Settings: \r\n\r\n";
+        assert_eq!(request_block(post), None);
+        let huge = [
+            &b"GET / HTTP/1.1\r\nHTTP2-Settings: \r\nX: "[..],
+            &[b'a'; 17_000][..],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(request_block(&huge), None);
+    }
+
+    #[test]
+    fn long_values_use_multi_byte_lengths() {
+        let mut b = vec![];
+        literal(&mut b, b"x", &[b'v'; 300]);
+        assert_eq!(&b[..6], &[0, 1, b'x', 127, 45 | 0x80, 1]);
+        assert_eq!(decode(&b), [("x".to_owned(), "v".repeat(300))]);
+    }
+
+    #[test]
+    fn headers_frame_follows_the_first_settings_frame() {
+        let settings = [0, 0, 6, FRAME_SETTINGS, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let client = [PREFACE, &settings, &ping].concat();
+        for cut in 0..PREFACE.len() + settings.len() {
+            assert_eq!(splice(&client[..cut], b"blk"), Splice::Partial, "cut {cut}");
+        }
+        let Splice::Ready(out) = splice(&client, b"blk") else {
+            panic!("not spliced")
+        };
+        let headers = [0, 0, 3, FRAME_HEADERS, 5, 0, 0, 0, 1, b'b', b'l', b'k'];
+        assert_eq!(out, [PREFACE, &settings, &headers, &ping].concat());
+    }
+
+    #[test]
+    fn anything_but_preface_then_settings_is_invalid() {
+        assert_eq!(splice(b"GET / HTTP/1.1\r\n", b""), Splice::Invalid);
+        let ping_first = [PREFACE, &[0, 0, 8, 6, 0, 0, 0, 0, 0][..]].concat();
+        assert_eq!(splice(&ping_first, b""), Splice::Invalid);
+    }
+}
