@@ -466,9 +466,16 @@ fn timeouts_408_idle_close_and_slow_reader() {
     );
 }
 
+/// Exact bodies on both large-body paths: spliced (clear text, ≥ 64 KiB, the default) and
+/// copied (`--no-splice`), including a pipelined small response right behind a spliced one.
 #[test]
 fn bodies_are_exact_at_buffer_boundaries() {
-    let s = server();
+    bodies_are_exact(&[]);
+    bodies_are_exact(&["--no-splice"]);
+}
+
+fn bodies_are_exact(flags: &[&str]) {
+    let s = Server::start(&[&["-t", "1", "--no-quic"], flags].concat());
     let mut c = connect(s.clear_port);
     let mut buf = Vec::new();
     for size in [
@@ -507,6 +514,12 @@ fn bodies_are_exact_at_buffer_boundaries() {
     assert_eq!(&r.body[..1000], &r.body[65536..66536]);
     let distinct: std::collections::HashSet<u8> = r.body[..4096].iter().copied().collect();
     assert!(distinct.len() > 200);
+    c.write_all(b"GET /?s=100001 HTTP/1.1\r\n\r\nGET /?s=7 HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut c, &mut buf, false);
+    assert_eq!(r.body.len(), 100_001);
+    assert_body(&r.body, BodyKind::Pattern);
+    assert_eq!(read_response(&mut c, &mut buf, false).body, b".123456");
 }
 
 #[test]

@@ -83,7 +83,8 @@ pub struct ServeArgs {
     /// haterm's -D (daemon) is refused: run loadterm under a supervisor or with `&`.
     #[arg(short = 'D', hide = true)]
     daemon: bool,
-    /// haterm's -dS: no splice() (loadterm does not splice; accepted for compatibility).
+    /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
+    /// instead of spliced from the static body blocks.
     #[arg(long)]
     no_splice: bool,
     /// haterm's -dZ: no zero-copy forwarding (accepted for compatibility).
@@ -166,6 +167,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         threads: 0,
         maxconn: a.maxconn.max(1),
         quic: !a.no_quic,
+        splice: !a.no_splice,
         alt_svc: a.alt_svc,
         grace: a.grace,
         shutdown,

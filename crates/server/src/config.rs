@@ -12,6 +12,8 @@ pub struct Config {
     pub maxconn: usize,
     /// Serve HTTP/3 on the UDP twin of every TLS port.
     pub quic: bool,
+    /// Send large clear-text HTTP/1 bodies with splice() (zero copy).
+    pub splice: bool,
     /// Advertise HTTP/3 (`alt-svc: h3=":port"`) on responses over TLS/TCP.
     pub alt_svc: bool,
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.

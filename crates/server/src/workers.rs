@@ -183,6 +183,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
             let opts = h1::Options {
                 h2c_upgrade: true,
                 alt_svc: None,
+                splice: cfg.splice,
             };
             if let Ok(Some(upgraded)) = h1::serve(sock, cfg.clone(), opts).await {
                 let _ = crate::h2::serve_connection(upgraded, cfg, None).await;
@@ -208,6 +209,7 @@ async fn serve_tls(
         let opts = h1::Options {
             h2c_upgrade: false,
             alt_svc,
+            splice: false,
         };
         let _ = h1::serve(stream, cfg, opts).await;
     }

@@ -15,6 +15,7 @@ use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -39,12 +40,29 @@ enum Stop {
     Upgrade(Vec<u8>),
 }
 
+/// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
+pub trait Transport: AsyncRead + AsyncWrite + Unpin {
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl Transport for TcpStream {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Transport for tokio_rustls::server::TlsStream<IO> {}
+
 /// Per-listener behaviour.
 pub struct Options {
     /// Honour `Upgrade: h2c` (clear-text ports only).
     pub h2c_upgrade: bool,
     /// `alt-svc` value to add to every response head.
     pub alt_svc: Option<String>,
+    /// Send large bodies with splice() where the transport allows (off: `--no-splice`).
+    pub splice: bool,
 }
 
 impl From<io::Error> for Stop {
@@ -61,6 +79,7 @@ struct Conn<IO> {
     timeout: Duration,
     head: Head,
     h2c_upgrade: bool,
+    splice: bool,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: Vec<u8>,
     shutdown: Shutdown,
@@ -68,10 +87,11 @@ struct Conn<IO> {
 
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
 /// `Upgrade: h2c`: then the stream to serve as HTTP/2 is returned.
-pub async fn serve<IO>(io: IO, cfg: Arc<Config>, opts: Options) -> io::Result<Option<Rewound<IO>>>
-where
-    IO: AsyncRead + AsyncWrite + Unpin,
-{
+pub async fn serve<IO: Transport>(
+    io: IO,
+    cfg: Arc<Config>,
+    opts: Options,
+) -> io::Result<Option<Rewound<IO>>> {
     let mut c = Conn {
         io,
         rbuf: Vec::with_capacity(READ_CHUNK),
@@ -80,6 +100,7 @@ where
         timeout: cfg.timeout,
         head: Head::default(),
         h2c_upgrade: opts.h2c_upgrade,
+        splice: opts.splice,
         extra_head: opts
             .alt_svc
             .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
@@ -99,7 +120,7 @@ where
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
+impl<IO: Transport> Conn<IO> {
     fn buffered(&self) -> &[u8] {
         &self.rbuf[self.start..]
     }
@@ -349,6 +370,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             self.out
                 .extend_from_slice(body::slice(plan.body, 0, size as usize));
             Ok(())
+        } else if self.splice && size >= super::splice::MIN_SIZE && self.io.tcp().is_some() {
+            self.flush().await?;
+            let tcp = self.io.tcp().expect("checked above");
+            super::splice::send(tcp, plan.body, size, self.timeout).await
         } else {
             self.large_body(plan.body, size).await
         }

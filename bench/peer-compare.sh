@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Server CPU per request, loadterm against a peer server (haterm), side by side: the rows of
+# docs/PERFORMANCE.md, both servers pinned to $SERVER_CPU with one thread, the same client pinned
+# to $CLIENT_CPU, a fresh server process per run, the two servers in random order in every round.
+#
+#   PEER_CMD='/path/to/haterm -L 127.0.0.1:{clear_port}:{tls_port} -G "nbthread 1" -G limited-quic' \
+#     bench/peer-compare.sh
+#
+# Env: PEER_CMD (required: the peer's command line with {clear_port} {tls_port}), PEER_NAME
+# (default peer), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
+# ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
+# CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows).
+# Prints one line per run, then per row: median (min–max) µs/request of each server, the ratio
+# of the medians and the median of the per-round ratios; req/s likewise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${PEER_CMD:?set PEER_CMD to the peer server command (with {clear_port} and {tls_port})}"
+PEER_NAME=${PEER_NAME:-peer} ROUNDS=${ROUNDS:-5}
+SERVER_CPU=${SERVER_CPU:-0} CLIENT_CPU=${CLIENT_CPU:-1}
+CLEAR_PORT=${CLEAR_PORT:-18888} TLS_PORT=${TLS_PORT:-18889}
+LOADTERM=${LOADTERM:-target/release/loadterm}
+default_cmd="$LOADTERM serve -t 1 -L 127.0.0.1:{clear_port}:{tls_port}"
+LOADTERM_CMD=${LOADTERM_CMD:-$default_cmd}
+tck=$(getconf CLK_TCK)
+http="http://127.0.0.1:{clear_port}" https="https://127.0.0.1:{tls_port}"
+
+declare -A CLIENT=(
+  [h1-256k]="h2load --h1 -n 8000 -c 50 -t 1 -m 10 $http/?s=256k"
+  [h1-1k-m1]="h2load --h1 -n 100000 -c 50 -t 1 -m 1 $http/?s=1k"
+  [h1-1k-m10]="h2load --h1 -n 200000 -c 50 -t 1 -m 10 $http/?s=1k"
+  [h1tls-256k]="h2load --h1 -n 4000 -c 50 -t 1 -m 10 $https/?s=256k"
+  [h2tls-256k]="h2load -n 4000 -c 50 -t 1 -m 10 --npn-list=h2 $https/?s=256k"
+  [h2tls-1k]="h2load -n 100000 -c 50 -t 1 -m 10 --npn-list=h2 $https/?s=1k"
+  [h3-256k]="$LOADTERM load --h3 -k -n 2000 -c 10 -t 1 -m 10 $https/?s=256k"
+  [h3-1k]="$LOADTERM load --h3 -k -n 50000 -c 10 -t 1 -m 10 $https/?s=1k"
+)
+ORDER="h1-256k h1-1k-m1 h1-1k-m10 h1tls-256k h2tls-256k h2tls-1k h3-256k h3-1k"
+ROWS=${ROWS:-$ORDER}
+
+for tool in h2load taskset ss; do command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }; done
+[ -x "$LOADTERM" ] || { echo "$LOADTERM not built (cargo build --release)" >&2; exit 1; }
+if ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b"; then
+  echo "port $CLEAR_PORT or $TLS_PORT is already in use (a SO_REUSEPORT server would share it)" >&2; exit 1
+fi
+fill() { local s=${1//\{clear_port\}/$CLEAR_PORT}; echo "${s//\{tls_port\}/$TLS_PORT}"; }
+# CPU ticks of the server's whole process tree (haterm may fork a master).
+ticks() {
+  local total=0 p
+  for p in $(pgrep -g "$1" 2>/dev/null || echo "$1"); do
+    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo $total
+}
+wait_ready() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$CLEAR_PORT") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$TLS_PORT") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "server did not start" >&2; return 1
+}
+
+# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests"
+measure() {
+  setsid taskset -c "$SERVER_CPU" sh -c "exec $(fill "$1")" >/dev/null 2>&1 &
+  local pid=$!
+  wait_ready
+  sleep 0.3 # QUIC listener and first-connection setup
+  local before t0 out t1 after
+  before=$(ticks "$pid"); t0=$(date +%s.%N)
+  out=$(taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" 2>&1) || true
+  t1=$(date +%s.%N); after=$(ticks "$pid")
+  kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b" || break; sleep 0.05; done
+  local n
+  n=$(echo "$out" | grep -oE '[0-9]+ succeeded' | head -1 | grep -oE '^[0-9]+' || echo 0)
+  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0"; return; fi
+  awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" \
+    'BEGIN { printf "%.2f %.0f %d\n", (a - b) / t * 1e6 / n, n / (w1 - w0), n }'
+}
+
+stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+echo "loadterm: $(fill "$LOADTERM_CMD")"
+echo "$PEER_NAME: $(fill "$PEER_CMD")"
+echo "server on core $SERVER_CPU, client on core $CLIENT_CPU, $ROUNDS rounds, random order per round"
+summary=()
+for row in $ROWS; do
+  client=${CLIENT[$row]:?unknown row $row}
+  echo "== $row: $client"
+  lt=() pe=() ltr=() per=() ratio=() rratio=()
+  for round in $(seq "$ROUNDS"); do
+    order="loadterm peer"; [ $((RANDOM % 2)) -eq 0 ] && order="peer loadterm"
+    for who in $order; do
+      if [ "$who" = loadterm ]; then r=$(measure "$LOADTERM_CMD" "$client"); else r=$(measure "$PEER_CMD" "$client"); fi
+      read -r us rps n <<<"$r"
+      echo "  round $round $who: $us µs/req, $rps req/s, $n requests"
+      if [ "$who" = loadterm ]; then lt+=("$us"); ltr+=("$rps"); else pe+=("$us"); per+=("$rps"); fi
+    done
+    ratio+=("$(awk -v a="${lt[-1]}" -v b="${pe[-1]}" 'BEGIN { printf "%.3f", a / b }')")
+    rratio+=("$(awk -v a="${ltr[-1]}" -v b="${per[-1]}" 'BEGIN { printf "%.3f", a / b }')")
+  done
+  line=$(printf '%-11s µs/req loadterm %s | %s %s | ratio %s (rounds: %s) | req/s loadterm %s, %s %s' "$row" \
+    "$(printf '%s\n' "${lt[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${pe[@]}" | stats)" \
+    "$(awk -v a="$(printf '%s\n' "${lt[@]}" | median)" -v b="$(printf '%s\n' "${pe[@]}" | median)" 'BEGIN { printf "%.2f", a / b }')" \
+    "$(printf '%s\n' "${ratio[@]}" | stats)" \
+    "$(printf '%s\n' "${ltr[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${per[@]}" | stats)")
+  echo "$line"
+  summary+=("$line")
+done
+echo
+echo "== summary (server CPU µs per request, median (min–max); ratio = loadterm / $PEER_NAME)"
+printf '%s\n' "${summary[@]}"

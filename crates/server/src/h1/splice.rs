@@ -1,0 +1,155 @@
+//! Zero-copy large bodies on clear-text TCP (Linux). Body bytes live in static, immutable blocks
+//! (`plan::body`), so `vmsplice` can hand their pages to a pipe by reference and `splice` can
+//! pass those references on to the socket: no per-response copy in user space or into the
+//! socket buffer. (haterm splices from a pre-filled pipe with `tee`; `vmsplice` from the static
+//! block keeps any byte offset exact without `tee`'s 50-byte-multiple bookkeeping.)
+
+use loadterm_plan::body::{self, BodyKind};
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// Bodies at least this large are spliced; smaller ones are cheaper to copy with the head.
+pub const MIN_SIZE: u64 = 64 * 1024;
+/// Pipe capacity asked for (the kernel may give less); one `splice` moves up to this much.
+const PIPE_SIZE: libc::c_int = 256 * 1024;
+/// Idle pipes kept per worker thread for the next responses.
+const POOL: usize = 64;
+/// Static slices per `vmsplice`.
+const IOV: usize = 4;
+
+/// A pipe that holds no data (kept in the per-thread pool between responses).
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+}
+
+thread_local! {
+    static IDLE: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Pipe {
+    fn take() -> io::Result<Pipe> {
+        if let Some(p) = IDLE.with(|idle| idle.borrow_mut().pop()) {
+            return Ok(p);
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors into `fds` on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        let p = unsafe {
+            Pipe {
+                r: OwnedFd::from_raw_fd(fds[0]),
+                w: OwnedFd::from_raw_fd(fds[1]),
+            }
+        };
+        // Best effort: a smaller pipe only means more system calls.
+        // SAFETY: plain fcntl on a descriptor we own.
+        unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+        Ok(p)
+    }
+
+    /// Return an empty pipe to the pool (a pipe with data left in it is simply closed).
+    fn give_back(self) {
+        IDLE.with(|idle| {
+            let mut idle = idle.borrow_mut();
+            if idle.len() < POOL {
+                idle.push(self);
+            }
+        });
+    }
+}
+
+fn cvt(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Fill the (empty) pipe with page references to the static blocks holding body bytes
+/// `off..size`; returns how many bytes it took.
+fn fill(pipe: &Pipe, kind: BodyKind, off: u64, size: u64) -> io::Result<usize> {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; IOV];
+    let (mut count, mut o) = (0, off);
+    while count < IOV && o < size {
+        let s = body::slice(kind, o, (size - o).min(body::WINDOW as u64) as usize);
+        iov[count] = libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        };
+        count += 1;
+        o += s.len() as u64;
+    }
+    // SAFETY: the iovecs point into 'static, never-modified blocks, which is what vmsplice
+    // without SPLICE_F_GIFT requires of the memory it references.
+    cvt(unsafe {
+        libc::vmsplice(
+            pipe.w.as_raw_fd(),
+            iov.as_ptr(),
+            count,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    })
+}
+
+/// Send `size` body bytes of `kind` on `sock`. Errors (including the write timeout) end the
+/// connection, as for any other write.
+pub async fn send(
+    sock: &TcpStream,
+    kind: BodyKind,
+    size: u64,
+    write_timeout: Duration,
+) -> io::Result<()> {
+    let pipe = Pipe::take()?;
+    let mut off = 0u64;
+    while off < size {
+        let queued = fill(&pipe, kind, off, size)?;
+        if queued == 0 {
+            return Err(io::Error::other("vmsplice queued nothing"));
+        }
+        off += queued as u64;
+        // Move them all to the socket (waiting for room as needed) before refilling.
+        let mut left = queued;
+        while left > 0 {
+            let moved = tokio::time::timeout(write_timeout, async {
+                loop {
+                    sock.writable().await?;
+                    match sock.try_io(Interest::WRITABLE, || {
+                        // SAFETY: splice between two descriptors we hold open.
+                        cvt(unsafe {
+                            libc::splice(
+                                pipe.r.as_raw_fd(),
+                                std::ptr::null_mut(),
+                                sock.as_raw_fd(),
+                                std::ptr::null_mut(),
+                                left,
+                                libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+                            )
+                        })
+                    }) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        r => return r,
+                    }
+                }
+            })
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"))??;
+            if moved == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            left -= moved;
+        }
+    }
+    pipe.give_back();
+    Ok(())
+}
