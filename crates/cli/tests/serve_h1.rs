@@ -633,3 +633,40 @@ fn command_line() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already in use"));
 }
+
+/// A restart on the same ports works while connections of the previous run sit in TIME-WAIT
+/// (the server closed them first: `C=1`), as after every benchmark run.
+#[test]
+fn restart_with_connections_in_time_wait() {
+    let first = server();
+    for _ in 0..3 {
+        let r = get(first.clear_port, "GET /?s=1&C=1 HTTP/1.1\r\n\r\n");
+        assert_eq!(r.status, 200);
+    }
+    let port = first.clear_port;
+    drop(first);
+    let out = std::process::Command::new("ss")
+        .args(["-Htan", "state", "time-wait", &format!("sport = :{port}")])
+        .output()
+        .unwrap();
+    assert!(!out.stdout.is_empty(), "no TIME-WAIT left to test with");
+    let mut again = std::process::Command::new(common::bin())
+        .args([
+            "serve",
+            "-t",
+            "1",
+            "--no-quic",
+            "-L",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        common::wait_tcp(port, Duration::from_secs(5)),
+        "restart refused"
+    );
+    assert_eq!(get(port, "GET /?s=2 HTTP/1.1\r\n\r\n").body, b".1");
+    again.kill().unwrap();
+    again.wait().unwrap();
+}

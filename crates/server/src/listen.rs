@@ -96,6 +96,11 @@ fn ensure_free(addr: SocketAddr, ty: Type) -> Result<()> {
     if addr.is_ipv6() {
         probe.set_only_v6(true)?;
     }
+    if ty == Type::STREAM {
+        // Connections left in TIME-WAIT by a previous run must not block a restart; a listener
+        // still does (Linux refuses SO_REUSEADDR binds next to a listening socket).
+        probe.set_reuse_address(true)?;
+    }
     match probe.bind(&SockAddr::from(addr)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {

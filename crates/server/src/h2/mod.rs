@@ -2,9 +2,11 @@
 //! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
 //! static slices sent as flow control allows, so any size streams in constant memory.
 
+mod coalesce;
 mod stream;
 pub mod upgrade;
 
+use futures::FutureExt;
 use http::HeaderValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -66,18 +68,25 @@ where
         .max_local_error_reset_streams(Some(256))
         .max_concurrent_reset_streams(64)
         .max_send_buffer_size(256 << 10);
-    let mut conn =
-        tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await??;
+    let mut conn = tokio::time::timeout(
+        cfg.timeout,
+        builder.handshake::<_, bytes::Bytes>(coalesce::Coalesce::new(io)),
+    )
+    .await??;
     let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
     let active = Arc::new(AtomicUsize::new(0));
     let spawn = |(req, respond)| {
-        let (cfg, active, alt_svc) = (cfg.clone(), active.clone(), alt_svc.clone());
+        let Some(exchange) = stream::Exchange::new(req, respond, alt_svc.clone()).try_now() else {
+            return;
+        };
+        let (cfg, active) = (cfg.clone(), active.clone());
         active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            stream::serve(req, respond, &cfg, alt_svc).await;
+            exchange.run(&cfg).await;
             active.fetch_sub(1, Ordering::Relaxed);
         });
     };
+    let mut batch = Vec::new();
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
     loop {
@@ -92,9 +101,24 @@ where
             () = &mut stop => break,
         };
         match next {
-            Some(Ok(stream)) => spawn(stream),
+            Some(Ok(stream)) => batch.push(stream),
             Some(Err(e)) => return Err(e.into()),
             None => return Ok(()),
+        }
+        // Take every request already received before answering any: each accept flushes what
+        // is queued, so answering between accepts would cost one write per response.
+        let end = loop {
+            match conn.accept().now_or_never() {
+                Some(Some(Ok(stream))) => batch.push(stream),
+                None => break None,
+                Some(other) => break Some(other),
+            }
+        };
+        batch.drain(..).for_each(&spawn);
+        match end {
+            Some(Some(Err(e))) => return Err(e.into()),
+            Some(None) => return Ok(()),
+            _ => {}
         }
     }
     conn.graceful_shutdown();
