@@ -381,3 +381,58 @@ async fn sigterm_drains_connections_with_goaway() {
         "exited before the stream finished"
     );
 }
+
+/// A client that opens huge responses and never reads: the server waits on the full socket
+/// (no spinning: write coalescing defers flushes, it must not keep waking itself) and its
+/// memory stays flat.
+#[test]
+fn stalled_reader_costs_no_cpu() {
+    use std::io::Write;
+    let s = server();
+    let frame = |t: u8, f: u8, sid: u32, payload: &[u8]| {
+        let mut v = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        v.extend_from_slice(&[t, f]);
+        v.extend_from_slice(&sid.to_be_bytes());
+        v.extend_from_slice(payload);
+        v
+    };
+    let lit = |n: &[u8], v: &[u8]| [&[0, n.len() as u8][..], n, &[v.len() as u8], v].concat();
+    let mut c = std::net::TcpStream::connect(s.clear_addr()).unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // Maximal stream and connection windows: only the socket can hold the server back.
+    out.extend(frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    out.extend(frame(8, 0, 0, &(0x7fff_ffffu32 - 65535).to_be_bytes()));
+    for sid in (1..40).step_by(2) {
+        let block = [
+            lit(b":method", b"GET"),
+            lit(b":scheme", b"http"),
+            lit(b":path", b"/?s=1g"),
+            lit(b":authority", b"x"),
+        ]
+        .concat();
+        out.extend(frame(1, 5, sid, &block));
+    }
+    c.write_all(&out).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let stat = || {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", s.child.id())).unwrap();
+        let f: Vec<u64> = s
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        f[0] + f[1]
+    };
+    let before = stat();
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks = stat() - before;
+    assert!(
+        ticks < 20,
+        "{ticks} CPU ticks in 2 s while the client read nothing"
+    );
+    drop(c);
+}

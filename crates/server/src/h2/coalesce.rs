@@ -22,6 +22,11 @@ pub struct Coalesce<IO> {
     sent: usize,
     /// A flush was deferred: write `buf` and flush `io` at the next poll.
     deferred: bool,
+    /// We woke our own task for that and it has not read since.
+    woken: bool,
+    /// The last attempt found the socket full: its readiness will wake the task, so flushes
+    /// must not wake it again (that would spin).
+    blocked: bool,
 }
 
 impl<IO> Coalesce<IO> {
@@ -31,6 +36,8 @@ impl<IO> Coalesce<IO> {
             buf: Vec::new(),
             sent: 0,
             deferred: false,
+            woken: false,
+            blocked: false,
         }
     }
 }
@@ -53,8 +60,12 @@ impl<IO: AsyncWrite + Unpin> Coalesce<IO> {
     /// Carry out a deferred flush.
     fn poll_deferred(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.deferred {
-            ready!(self.poll_drain(cx))?;
-            ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+            let r = match self.poll_drain(cx) {
+                Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_flush(cx),
+                other => other,
+            };
+            self.blocked = r.is_pending();
+            ready!(r)?;
             self.deferred = false;
         }
         Poll::Ready(Ok(()))
@@ -69,6 +80,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Coalesce<IO> {
     ) -> Poll<io::Result<()>> {
         // Pending here means the socket is full: the waker is registered for it, and the read
         // may go on meanwhile.
+        self.woken = false;
         if let Poll::Ready(Err(e)) = self.poll_deferred(cx) {
             return Poll::Ready(Err(e));
         }
@@ -112,14 +124,16 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Coalesce<IO> {
         if self.buf.is_empty() {
             return Pin::new(&mut self.io).poll_flush(cx);
         }
-        if self.buf.len() >= LIMIT {
-            self.deferred = true;
+        self.deferred = true;
+        if self.blocked || self.buf.len() >= LIMIT {
             return self.poll_deferred(cx);
         }
         // Defer: more frames may follow in this same turn of the connection. The wake makes
         // sure the connection is polled (and reads, and so flushes) once more before it sleeps.
-        self.deferred = true;
-        cx.waker().wake_by_ref();
+        if !self.woken {
+            self.woken = true;
+            cx.waker().wake_by_ref();
+        }
         Poll::Ready(Ok(()))
     }
 
