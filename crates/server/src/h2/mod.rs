@@ -75,7 +75,8 @@ where
     .await??;
     let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
     let active = Arc::new(AtomicUsize::new(0));
-    let spawn = |(req, respond)| {
+    let dispatch = |(req, respond)| {
+        // Answered at once when it can be, else on a task of its own.
         let Some(exchange) = stream::Exchange::new(req, respond, alt_svc.clone()).try_now() else {
             return;
         };
@@ -114,7 +115,7 @@ where
                 Some(other) => break Some(other),
             }
         };
-        batch.drain(..).for_each(&spawn);
+        batch.drain(..).for_each(&dispatch);
         match end {
             Some(Some(Err(e))) => return Err(e.into()),
             Some(None) => return Ok(()),
@@ -125,7 +126,7 @@ where
     // Streams the client opened before it saw the GOAWAY are still served.
     let _ = tokio::time::timeout(cfg.timeout, async {
         while let Some(Ok(stream)) = conn.accept().await {
-            spawn(stream);
+            dispatch(stream);
         }
     })
     .await;
