@@ -111,3 +111,22 @@ fn aioquic_client_sees_the_vocabulary() {
         .unwrap()
         .starts_with("loadterm "));
 }
+
+/// QPACK field sections above `--h3-max-header-list` get 431; the connection goes on serving.
+#[test]
+fn oversized_field_section_gets_431() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["-t", "1", "--h3-max-header-list", "16384"]);
+    let headers = |n: usize| {
+        let h: Vec<String> = (0..10)
+            .map(|i| format!(r#"["x-h{i}", "{}"]"#, "a".repeat(n)))
+            .collect();
+        format!(r#"{{"path": "/?s=1", "headers": [{}]}}"#, h.join(", "))
+    };
+    let (big, small) = (headers(3000), headers(1000));
+    let r = h3get(s.tls_port, &[&big, &small, r#"{"path": "/?s=2"}"#]);
+    let status: Vec<u64> = r.iter().map(|v| v["status"].as_u64().unwrap()).collect();
+    assert_eq!(status, [431, 200, 200]);
+}
