@@ -149,6 +149,42 @@ fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
     })
 }
 
+/// Open loop when a rate is given: one send per connection every `1 / rate_per_conn` seconds.
+fn pace(rate_per_conn: Option<f64>, connections: usize) -> Pace {
+    match rate_per_conn {
+        Some(r) => Pace::Open {
+            interval: Duration::from_secs_f64(1.0 / r),
+            connections: connections as u64,
+        },
+        None => Pace::Closed,
+    }
+}
+
+/// Each worker's connection slots (round-robin) and share of `-n` (in proportion to its
+/// connections; the last worker takes the rounding remainder).
+fn assign(
+    connections: usize,
+    threads: usize,
+    requests: Option<u64>,
+) -> Vec<(Vec<u64>, Option<u64>)> {
+    let conns = |i: usize| -> Vec<u64> {
+        (0..connections as u64)
+            .filter(|c| *c as usize % threads == i)
+            .collect()
+    };
+    let share = |i: usize| requests.map(|n| n * conns(i).len() as u64 / connections as u64);
+    (0..threads)
+        .map(|i| {
+            let share = if i == threads - 1 {
+                requests.map(|n| n - (0..i).filter_map(share).sum::<u64>())
+            } else {
+                share(i)
+            };
+            (conns(i), share)
+        })
+        .collect()
+}
+
 fn usage_error(msg: impl std::fmt::Display) -> ! {
     eprintln!("error: {msg}\n\nFor more information, try 'loadterm load --help'.");
     std::process::exit(2);
@@ -209,20 +245,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         (None, Some(_)) => None,
     };
     let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
-    let pace = match rate_per_conn {
-        // On HTTP/2 and 3 each stream is a slot with its own share of the connection's rate.
-        Some(r) => {
-            let slots = if matches!(setup.proto, Proto::H1) {
-                1.0
-            } else {
-                a.streams as f64
-            };
-            Pace::Open {
-                interval: Duration::from_secs_f64(slots / r),
-            }
-        }
-        None => Pace::Closed,
-    };
+    let pace = pace(rate_per_conn, a.connections);
     let interactive = !a.quiet && std::io::stderr().is_terminal();
     let progress = interactive.then(|| Arc::new(Progress::default()));
     let t0 = Instant::now() + Duration::from_millis(20);
@@ -234,25 +257,10 @@ pub fn run(a: LoadArgs) -> Result<()> {
     let from = t0 + warm;
     let until = a.duration.map(|d| from + d);
     let mut handles = Vec::new();
-    for i in 0..threads {
-        let conns: Vec<u64> = (0..a.connections as u64)
-            .filter(|c| *c as usize % threads == i)
-            .collect();
-        let share = requests.map(|n| {
-            // Split -n in proportion to the connections each worker runs.
-            let base = n * conns.len() as u64 / a.connections as u64;
-            let before: u64 = (0..i)
-                .map(|j| {
-                    n * (0..a.connections).filter(|c| c % threads == j).count() as u64
-                        / a.connections as u64
-                })
-                .sum();
-            if i == threads - 1 {
-                n - before
-            } else {
-                base
-            }
-        });
+    for (i, (conns, share)) in assign(a.connections, threads, requests)
+        .into_iter()
+        .enumerate()
+    {
         let (setup, progress, hdr) = (setup.clone(), progress.clone(), a.hdr_log.is_some());
         let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
         handles.push(
@@ -416,5 +424,77 @@ mod tests {
         assert_eq!(parse_cpus("1").unwrap(), vec![1]);
         assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
         assert!(parse_cpus("3-1").is_err() && parse_cpus("x").is_err() && parse_cpus("").is_err());
+    }
+
+    #[test]
+    fn requests_split_across_workers() {
+        // -n 10 -c 3 -t 2: worker 0 runs connections 0 and 2 (2/3 of 10, rounded down), worker
+        // 1 connection 1 and the remainder.
+        assert_eq!(
+            assign(3, 2, Some(10)),
+            [(vec![0, 2], Some(6)), (vec![1], Some(4))]
+        );
+        // -n 1 -c 4 -t 4: only the last worker gets the one request.
+        let shares: Vec<_> = assign(4, 4, Some(1)).into_iter().map(|(_, n)| n).collect();
+        assert_eq!(shares, [Some(0), Some(0), Some(0), Some(1)]);
+        // -D: no count, every connection still placed exactly once.
+        let plan = assign(7, 3, None);
+        assert!(plan.iter().all(|(_, n)| n.is_none()));
+        let mut conns: Vec<u64> = plan.into_iter().flat_map(|(c, _)| c).collect();
+        conns.sort_unstable();
+        assert_eq!(conns, (0..7).collect::<Vec<_>>());
+        for (n, c, t) in [(1001, 7, 3), (5, 50, 2), (100_000, 50, 1), (999_999, 13, 5)] {
+            let plan = assign(c, t, Some(n));
+            assert_eq!(
+                plan.iter().filter_map(|(_, n)| *n).sum::<u64>(),
+                n,
+                "{n} {c} {t}"
+            );
+        }
+    }
+
+    #[test]
+    fn rate_to_pace() {
+        assert!(matches!(pace(None, 4), Pace::Closed));
+        let Pace::Open {
+            interval,
+            connections,
+        } = pace(Some(250.0), 4)
+        else {
+            panic!("open loop expected");
+        };
+        assert_eq!((interval, connections), (Duration::from_millis(4), 4));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn args(argv: &[&str]) -> Result<LoadArgs, clap::Error> {
+        use clap::Parser;
+        Cmd::try_parse_from(std::iter::once("load").chain(argv.iter().copied())).map(|c| c.load)
+    }
+
+    #[test]
+    fn protocol_options() {
+        let p = |argv: &[&str]| proto(&args(argv).unwrap());
+        assert_eq!(p(&["u"]).unwrap(), None);
+        assert_eq!(p(&["--h2c", "u"]).unwrap(), Some(Proto::H2c));
+        assert_eq!(p(&["--alpn-list", "h3,h2", "u"]).unwrap(), Some(Proto::H3));
+        assert_eq!(
+            p(&["--alpn-list", " http/1.1", "u"]).unwrap(),
+            Some(Proto::H1)
+        );
+        assert!(p(&["--alpn-list", "spdy/3", "u"]).is_err());
+        assert!(args(&["--h1", "--h2", "u"]).is_err());
+        assert!(args(&["--rate", "5", "--rate-per-conn", "1", "u"]).is_err());
+        let a = args(&["-n", "7", "-c", "3", "-m", "2", "-D", "2s", "u1", "u2"]).unwrap();
+        assert_eq!(
+            (a.requests, a.connections, a.streams, a.duration),
+            (Some(7), 3, 2, Some(Duration::from_secs(2)))
+        );
+        assert_eq!(a.urls, ["u1", "u2"]);
     }
 }

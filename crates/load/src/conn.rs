@@ -3,7 +3,7 @@
 use crate::h1parse::{Event, Parser};
 use crate::record::{ErrorKind, Sample};
 use crate::setup::Proto;
-use crate::worker::{Schedule, WorkerRef};
+use crate::worker::{Schedule, Schedules, WorkerRef};
 use bytes::{Buf, Bytes};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -20,10 +20,11 @@ enum End {
 /// Run one connection slot until the worker runs out of work, reconnecting as needed.
 pub async fn run(w: WorkerRef, slot: u64) {
     let mut failures = 0u32;
+    let mut scheds = Schedules::new(&w, slot);
     while w.more() {
         let end = match w.setup.proto {
-            Proto::H3 => h3_connection(&w, slot).await,
-            _ => tcp_connection(&w, slot).await,
+            Proto::H3 => h3_connection(&w, &mut scheds.streams).await,
+            _ => tcp_connection(&w, &mut scheds).await,
         };
         match end {
             Ok(End::Finished) => return,
@@ -40,7 +41,7 @@ pub async fn run(w: WorkerRef, slot: u64) {
     }
 }
 
-async fn tcp_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
+async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, ErrorKind> {
     let setup = &w.setup;
     let tcp = tokio::time::timeout(setup.timeout, tokio::net::TcpStream::connect(setup.addr))
         .await
@@ -48,8 +49,8 @@ async fn tcp_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
         .map_err(|_| ErrorKind::Connect)?;
     let _ = tcp.set_nodelay(true);
     match &setup.tls_config {
-        None if setup.proto == Proto::H2c => Ok(h2_connection(w, tcp, slot).await),
-        None => Ok(h1_connection(w, tcp, slot).await),
+        None if setup.proto == Proto::H2c => Ok(h2_connection(w, tcp, &mut scheds.streams).await),
+        None => Ok(h1_connection(w, tcp, &mut scheds.h1).await),
         Some(cfg) => {
             let connector = tokio_rustls::TlsConnector::from(cfg.clone());
             let tls = tokio::time::timeout(
@@ -60,11 +61,11 @@ async fn tcp_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
             .map_err(|_| ErrorKind::Tls)?
             .map_err(|_| ErrorKind::Tls)?;
             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Ok(h2_connection(w, tls, slot).await)
+                Ok(h2_connection(w, tls, &mut scheds.streams).await)
             } else if setup.proto == Proto::H2 {
                 Err(ErrorKind::Tls)
             } else {
-                Ok(h1_connection(w, tls, slot).await)
+                Ok(h1_connection(w, tls, &mut scheds.h1).await)
             }
         }
     }
@@ -80,10 +81,9 @@ struct InFlight {
 async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
     w: &WorkerRef,
     mut io: IO,
-    slot: u64,
+    sched: &mut Schedule,
 ) -> End {
     let setup = w.setup.clone();
-    let mut sched = Schedule::new(w, slot);
     let mut parser = Parser::default();
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
     let mut out = Vec::with_capacity(4096);
@@ -233,7 +233,7 @@ fn header_bytes(h: &http::HeaderMap) -> u64 {
 }
 
 /// HTTP/2: `streams` concurrent request loops on one connection.
-async fn h2_connection<IO>(w: &WorkerRef, io: IO, slot: u64) -> End
+async fn h2_connection<IO>(w: &WorkerRef, io: IO, scheds: &mut [Schedule]) -> End
 where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -250,8 +250,9 @@ where
     let driver = tokio::task::spawn_local(async move {
         let _ = conn.await;
     });
-    let loops =
-        (0..setup.streams as u64).map(|s| h2_stream_loop(w, client.clone(), slot * 1000 + s));
+    let loops = scheds
+        .iter_mut()
+        .map(|sched| h2_stream_loop(w, client.clone(), sched));
     let ends = futures::future::join_all(loops).await;
     driver.abort();
     if ends.iter().all(|e| matches!(e, End::Finished)) {
@@ -264,10 +265,9 @@ where
 async fn h2_stream_loop(
     w: &WorkerRef,
     mut client: h2::client::SendRequest<Bytes>,
-    slot: u64,
+    sched: &mut Schedule,
 ) -> End {
     let setup = w.setup.clone();
-    let mut sched = Schedule::new(w, slot);
     loop {
         let intended = sched.wait().await;
         let Some(i) = w.take() else {
@@ -336,7 +336,7 @@ async fn h2_stream_loop(
 }
 
 /// HTTP/3 over QUIC: one connection, `streams` concurrent request loops.
-async fn h3_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
+async fn h3_connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
     let setup = w.setup.clone();
     let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
     let config = setup
@@ -363,7 +363,9 @@ async fn h3_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
     let drive = tokio::task::spawn_local(async move {
         let _ = futures::future::poll_fn(|cx| driver.poll_close(cx)).await;
     });
-    let loops = (0..setup.streams as u64).map(|s| h3_stream_loop(w, send.clone(), slot * 1000 + s));
+    let loops = scheds
+        .iter_mut()
+        .map(|sched| h3_stream_loop(w, send.clone(), sched));
     let ends = futures::future::join_all(loops).await;
     drop(send);
     conn.close(0u32.into(), b"done");
@@ -378,10 +380,9 @@ async fn h3_connection(w: &WorkerRef, slot: u64) -> Result<End, ErrorKind> {
 async fn h3_stream_loop(
     w: &WorkerRef,
     mut send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
-    slot: u64,
+    sched: &mut Schedule,
 ) -> End {
     let setup = w.setup.clone();
-    let mut sched = Schedule::new(w, slot);
     loop {
         let intended = sched.wait().await;
         let Some(i) = w.take() else {

@@ -73,8 +73,6 @@ pub struct Recorder {
     pub body_bytes: u64,
     /// Open loop: sends later than 1 ms after their intended time.
     pub late: u64,
-    /// Open loop: intended sends that never happened before the end of the run.
-    pub missed: u64,
     pub first_done: Option<Instant>,
     pub last_done: Option<Instant>,
     /// Per second since t0: (requests completed, errors).
@@ -103,7 +101,6 @@ impl Recorder {
             head_bytes: 0,
             body_bytes: 0,
             late: 0,
-            missed: 0,
             first_done: None,
             last_done: None,
             series: Vec::new(),
@@ -189,7 +186,6 @@ impl Recorder {
         self.head_bytes += o.head_bytes;
         self.body_bytes += o.body_bytes;
         self.late += o.late;
-        self.missed += o.missed;
         self.first_done = match (self.first_done, o.first_done) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -210,10 +206,6 @@ impl Recorder {
                 a.add(b).expect("same bounds");
             }
         }
-    }
-
-    pub fn t0(&self) -> Instant {
-        self.t0
     }
 }
 
@@ -246,5 +238,43 @@ mod tests {
         assert_eq!(a.series, vec![(0, 0), (1, 0), (1, 1)]);
         assert_eq!(a.latency.max() / 1000, 30);
         assert_eq!(a.latency.min() / 1000, 10);
+    }
+
+    #[test]
+    fn late_sends_and_corrected_latency() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let us = |u: u64| t0 + Duration::from_micros(u);
+        let mut r = Recorder::new(t0, ms(100), Some(ms(10_000)), false);
+        r.sent(Some(ms(200)), ms(201)); // 1 ms behind: on time
+        r.sent(Some(ms(200)), us(201_001)); // just over 1 ms: late
+        r.sent(Some(ms(300)), ms(250)); // early (never happens, must not count)
+        r.sent(None, ms(500)); // closed loop: never late
+        r.sent(Some(ms(10)), ms(50)); // during warm-up: not counted at all
+        assert_eq!((r.started, r.late), (4, 1));
+        // Sent 300 ms after its intended time, answered 20 ms later.
+        r.done(&Sample {
+            intended: Some(ms(1000)),
+            sent: ms(1300),
+            first_byte: ms(1310),
+            done: ms(1320),
+            status: 200,
+            head_bytes: 0,
+            body_bytes: 0,
+        });
+        assert_eq!(r.latency.max() / 1000, 20);
+        assert_eq!(r.ttfb.max() / 1000, 10);
+        assert_eq!(r.corrected.max() / 1000, 320);
+        let mut closed = Recorder::new(t0, t0, None, false);
+        closed.done(&Sample {
+            intended: None,
+            sent: ms(1),
+            first_byte: ms(2),
+            done: ms(3),
+            status: 200,
+            head_bytes: 0,
+            body_bytes: 0,
+        });
+        assert!(closed.corrected.is_empty() && closed.latency.len() == 1);
     }
 }

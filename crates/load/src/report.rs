@@ -289,3 +289,105 @@ pub fn write_hdr_log(r: &Recorder, path: &std::path::Path) -> anyhow::Result<()>
     drop(w);
     std::fs::write(path, out).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ErrorKind, Sample};
+    use std::time::{Duration, Instant};
+
+    fn info(rate: Option<f64>) -> RunInfo {
+        RunInfo {
+            protocol: "h1".into(),
+            urls: vec!["http://127.0.0.1/".into()],
+            connections: 2,
+            threads: 1,
+            streams: 1,
+            duration_s: 2.0,
+            rate,
+        }
+    }
+
+    /// 15 requests sent, 6 answered (3 × 200, 304, 404, 500), 2 lost to resets.
+    fn recorder() -> Recorder {
+        let t0 = Instant::now();
+        let mut r = Recorder::new(t0, t0, None, false);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for i in 0..15 {
+            r.sent(Some(at(i * 100)), at(i * 100));
+        }
+        for (i, status) in [200, 200, 200, 304, 404, 500].into_iter().enumerate() {
+            r.done(&Sample {
+                intended: Some(at(i as u64 * 100)),
+                sent: at(i as u64 * 100),
+                first_byte: at(i as u64 * 100 + 5),
+                done: at(i as u64 * 100 + 10),
+                status,
+                head_bytes: 100,
+                body_bytes: 1000,
+            });
+        }
+        r.error(ErrorKind::Reset, at(1500));
+        r.error(ErrorKind::Reset, at(1600));
+        r
+    }
+
+    #[test]
+    fn counts_and_open_loop() {
+        let rep = build(&recorder(), info(Some(10.0)));
+        let q = &rep.requests;
+        assert_eq!(
+            (q.started, q.completed, q.succeeded, q.failed),
+            (15, 6, 4, 4)
+        );
+        assert_eq!((rep.errors.non_2xx, rep.errors.transport.reset), (2, 2));
+        assert_eq!(
+            (rep.rps, rep.bytes.total, rep.bytes_per_s),
+            (3.0, 6600, 3300.0)
+        );
+        // 10 req/s for 2 s: 20 intended, 15 sent, so 5 missed.
+        let ol = rep.open_loop.as_ref().unwrap();
+        assert_eq!((ol.sent, ol.late, ol.missed), (15, 0, 5));
+        assert_eq!(rep.latency_corrected_us.as_ref().unwrap().max / 1000, 10);
+        assert_eq!(rep.timeseries.len(), 2);
+        assert_eq!(
+            (rep.timeseries[1].requests, rep.timeseries[1].errors),
+            (0, 2)
+        );
+        let text = text(&rep);
+        assert!(
+            text.contains("status codes: 3 2xx, 1 3xx, 1 4xx, 1 5xx\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("open loop: 10.0 req/s intended, 15 sent, 0 late (>1ms), 5 missed\n"),
+            "{text}"
+        );
+        assert!(text.contains("  corrected (CO)"), "{text}");
+        // Sending more than the rate asked for is not a negative miss.
+        let rep = build(&recorder(), info(Some(5.0)));
+        assert_eq!(rep.open_loop.unwrap().missed, 0);
+    }
+
+    #[test]
+    fn closed_loop_has_no_open_loop_figures() {
+        let rep = build(&recorder(), info(None));
+        assert!(rep.open_loop.is_none() && rep.latency_corrected_us.is_none());
+        let text = text(&rep);
+        assert!(
+            !text.contains("open loop") && !text.contains("corrected"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(ms(999.0), "999us");
+        assert_eq!(ms(1000.0), "1.00ms");
+        assert_eq!(ms(2_500_000.0), "2.50s");
+        assert_eq!(size(999.0), "999B");
+        assert_eq!(size(1500.0), "1.50KB");
+        assert_eq!(size(2.5e6), "2.50MB");
+        assert_eq!(size(2e9), "2.00GB");
+    }
+}

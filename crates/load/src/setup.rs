@@ -155,17 +155,35 @@ impl Setup {
                     .with_context(|| format!("invalid header value in '{h}'"))?,
             ));
         }
+        // On HTTP/2 and 3 a Host given with -H becomes :authority, as in h2load: h3 refuses a
+        // host field that contradicts the URL, and an h2 server goes by :authority.
+        let host_header = headers
+            .iter()
+            .find(|(n, _)| n == http::header::HOST)
+            .map(|(_, v)| {
+                v.to_str()
+                    .ok()
+                    .and_then(|v| v.parse::<http::uri::Authority>().ok())
+                    .with_context(|| format!("invalid Host header '{v:?}'"))
+            })
+            .transpose()?;
         let targets = uris
             .iter()
             .map(|u| {
                 let path = u.path_and_query().map_or("/", |p| p.as_str()).to_owned();
                 let h1_request = h1_request(&method, &path, &authority, &headers, o.data.len());
-                Target {
-                    uri: u.clone(),
-                    h1_request,
-                }
+                let uri = match &host_header {
+                    Some(a) => {
+                        let mut parts = u.clone().into_parts();
+                        parts.authority = Some(a.clone());
+                        parts.path_and_query = Some(path.parse()?);
+                        http::Uri::from_parts(parts)?
+                    }
+                    None => u.clone(),
+                };
+                Ok(Target { uri, h1_request })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let alpn: &[&[u8]] = match proto {
             Proto::H1 => &[b"http/1.1"],
             Proto::H2 => &[b"h2"],
@@ -203,7 +221,8 @@ impl Setup {
         let mut req = http::Request::builder()
             .method(self.method.clone())
             .uri(self.target(i).uri.clone());
-        for (n, v) in &self.headers {
+        // Host is in the URI (:authority), see `new`.
+        for (n, v) in self.headers.iter().filter(|(n, _)| n != http::header::HOST) {
             req = req.header(n, v);
         }
         req.body(()).expect("request parts validated at setup")
@@ -247,4 +266,171 @@ fn h1_request(
     }
     r.extend_from_slice(b"\r\n");
     Bytes::from(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only IP literals and --connect-to: no name resolution. (The URLs are leaked so that
+    /// `f` may borrow the caller's locals.)
+    fn setup<'a>(urls: &[&str], f: impl FnOnce(&mut Options<'a>)) -> Result<Setup> {
+        let urls: &'static [String] = Vec::leak(urls.iter().map(|u| u.to_string()).collect());
+        let mut o = Options {
+            urls,
+            proto: None,
+            connect_to: None,
+            sni: None,
+            insecure: true,
+            cacert: None,
+            method: None,
+            headers: &[],
+            data: Bytes::new(),
+            streams: 1,
+            timeout: Duration::from_secs(1),
+        };
+        f(&mut o);
+        Setup::new(&o)
+    }
+
+    fn head(s: &Setup) -> String {
+        String::from_utf8(s.targets[0].h1_request.to_vec()).unwrap()
+    }
+
+    const UA: &str = concat!("User-Agent: loadterm/", env!("CARGO_PKG_VERSION"), "\r\n");
+
+    #[test]
+    fn url_gives_address_host_and_request() {
+        let s = setup(&["http://127.0.0.1:8080/a/b?s=1k"], |_| {}).unwrap();
+        assert_eq!(s.addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(s.proto, Proto::H1);
+        assert_eq!(
+            head(&s),
+            format!("GET /a/b?s=1k HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n{UA}\r\n")
+        );
+        // No path: "/".
+        let s = setup(&["http://127.0.0.1:8080"], |_| {}).unwrap();
+        assert!(head(&s).starts_with("GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"));
+    }
+
+    #[test]
+    fn default_ports_stay_out_of_host() {
+        let s = setup(&["http://127.0.0.1/"], |_| {}).unwrap();
+        assert_eq!(s.addr.port(), 80);
+        assert!(head(&s).contains("\r\nHost: 127.0.0.1\r\n"));
+        let s = setup(&["http://127.0.0.1:80/"], |_| {}).unwrap();
+        assert!(head(&s).contains("\r\nHost: 127.0.0.1\r\n"));
+        let s = setup(&["https://127.0.0.1/"], |_| {}).unwrap();
+        assert_eq!((s.addr.port(), s.proto), (443, Proto::Alpn));
+        assert!(head(&s).contains("\r\nHost: 127.0.0.1\r\n"));
+        // A non-default port is kept, also on the other scheme's default.
+        let s = setup(&["https://127.0.0.1:80/"], |_| {}).unwrap();
+        assert!(head(&s).contains("\r\nHost: 127.0.0.1:80\r\n"));
+    }
+
+    #[test]
+    fn ipv6_literals() {
+        let s = setup(&["https://[::1]:8443/"], |_| {}).unwrap();
+        assert_eq!(s.addr, "[::1]:8443".parse().unwrap());
+        assert!(head(&s).contains("\r\nHost: [::1]:8443\r\n"));
+        assert_eq!(s.server_name, ServerName::try_from("::1").unwrap());
+        let s = setup(&["http://[::1]/"], |_| {}).unwrap();
+        assert_eq!(s.addr, "[::1]:80".parse().unwrap());
+        assert!(head(&s).contains("\r\nHost: [::1]\r\n"));
+    }
+
+    #[test]
+    fn connect_to_and_sni() {
+        // --connect-to changes only where we dial: Host and SNI still come from the URL.
+        let s = setup(&["https://example.com:8443/x"], |o| {
+            o.connect_to = Some("127.0.0.2:9443")
+        })
+        .unwrap();
+        assert_eq!(s.addr, "127.0.0.2:9443".parse().unwrap());
+        assert!(head(&s).contains("\r\nHost: example.com:8443\r\n"));
+        assert_eq!(s.server_name, ServerName::try_from("example.com").unwrap());
+        assert_eq!(s.request(0).uri().authority().unwrap(), "example.com:8443");
+        // --sni changes only the TLS server name.
+        let s = setup(&["https://127.0.0.1:8443/"], |o| o.sni = Some("alt.test")).unwrap();
+        assert_eq!(s.server_name, ServerName::try_from("alt.test").unwrap());
+        assert_eq!(s.addr, "127.0.0.1:8443".parse().unwrap());
+        assert!(head(&s).contains("\r\nHost: 127.0.0.1:8443\r\n"));
+        assert!(setup(&["https://127.0.0.1/"], |o| o.sni = Some("bad name")).is_err());
+    }
+
+    #[test]
+    fn host_header_replaces_the_authority() {
+        let headers = ["host: example.org:1234".to_owned(), "X-A: 1".to_owned()];
+        let s = setup(&["https://127.0.0.1:8443/p?q"], |o| o.headers = &headers).unwrap();
+        // HTTP/1.1: the given Host instead of ours, once.
+        assert_eq!(
+            head(&s),
+            format!("GET /p?q HTTP/1.1\r\n{UA}host: example.org:1234\r\nx-a: 1\r\n\r\n")
+        );
+        // HTTP/2 and 3: as :authority, not as a host field beside it (h3 refuses that).
+        let r = s.request(0);
+        assert_eq!(
+            r.uri().to_string(),
+            "https://example.org:1234/p?q",
+            "{:?}",
+            r.uri()
+        );
+        assert!(r.headers().get(http::header::HOST).is_none());
+        assert_eq!(r.headers()["x-a"], "1");
+        // The TLS server name and the address still come from the URL.
+        assert_eq!(s.server_name, ServerName::try_from("127.0.0.1").unwrap());
+        assert_eq!(s.addr, "127.0.0.1:8443".parse().unwrap());
+        let bad = ["Host: a b".to_owned()];
+        assert!(setup(&["http://127.0.0.1/"], |o| o.headers = &bad).is_err());
+    }
+
+    #[test]
+    fn method_and_body() {
+        let s = setup(&["http://127.0.0.1/"], |o| {
+            o.data = Bytes::from_static(b"hello")
+        })
+        .unwrap();
+        assert_eq!(s.method, http::Method::POST);
+        assert!(head(&s).starts_with("POST / HTTP/1.1\r\n"));
+        assert!(head(&s).ends_with("\r\nContent-Length: 5\r\n\r\n"));
+        let s = setup(&["http://127.0.0.1/"], |o| o.method = Some("HEAD")).unwrap();
+        assert!(s.is_head && head(&s).starts_with("HEAD / HTTP/1.1\r\n"));
+        assert!(!head(&s).contains("Content-Length"));
+        assert!(setup(&["http://127.0.0.1/"], |o| o.method = Some("GE T")).is_err());
+        let bad = ["nocolon".to_owned()];
+        assert!(setup(&["http://127.0.0.1/"], |o| o.headers = &bad).is_err());
+    }
+
+    #[test]
+    fn urls_round_robin() {
+        let s = setup(&["http://127.0.0.1:1/a", "http://127.0.0.1:1/b"], |_| {}).unwrap();
+        let paths: Vec<_> = (0..4)
+            .map(|i| s.request(i).uri().path().to_owned())
+            .collect();
+        assert_eq!(paths, ["/a", "/b", "/a", "/b"]);
+        assert!(String::from_utf8_lossy(&s.target(3).h1_request).starts_with("GET /b "));
+    }
+
+    #[test]
+    fn rejected_urls_and_protocols() {
+        let err = |urls: &[&str], proto| {
+            setup(urls, |o| o.proto = proto)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(&["http://127.0.0.1/", "http://127.0.0.2/"], None).contains("share"));
+        assert!(err(&["http://127.0.0.1/", "https://127.0.0.1/"], None).contains("share"));
+        assert!(err(&["http://127.0.0.1:1/", "http://127.0.0.1:2/"], None).contains("share"));
+        assert!(err(&["ftp://127.0.0.1/"], None).contains("scheme"));
+        assert!(err(&["/just/a/path"], None).contains("scheme"));
+        assert!(err(&["http://127.0.0.1/"], Some(Proto::H2)).contains("https"));
+        assert!(err(&["http://127.0.0.1/"], Some(Proto::H3)).contains("https"));
+        assert!(err(&["https://127.0.0.1/"], Some(Proto::H2c)).contains("http URL"));
+        assert!(err(&[], None).contains("no URL"));
+        let ok = |url, proto| setup(&[url], |o| o.proto = proto).map(|s| s.proto).unwrap();
+        assert_eq!(ok("http://127.0.0.1/", Some(Proto::H2c)), Proto::H2c);
+        assert_eq!(ok("https://127.0.0.1/", Some(Proto::H1)), Proto::H1);
+        assert_eq!(ok("https://127.0.0.1/", Some(Proto::H3)), Proto::H3);
+    }
 }

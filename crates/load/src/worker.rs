@@ -14,8 +14,13 @@ use std::time::{Duration, Instant};
 pub enum Pace {
     /// As fast as responses come back.
     Closed,
-    /// One request every `interval` per slot (connection on HTTP/1.1, stream on HTTP/2 and 3).
-    Open { interval: Duration },
+    /// Each connection sends one request every `interval` (a connection is one slot on
+    /// HTTP/1.1; on HTTP/2 and 3 each of its streams is a slot with an equal share of its rate).
+    /// `connections` is the run's total, for phasing the slots evenly.
+    Open {
+        interval: Duration,
+        connections: u64,
+    },
 }
 
 /// Live counters for the progress line (shared across workers; relaxed atomics).
@@ -77,28 +82,34 @@ impl Worker {
     }
 }
 
-/// Open-loop schedule of one slot: intended send times `start + k * interval`, with a random
-/// phase so that slots do not fire in lockstep.
+/// Open-loop schedule of one slot: intended send times `start + phase + k * interval`. A sender
+/// that falls behind still gets every past time, in order, so each late send is measured from
+/// when it was due.
+#[derive(Debug)]
 pub struct Schedule {
     next: Option<Instant>,
     interval: Duration,
 }
 
 impl Schedule {
-    pub fn new(w: &Worker, slot: u64) -> Schedule {
-        match w.pace {
+    /// Slot `stream` of `streams` on connection `conn` (HTTP/1.1: stream 0 of 1).
+    pub fn new(pace: Pace, start: Instant, conn: u64, stream: u64, streams: u64) -> Schedule {
+        match pace {
             Pace::Closed => Schedule {
                 next: None,
                 interval: Duration::ZERO,
             },
-            Pace::Open { interval } => {
-                // Spread slots evenly over one interval (deterministic, no RNG needed).
-                let phase = interval.mul_f64(
-                    ((slot.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64) / (1u64 << 53) as f64,
-                );
+            Pace::Open {
+                interval,
+                connections,
+            } => {
+                // The run's connections × streams slots are phased evenly over one slot interval,
+                // so that together they send exactly every `interval / connections` instead of
+                // in bursts.
+                let k = stream * connections + conn;
                 Schedule {
-                    next: Some(w.start + phase),
-                    interval,
+                    next: Some(start + interval.mul_f64(k as f64 / connections as f64)),
+                    interval: interval.mul_f64(streams as f64),
                 }
             }
         }
@@ -124,4 +135,189 @@ impl Schedule {
     }
 }
 
+/// The schedules of one connection slot, for whichever protocol it ends up speaking (with ALPN
+/// that is known only after the handshake). They outlive connections: a reopened connection
+/// carries on where the last one stopped instead of replaying the schedule from the start.
+pub struct Schedules {
+    pub h1: Schedule,
+    pub streams: Vec<Schedule>,
+}
+
+impl Schedules {
+    pub fn new(w: &Worker, conn: u64) -> Schedules {
+        let streams = w.setup.streams as u64;
+        Schedules {
+            h1: Schedule::new(w.pace, w.start, conn, 0, 1),
+            streams: (0..streams)
+                .map(|s| Schedule::new(w.pace, w.start, conn, s, streams))
+                .collect(),
+        }
+    }
+}
+
 pub type WorkerRef = Rc<Worker>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::setup::{Options, Setup};
+
+    fn open(rate_per_conn: f64, connections: u64) -> Pace {
+        Pace::Open {
+            interval: Duration::from_secs_f64(1.0 / rate_per_conn),
+            connections,
+        }
+    }
+
+    /// The first `n` intended times of every slot of a run, merged and sorted, as offsets
+    /// from `start` in nanoseconds.
+    fn merged(pace: Pace, connections: u64, streams: u64, n: usize) -> Vec<u128> {
+        let start = Instant::now();
+        let mut all = Vec::new();
+        for c in 0..connections {
+            for s in 0..streams {
+                let mut sched = Schedule::new(pace, start, c, s, streams);
+                all.extend((0..n).map(|_| (sched.advance().unwrap() - start).as_nanos()));
+            }
+        }
+        all.sort_unstable();
+        all
+    }
+
+    /// Durations are whole nanoseconds: 1 µs allows for their rounding, far below any spacing
+    /// tested here.
+    fn close(got: Duration, want_s: f64) -> bool {
+        (got.as_secs_f64() - want_s).abs() < 1e-6
+    }
+
+    fn assert_spacing(times: &[u128], period_s: f64) {
+        assert_eq!(times[0], 0);
+        for (k, t) in times.iter().enumerate() {
+            let want = k as f64 * period_s;
+            let got = Duration::from_nanos(*t as u64);
+            assert!(close(got, want), "send {k} at {got:?}, want {want} s");
+        }
+    }
+
+    #[test]
+    fn rate_across_connections_is_evenly_spaced() {
+        // --rate 1000 -c 4: 250/s per connection, each every 4 ms, phased 1 ms apart.
+        let pace = open(1000.0 / 4.0, 4);
+        assert_spacing(&merged(pace, 4, 1, 50), 0.001);
+        let start = Instant::now();
+        let mut third = Schedule::new(pace, start, 2, 0, 1);
+        let times: Vec<_> = (0..3).map(|_| third.advance().unwrap() - start).collect();
+        assert_eq!(times, [2, 6, 10].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn streams_share_their_connection_rate() {
+        // --rate 600 -c 2 -m 3 on HTTP/2: 300/s per connection, so each of its 3 stream slots
+        // sends every 10 ms, and the 6 slots together every 1/600 s.
+        let pace = open(300.0, 2);
+        let start = Instant::now();
+        let mut slot = Schedule::new(pace, start, 1, 2, 3);
+        let first = slot.advance().unwrap() - start;
+        let second = slot.advance().unwrap() - start;
+        assert!(close(second - first, 0.010), "{:?}", second - first);
+        assert_spacing(&merged(pace, 2, 3, 40), 1.0 / 600.0);
+    }
+
+    #[test]
+    fn rate_per_conn_is_per_connection() {
+        // --rate-per-conn 100 -c 3: each connection every 10 ms, all three every 3.33 ms.
+        let pace = open(100.0, 3);
+        assert_spacing(&merged(pace, 3, 1, 30), 1.0 / 300.0);
+    }
+
+    #[test]
+    fn late_sends_are_kept_not_skipped() {
+        // A sender that fell behind gets every missed time in order (each is then recorded
+        // as late, its latency corrected from that time); peeking does not consume one.
+        let start = Instant::now() - Duration::from_secs(10);
+        let mut s = Schedule::new(open(100.0, 1), start, 0, 0, 1);
+        assert_eq!(s.peek(), Some(start));
+        assert_eq!(s.peek(), Some(start));
+        let times: Vec<_> = (0..4).map(|_| s.advance().unwrap() - start).collect();
+        assert_eq!(times, [0, 10, 20, 30].map(Duration::from_millis));
+        assert_eq!(s.peek(), Some(start + Duration::from_millis(40)));
+    }
+
+    #[test]
+    fn closed_loop_has_no_schedule() {
+        let mut s = Schedule::new(Pace::Closed, Instant::now(), 3, 1, 2);
+        assert_eq!((s.peek(), s.advance()), (None, None));
+    }
+
+    fn worker(
+        streams: usize,
+        pace: Pace,
+        tickets: Option<u64>,
+        deadline: Option<Instant>,
+    ) -> Worker {
+        let setup = Setup::new(&Options {
+            urls: &["http://127.0.0.1:9/".to_owned()],
+            proto: None,
+            connect_to: None,
+            sni: None,
+            insecure: false,
+            cacert: None,
+            method: None,
+            headers: &[],
+            data: bytes::Bytes::new(),
+            streams,
+            timeout: Duration::from_secs(1),
+        })
+        .unwrap();
+        let now = Instant::now();
+        Worker {
+            setup: Arc::new(setup),
+            rec: RefCell::new(Recorder::new(now, now, None, false)),
+            tickets: tickets.map(Cell::new),
+            deadline,
+            pace,
+            start: now,
+            progress: None,
+            endpoint: None,
+            counter: Cell::new(0),
+        }
+    }
+
+    #[test]
+    fn a_connection_that_speaks_http1_gets_the_whole_connection_rate() {
+        // With ALPN the protocol is known only after the handshake: -m 4 must not divide the
+        // rate of a connection that ends up on HTTP/1.1 (it used to send at a quarter of it).
+        let w = worker(4, open(100.0, 1), Some(1), None);
+        let mut s = Schedules::new(&w, 0);
+        let h1: Vec<_> = (0..2).map(|_| s.h1.advance().unwrap()).collect();
+        assert_eq!(h1[1] - h1[0], Duration::from_millis(10));
+        assert_eq!(s.streams.len(), 4);
+        let h2: Vec<_> = (0..2).map(|_| s.streams[3].advance().unwrap()).collect();
+        assert_eq!(h2[1] - h2[0], Duration::from_millis(40));
+        assert_eq!(h2[0] - w.start, Duration::from_millis(30));
+    }
+
+    #[test]
+    fn tickets_run_out() {
+        let w = worker(1, Pace::Closed, Some(3), None);
+        assert!(w.more());
+        let taken: Vec<_> = std::iter::from_fn(|| w.take()).collect();
+        assert_eq!(taken, [0, 1, 2]);
+        assert!(!w.more());
+        assert_eq!(w.take(), None);
+    }
+
+    #[test]
+    fn duration_runs_stop_at_the_deadline() {
+        let w = worker(
+            1,
+            Pace::Closed,
+            None,
+            Some(Instant::now() + Duration::from_secs(60)),
+        );
+        assert_eq!((w.take(), w.take()), (Some(0), Some(1)));
+        let w = worker(1, Pace::Closed, None, Some(Instant::now()));
+        assert!(!w.more());
+        assert_eq!(w.take(), None);
+    }
+}
