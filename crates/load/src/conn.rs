@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// How a connection ended.
-enum End {
+pub(crate) enum End {
     /// No more work for it.
     Finished,
     /// Closed by the server or broken: open a new one if work remains.
@@ -49,7 +49,7 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
         .map_err(|_| ErrorKind::Connect)?;
     let _ = tcp.set_nodelay(true);
     match &setup.tls_config {
-        None if setup.proto == Proto::H2c => Ok(h2_connection(w, tcp, &mut scheds.streams).await),
+        None if setup.proto == Proto::H2c => Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await),
         None => Ok(h1_connection(w, tcp, &mut scheds.h1).await),
         Some(cfg) => {
             let connector = tokio_rustls::TlsConnector::from(cfg.clone());
@@ -61,7 +61,7 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
             .map_err(|_| ErrorKind::Tls)?
             .map_err(|_| ErrorKind::Tls)?;
             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Ok(h2_connection(w, tls, &mut scheds.streams).await)
+                Ok(crate::h2::connection(w, tls, &mut scheds.streams).await)
             } else if setup.proto == Proto::H2 {
                 Err(ErrorKind::Tls)
             } else {
@@ -71,10 +71,10 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
     }
 }
 
-struct InFlight {
-    intended: Option<Instant>,
-    sent: Instant,
-    first_byte: Option<Instant>,
+pub(crate) struct InFlight {
+    pub intended: Option<Instant>,
+    pub sent: Instant,
+    pub first_byte: Option<Instant>,
 }
 
 /// HTTP/1.1 with up to `streams` pipelined requests; responses matched in order.
@@ -88,11 +88,6 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
     let mut out = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 64 * 1024];
-    let lose = |inflight: &mut VecDeque<InFlight>, kind| {
-        for _ in inflight.drain(..) {
-            w.error(kind);
-        }
-    };
     loop {
         // Top up the pipeline: closed loop to `streams`, open loop with what is due.
         let now = Instant::now();
@@ -114,7 +109,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 .map(|r| r.is_ok())
                 != Ok(true)
             {
-                lose(&mut inflight, ErrorKind::Reset);
+                lose(w, inflight.drain(..), ErrorKind::Reset);
                 for _ in queued {
                     w.error(ErrorKind::Reset);
                 }
@@ -151,7 +146,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
         };
         let n = match read {
             Err(_) => {
-                lose(&mut inflight, ErrorKind::Timeout);
+                lose(w, inflight.drain(..), ErrorKind::Timeout);
                 return End::Reconnect;
             }
             Ok(Err(_)) | Ok(Ok(0)) => {
@@ -165,7 +160,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
                         Instant::now(),
                     );
                 }
-                lose(&mut inflight, ErrorKind::Reset);
+                lose(w, inflight.drain(..), ErrorKind::Reset);
                 return End::Reconnect;
             }
             Ok(Ok(n)) => n,
@@ -181,7 +176,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
             front.first_byte.get_or_insert(now);
             match parser.feed(rest, setup.is_head) {
                 Err(_) => {
-                    lose(&mut inflight, ErrorKind::Protocol);
+                    lose(w, inflight.drain(..), ErrorKind::Protocol);
                     return End::Reconnect;
                 }
                 Ok(Event::More) => break,
@@ -190,7 +185,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
                     let f = inflight.pop_front().expect("front exists");
                     finish(w, f, done.status, done.head_bytes, done.body_bytes, now);
                     if done.close {
-                        lose(&mut inflight, ErrorKind::Reset);
+                        lose(w, inflight.drain(..), ErrorKind::Reset);
                         return End::Reconnect;
                     }
                 }
@@ -206,7 +201,7 @@ async fn sleep_opt(t: Option<Instant>) {
     }
 }
 
-fn finish(
+pub(crate) fn finish(
     w: &WorkerRef,
     f: InFlight,
     status: u16,
@@ -225,114 +220,18 @@ fn finish(
     });
 }
 
+/// Requests that will get no response, each counted as an error of `kind`.
+pub(crate) fn lose(w: &WorkerRef, lost: impl Iterator<Item = InFlight>, kind: ErrorKind) {
+    for _ in lost {
+        w.error(kind);
+    }
+}
+
 fn header_bytes(h: &http::HeaderMap) -> u64 {
     h.iter()
         .map(|(n, v)| (n.as_str().len() + v.len() + 4) as u64)
         .sum::<u64>()
         + 12
-}
-
-/// HTTP/2: `streams` concurrent request loops on one connection.
-async fn h2_connection<IO>(w: &WorkerRef, io: IO, scheds: &mut [Schedule]) -> End
-where
-    IO: AsyncRead + AsyncWrite + Unpin + 'static,
-{
-    let setup = w.setup.clone();
-    let handshake = h2::client::Builder::new()
-        .initial_window_size(8 << 20)
-        .initial_connection_window_size(32 << 20)
-        .max_frame_size(1 << 20)
-        .handshake::<_, Bytes>(io);
-    let Ok(Ok((client, conn))) = tokio::time::timeout(setup.timeout, handshake).await else {
-        w.error(ErrorKind::Protocol);
-        return End::Reconnect;
-    };
-    let driver = tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
-    let loops = scheds
-        .iter_mut()
-        .map(|sched| h2_stream_loop(w, client.clone(), sched));
-    let ends = futures::future::join_all(loops).await;
-    driver.abort();
-    if ends.iter().all(|e| matches!(e, End::Finished)) {
-        End::Finished
-    } else {
-        End::Reconnect
-    }
-}
-
-async fn h2_stream_loop(
-    w: &WorkerRef,
-    mut client: h2::client::SendRequest<Bytes>,
-    sched: &mut Schedule,
-) -> End {
-    let setup = w.setup.clone();
-    loop {
-        let intended = sched.wait().await;
-        let Some(i) = w.take() else {
-            return End::Finished;
-        };
-        let req = setup.request(i);
-        client = match client.ready().await {
-            Ok(c) => c,
-            Err(_) => {
-                w.error(ErrorKind::Reset);
-                return End::Reconnect;
-            }
-        };
-        let sent = Instant::now();
-        w.rec.borrow_mut().sent(intended, sent);
-        let (resp, mut body_tx) = match client.send_request(req, setup.data.is_empty()) {
-            Ok(x) => x,
-            Err(_) => {
-                w.error(ErrorKind::Reset);
-                return End::Reconnect;
-            }
-        };
-        if !setup.data.is_empty() {
-            let _ = body_tx.send_data(setup.data.clone(), true);
-        }
-        let exchange = async {
-            let resp = resp.await?;
-            let first_byte = Instant::now();
-            let status = resp.status().as_u16();
-            let head = header_bytes(resp.headers());
-            let mut body = resp.into_body();
-            let mut bytes = 0u64;
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk?;
-                bytes += chunk.len() as u64;
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-            Ok::<_, h2::Error>((first_byte, status, head, bytes))
-        };
-        match tokio::time::timeout(setup.timeout, exchange).await {
-            Ok(Ok((first_byte, status, head_bytes, body_bytes))) => w.done(&Sample {
-                intended,
-                sent,
-                first_byte,
-                done: Instant::now(),
-                status,
-                head_bytes,
-                body_bytes,
-            }),
-            Ok(Err(e)) => {
-                w.error(if e.is_io() || e.is_go_away() || e.is_reset() {
-                    ErrorKind::Reset
-                } else {
-                    ErrorKind::Protocol
-                });
-                if e.is_io() || e.is_go_away() {
-                    return End::Reconnect;
-                }
-            }
-            Err(_) => {
-                w.error(ErrorKind::Timeout);
-                return End::Reconnect;
-            }
-        }
-    }
 }
 
 /// HTTP/3 over QUIC: one connection, `streams` concurrent request loops.

@@ -36,6 +36,8 @@ pub struct Target {
     pub uri: http::Uri,
     /// The whole HTTP/1.1 request, prebuilt.
     pub h1_request: Bytes,
+    /// The HTTP/2 request's HPACK header block, prebuilt.
+    pub h2_block: Vec<u8>,
 }
 
 pub struct Setup {
@@ -172,6 +174,14 @@ impl Setup {
             .map(|u| {
                 let path = u.path_and_query().map_or("/", |p| p.as_str()).to_owned();
                 let h1_request = h1_request(&method, &path, &authority, &headers, o.data.len());
+                let h2_block = h2_block(
+                    &method,
+                    tls,
+                    host_header.as_ref().map_or(authority.as_str(), |a| a.as_str()),
+                    &path,
+                    &headers,
+                    o.data.len(),
+                );
                 let uri = match &host_header {
                     Some(a) => {
                         let mut parts = u.clone().into_parts();
@@ -181,7 +191,11 @@ impl Setup {
                     }
                     None => u.clone(),
                 };
-                Ok(Target { uri, h1_request })
+                Ok(Target {
+                    uri,
+                    h1_request,
+                    h2_block,
+                })
             })
             .collect::<Result<_>>()?;
         let alpn: &[&[u8]] = match proto {
@@ -232,6 +246,43 @@ impl Setup {
     pub fn target(&self, i: u64) -> &Target {
         &self.targets[(i % self.targets.len() as u64) as usize]
     }
+}
+
+fn h2_block(
+    method: &http::Method,
+    tls: bool,
+    authority: &str,
+    path: &str,
+    headers: &[(http::HeaderName, http::HeaderValue)],
+    data_len: usize,
+) -> Vec<u8> {
+    use http::header;
+    let ua = format!("loadterm/{}", env!("CARGO_PKG_VERSION"));
+    let len = data_len.to_string();
+    let has = |name: &header::HeaderName| headers.iter().any(|(n, _)| n == name);
+    // Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2); Host is :authority.
+    let skip = [
+        header::HOST,
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::HeaderName::from_static("keep-alive"),
+        header::HeaderName::from_static("proxy-connection"),
+    ];
+    let pseudo = [
+        (":method", method.as_str().as_bytes()),
+        (":scheme", if tls { &b"https"[..] } else { b"http" }),
+        (":authority", authority.as_bytes()),
+        (":path", path.as_bytes()),
+    ];
+    let ua = (!has(&header::USER_AGENT)).then_some(("user-agent", ua.as_bytes()));
+    let cl = (data_len > 0 && !has(&header::CONTENT_LENGTH))
+        .then_some(("content-length", len.as_bytes()));
+    let fields = headers
+        .iter()
+        .filter(|(n, _)| !skip.contains(n))
+        .map(|(n, v)| (n.as_str(), v.as_bytes()));
+    crate::h2::encode_request(pseudo.into_iter().chain(ua).chain(fields).chain(cl))
 }
 
 fn h1_request(

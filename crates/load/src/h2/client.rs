@@ -1,0 +1,607 @@
+//! A sans-I/O HTTP/2 client connection (RFC 9113) for load generation: the driver feeds it bytes
+//! read and takes the bytes to write; it reports per-request outcomes as events. It counts
+//! response bodies without copying them, and sends prebuilt request header blocks.
+
+use super::hpack;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Receive window per stream and per connection, as h2load's defaults (`-w 30 -W 30`): large
+/// enough that window updates are rare.
+pub const WINDOW: u32 = (1 << 30) - 1;
+/// Frame size we accept (the default: we do not raise SETTINGS_MAX_FRAME_SIZE).
+const MAX_FRAME: usize = 16_384;
+/// Cap on one header block (HEADERS + CONTINUATION), against endless CONTINUATION.
+const MAX_BLOCK: usize = 256 * 1024;
+/// Concurrent streams assumed before the server's SETTINGS arrive (RFC 9113 §6.5.2 advises
+/// servers to allow at least 100).
+const ASSUMED_STREAMS: usize = 100;
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PUSH_PROMISE: u8 = 5;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const WINDOW_UPDATE: u8 = 8;
+const CONTINUATION: u8 = 9;
+
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("HTTP/2 protocol error: {0}")]
+pub struct ProtocolError(pub &'static str);
+
+type Result<T> = std::result::Result<T, ProtocolError>;
+
+/// What happened to a request; `slot` is the caller's token given to [`Client::start`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The final response head arrived.
+    Head { slot: usize },
+    /// The response is complete.
+    Done {
+        slot: usize,
+        status: u16,
+        head_bytes: u64,
+        body_bytes: u64,
+    },
+    /// The stream was reset by the server, or left unprocessed by its GOAWAY.
+    Reset { slot: usize },
+}
+
+#[derive(Debug)]
+struct Stream {
+    slot: usize,
+    /// Final status, once the response head is in.
+    status: Option<u16>,
+    head_bytes: u64,
+    body_bytes: u64,
+    /// Request body still to send, from this offset, and the window for it.
+    upload: Option<(Bytes, usize)>,
+    send_window: i64,
+    /// Received DATA not yet returned to the server by WINDOW_UPDATE.
+    unacked: u32,
+}
+
+/// Stream ids are distinct small integers: hashing them is wasted work.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u32 keys")
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = n as u64;
+    }
+}
+
+/// The DATA frame being received, whose payload is counted as it streams by, never buffered.
+#[derive(Debug, Clone, Copy)]
+struct DataFrame {
+    stream: u32,
+    end_stream: bool,
+    /// Padding length byte still to read.
+    need_pad_len: bool,
+    /// Body bytes, then padding bytes, still to come.
+    body: usize,
+    pad: usize,
+}
+
+pub struct Client {
+    out: Vec<u8>,
+    events: Vec<Event>,
+    streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
+    next_id: u32,
+    decoder: hpack::Decoder,
+    /// Server settings.
+    max_streams: usize,
+    send_frame: usize,
+    initial_send_window: i64,
+    conn_send_window: i64,
+    /// Received DATA on the connection not yet acknowledged.
+    conn_unacked: u32,
+    /// Streams with a request body waiting for window.
+    blocked: Vec<u32>,
+    goaway: bool,
+    /// Partial frame (header, or a whole non-DATA frame) carried between reads.
+    partial: Vec<u8>,
+    data: Option<DataFrame>,
+    /// A header block awaiting CONTINUATION: stream, end_stream, fragments so far.
+    block: Option<(u32, bool, Vec<u8>)>,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Client {
+    /// A new connection; its preface and settings are ready in the output.
+    pub fn new() -> Client {
+        let mut c = Client {
+            out: Vec::with_capacity(16 * 1024),
+            events: Vec::new(),
+            streams: HashMap::default(),
+            next_id: 1,
+            decoder: hpack::Decoder::default(),
+            max_streams: ASSUMED_STREAMS,
+            send_frame: MAX_FRAME,
+            initial_send_window: 65_535,
+            conn_send_window: 65_535,
+            conn_unacked: 0,
+            blocked: Vec::new(),
+            goaway: false,
+            partial: Vec::new(),
+            data: None,
+            block: None,
+        };
+        c.out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        frame_head(&mut c.out, 12, SETTINGS, 0, 0);
+        c.out.extend_from_slice(&[0, 2, 0, 0, 0, 0]); // ENABLE_PUSH 0
+        c.out.extend_from_slice(&[0, 4]); // INITIAL_WINDOW_SIZE
+        c.out.extend_from_slice(&WINDOW.to_be_bytes());
+        c.window_update(0, WINDOW - 65_535);
+        c
+    }
+
+    /// Whether a new request may start now.
+    pub fn can_start(&self) -> bool {
+        !self.goaway && self.streams.len() < self.max_streams && self.next_id < 1 << 31
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The server said GOAWAY: no new requests on this connection.
+    pub fn going_away(&self) -> bool {
+        self.goaway
+    }
+
+    /// Start a request with a prebuilt HPACK header block and an optional body.
+    pub fn start(&mut self, block: &[u8], body: &Bytes, slot: usize) {
+        debug_assert!(self.can_start());
+        let id = self.next_id;
+        self.next_id += 2;
+        let (mut kind, mut flags) = (HEADERS, if body.is_empty() { END_STREAM } else { 0 });
+        let mut chunks = block.chunks(self.send_frame).peekable();
+        loop {
+            let chunk = chunks.next().unwrap_or(&[]);
+            let last = chunks.peek().is_none();
+            if last {
+                flags |= END_HEADERS;
+            }
+            frame_head(&mut self.out, chunk.len(), kind, flags, id);
+            self.out.extend_from_slice(chunk);
+            if last {
+                break;
+            }
+            (kind, flags) = (CONTINUATION, 0);
+        }
+        self.streams.insert(
+            id,
+            Stream {
+                slot,
+                status: None,
+                head_bytes: 0,
+                body_bytes: 0,
+                upload: (!body.is_empty()).then(|| (body.clone(), 0)),
+                send_window: self.initial_send_window,
+                unacked: 0,
+            },
+        );
+        if !body.is_empty() {
+            self.send_body(id);
+        }
+    }
+
+    /// Bytes to write: swapped into `buf`, which must be empty.
+    pub fn take_output(&mut self, buf: &mut Vec<u8>) {
+        debug_assert!(buf.is_empty());
+        std::mem::swap(&mut self.out, buf);
+    }
+
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Outcomes since the last call.
+    pub fn events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
+    /// Process bytes read from the server.
+    pub fn feed(&mut self, mut input: &[u8]) -> Result<()> {
+        while !input.is_empty() {
+            if self.data.is_some() {
+                input = self.data_payload(input)?;
+                continue;
+            }
+            // Whole frames (DATA: just its header) straight from the input when they are there.
+            if self.partial.is_empty() && input.len() >= 9 {
+                let n = if input[3] == DATA {
+                    9
+                } else {
+                    9 + frame_len(input)
+                };
+                if input.len() >= n {
+                    let (frame, rest) = input.split_at(n);
+                    input = rest;
+                    self.frame(frame)?;
+                    continue;
+                }
+            }
+            let have = self.partial.len();
+            let need = if have < 9 {
+                9
+            } else {
+                9 + frame_len(&self.partial)
+            };
+            let take = (need - have).min(input.len());
+            self.partial.extend_from_slice(&input[..take]);
+            input = &input[take..];
+            let p = &self.partial;
+            if p.len() == 9 && frame_len(p) > MAX_FRAME {
+                return Err(ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE"));
+            }
+            if p.len() >= 9 && (p[3] == DATA || p.len() == 9 + frame_len(p)) {
+                let frame = std::mem::take(&mut self.partial);
+                self.frame(&frame)?;
+                self.partial = frame;
+                self.partial.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Consume what `input` holds of the current DATA frame's payload.
+    fn data_payload<'a>(&mut self, mut input: &'a [u8]) -> Result<&'a [u8]> {
+        let d = self.data.as_mut().expect("called with a DATA frame");
+        if d.need_pad_len {
+            let Some((&pad, rest)) = input.split_first() else {
+                return Ok(input);
+            };
+            input = rest;
+            d.need_pad_len = false;
+            d.pad = pad as usize;
+            d.body = d
+                .body
+                .checked_sub(d.pad)
+                .ok_or(ProtocolError("padding longer than the frame"))?;
+            if let Some(s) = self.streams.get_mut(&d.stream) {
+                s.body_bytes += d.body as u64;
+            }
+        }
+        let n = d.body.min(input.len());
+        d.body -= n;
+        input = &input[n..];
+        let p = d.pad.min(input.len());
+        d.pad -= p;
+        input = &input[p..];
+        if d.body == 0 && d.pad == 0 && !d.need_pad_len {
+            let d = self.data.take().expect("set");
+            if d.end_stream {
+                self.finish(d.stream);
+            }
+        }
+        Ok(input)
+    }
+
+    /// One frame: its 9-byte header and, except for DATA, its whole payload.
+    fn frame(&mut self, frame: &[u8]) -> Result<()> {
+        let len = frame_len(frame);
+        let (kind, flags) = (frame[3], frame[4]);
+        let id = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
+        if len > MAX_FRAME {
+            return Err(ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE"));
+        }
+        if self.block.is_some() && kind != CONTINUATION {
+            return Err(ProtocolError("header block interrupted"));
+        }
+        let payload = &frame[9.min(frame.len())..];
+        match kind {
+            DATA => self.data_frame(id, flags, len),
+            HEADERS => {
+                let mut p = payload;
+                if flags & PADDED != 0 {
+                    p = unpad(p)?;
+                }
+                if flags & PRIORITY != 0 {
+                    p = p.get(5..).ok_or(ProtocolError("short HEADERS"))?;
+                }
+                if id == 0 {
+                    return Err(ProtocolError("HEADERS on stream 0"));
+                }
+                let end_stream = flags & END_STREAM != 0;
+                if flags & END_HEADERS != 0 {
+                    self.headers(id, end_stream, p)
+                } else {
+                    self.block = Some((id, end_stream, p.to_vec()));
+                    Ok(())
+                }
+            }
+            CONTINUATION => {
+                let Some((sid, end_stream, mut block)) = self.block.take() else {
+                    return Err(ProtocolError("CONTINUATION without HEADERS"));
+                };
+                if sid != id || block.len() + payload.len() > MAX_BLOCK {
+                    return Err(ProtocolError("bad CONTINUATION"));
+                }
+                block.extend_from_slice(payload);
+                if flags & END_HEADERS != 0 {
+                    self.headers(id, end_stream, &block)
+                } else {
+                    self.block = Some((sid, end_stream, block));
+                    Ok(())
+                }
+            }
+            RST_STREAM => {
+                if len != 4 || id == 0 {
+                    return Err(ProtocolError("bad RST_STREAM"));
+                }
+                if let Some(s) = self.streams.remove(&id) {
+                    self.events.push(Event::Reset { slot: s.slot });
+                }
+                Ok(())
+            }
+            SETTINGS => self.settings(id, flags, payload),
+            PUSH_PROMISE => Err(ProtocolError("PUSH_PROMISE with push disabled")),
+            PING => {
+                if len != 8 || id != 0 {
+                    return Err(ProtocolError("bad PING"));
+                }
+                if flags & ACK == 0 {
+                    frame_head(&mut self.out, 8, PING, ACK, 0);
+                    self.out.extend_from_slice(payload);
+                }
+                Ok(())
+            }
+            GOAWAY => {
+                if len < 8 || id != 0 {
+                    return Err(ProtocolError("bad GOAWAY"));
+                }
+                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & 0x7fff_ffff;
+                self.goaway = true;
+                let lost: Vec<u32> = self.streams.keys().copied().filter(|&i| i > last).collect();
+                for i in lost {
+                    let s = self.streams.remove(&i).expect("listed");
+                    self.events.push(Event::Reset { slot: s.slot });
+                }
+                Ok(())
+            }
+            WINDOW_UPDATE => {
+                if len != 4 {
+                    return Err(ProtocolError("bad WINDOW_UPDATE"));
+                }
+                let inc = (u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & 0x7fff_ffff) as i64;
+                if inc == 0 {
+                    return Err(ProtocolError("WINDOW_UPDATE of 0"));
+                }
+                let window = if id == 0 {
+                    &mut self.conn_send_window
+                } else if let Some(s) = self.streams.get_mut(&id) {
+                    &mut s.send_window
+                } else {
+                    return Ok(());
+                };
+                *window += inc;
+                if *window > i32::MAX as i64 {
+                    return Err(ProtocolError("window overflow"));
+                }
+                self.unblock();
+                Ok(())
+            }
+            _ => Ok(()), // Unknown frame types are ignored (RFC 9113 §4.1).
+        }
+    }
+
+    fn data_frame(&mut self, id: u32, flags: u8, len: usize) -> Result<()> {
+        let padded = flags & PADDED != 0;
+        if padded && len == 0 {
+            return Err(ProtocolError("DATA padding without length"));
+        }
+        // Flow control counts the whole payload, padding included.
+        self.conn_unacked += len as u32;
+        if self.conn_unacked >= WINDOW / 2 {
+            let n = std::mem::take(&mut self.conn_unacked);
+            self.window_update(0, n);
+        }
+        let body = len - padded as usize;
+        match self.streams.get_mut(&id) {
+            Some(s) if s.status.is_some() => {
+                s.unacked += len as u32;
+                if s.unacked >= WINDOW / 2 && flags & END_STREAM == 0 {
+                    let n = std::mem::take(&mut s.unacked);
+                    self.window_update(id, n);
+                }
+            }
+            Some(_) => return Err(ProtocolError("DATA before response HEADERS")),
+            // A stream already given up on (reset, or finished early): count nothing.
+            None if id != 0 && id < self.next_id => {}
+            None => return Err(ProtocolError("DATA on an idle stream")),
+        }
+        let d = DataFrame {
+            stream: id,
+            end_stream: flags & END_STREAM != 0 && self.streams.contains_key(&id),
+            need_pad_len: padded,
+            body,
+            pad: 0,
+        };
+        if !padded {
+            // (A padded frame's body is counted once its padding length is read.)
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.body_bytes += body as u64;
+            }
+            if body == 0 {
+                if d.end_stream {
+                    self.finish(id);
+                }
+                return Ok(());
+            }
+        }
+        self.data = Some(d);
+        Ok(())
+    }
+
+    fn headers(&mut self, id: u32, end_stream: bool, block: &[u8]) -> Result<()> {
+        // Decoded even for streams given up on, to keep the HPACK table in step.
+        let head = self
+            .decoder
+            .decode(block)
+            .map_err(|_| ProtocolError("invalid HPACK"))?;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return if id < self.next_id {
+                Ok(())
+            } else {
+                Err(ProtocolError("HEADERS on an idle stream"))
+            };
+        };
+        if s.status.is_some() {
+            // Trailers.
+            s.head_bytes += head.field_bytes;
+            if !end_stream {
+                return Err(ProtocolError("trailers without END_STREAM"));
+            }
+        } else {
+            let status = head.status.ok_or(ProtocolError("response without :status"))?;
+            if (100..200).contains(&status) {
+                // Interim response: the final one follows.
+                return Ok(());
+            }
+            s.status = Some(status);
+            // As HTTP/1.1 would spell the status line, so that head bytes compare.
+            s.head_bytes = head.field_bytes + 12;
+            self.events.push(Event::Head { slot: s.slot });
+        }
+        if end_stream {
+            self.finish(id);
+        }
+        Ok(())
+    }
+
+    fn settings(&mut self, id: u32, flags: u8, payload: &[u8]) -> Result<()> {
+        if id != 0 || payload.len() % 6 != 0 || (flags & ACK != 0 && !payload.is_empty()) {
+            return Err(ProtocolError("bad SETTINGS"));
+        }
+        if flags & ACK != 0 {
+            return Ok(());
+        }
+        for s in payload.chunks(6) {
+            let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+            match u16::from_be_bytes([s[0], s[1]]) {
+                3 => self.max_streams = value as usize,
+                4 => {
+                    if value > i32::MAX as u32 {
+                        return Err(ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE too large"));
+                    }
+                    let delta = value as i64 - self.initial_send_window;
+                    self.initial_send_window = value as i64;
+                    for s in self.streams.values_mut() {
+                        s.send_window += delta;
+                    }
+                }
+                5 => {
+                    if !(16_384..=16_777_215).contains(&value) {
+                        return Err(ProtocolError("bad SETTINGS_MAX_FRAME_SIZE"));
+                    }
+                    self.send_frame = value as usize;
+                }
+                _ => {}
+            }
+        }
+        frame_head(&mut self.out, 0, SETTINGS, ACK, 0);
+        self.unblock();
+        Ok(())
+    }
+
+    /// A response completed: report it, and stop an upload the server no longer wants.
+    fn finish(&mut self, id: u32) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        if s.upload.is_some() {
+            frame_head(&mut self.out, 4, RST_STREAM, 0, id);
+            self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
+        }
+        self.events.push(Event::Done {
+            slot: s.slot,
+            status: s.status.unwrap_or(0),
+            head_bytes: s.head_bytes,
+            body_bytes: s.body_bytes,
+        });
+    }
+
+    fn unblock(&mut self) {
+        for id in std::mem::take(&mut self.blocked) {
+            self.send_body(id);
+        }
+    }
+
+    /// Send what the windows allow of a stream's request body.
+    fn send_body(&mut self, id: u32) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let Some((body, mut off)) = s.upload.take() else {
+            return;
+        };
+        while off < body.len() {
+            let n = (body.len() - off)
+                .min(self.send_frame)
+                .min(self.conn_send_window.max(0) as usize)
+                .min(s.send_window.max(0) as usize);
+            if n == 0 {
+                s.upload = Some((body, off));
+                self.blocked.push(id);
+                return;
+            }
+            let end = off + n == body.len();
+            let flags = if end { END_STREAM } else { 0 };
+            s.send_window -= n as i64;
+            self.conn_send_window -= n as i64;
+            frame_head(&mut self.out, n, DATA, flags, id);
+            self.out.extend_from_slice(&body[off..off + n]);
+            off += n;
+        }
+    }
+
+    fn window_update(&mut self, id: u32, n: u32) {
+        frame_head(&mut self.out, 4, WINDOW_UPDATE, 0, id);
+        self.out.extend_from_slice(&n.to_be_bytes());
+    }
+
+}
+
+fn frame_head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, id: u32) {
+    let l = (len as u32).to_be_bytes();
+    let i = id.to_be_bytes();
+    out.extend_from_slice(&[l[1], l[2], l[3], kind, flags, i[0], i[1], i[2], i[3]]);
+}
+
+fn frame_len(h: &[u8]) -> usize {
+    (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize
+}
+
+/// Strip a padded frame's pad length byte and padding.
+fn unpad(p: &[u8]) -> Result<&[u8]> {
+    let (&pad, rest) = p.split_first().ok_or(ProtocolError("short padded frame"))?;
+    rest.len()
+        .checked_sub(pad as usize)
+        .map(|n| &rest[..n])
+        .ok_or(ProtocolError("padding longer than the frame"))
+}

@@ -1,0 +1,386 @@
+//! HPACK (RFC 7541) for a load generator: requests are encoded once per URL, statelessly;
+//! responses are decoded only as far as a load generator needs (status and sizes), with the
+//! dynamic table kept in step by entry size, so that no header string is stored.
+
+use super::huffman;
+use std::collections::VecDeque;
+
+/// RFC 7541 Appendix A.
+const STATIC: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
+];
+
+/// The dynamic table size we allow the server (SETTINGS_HEADER_TABLE_SIZE default).
+pub const TABLE_SIZE: usize = 4096;
+
+/// Encode a header list as literals without indexing, names from the static table where it has
+/// them: no encoder state, so one block serves every connection and stream.
+pub fn encode<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        if let Some(i) = STATIC
+            .iter()
+            .position(|&(n, v)| n == name && v.as_bytes() == value)
+        {
+            integer(&mut out, 0x80, 7, i + 1);
+            continue;
+        }
+        match STATIC.iter().position(|&(n, _)| n == name) {
+            Some(i) => integer(&mut out, 0x00, 4, i + 1),
+            None => {
+                out.push(0x00);
+                integer(&mut out, 0x00, 7, name.len());
+                out.extend_from_slice(name.as_bytes());
+            }
+        }
+        integer(&mut out, 0x00, 7, value.len());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn integer(out: &mut Vec<u8>, flags: u8, prefix: u32, mut v: usize) {
+    let max = (1usize << prefix) - 1;
+    if v < max {
+        out.push(flags | v as u8);
+        return;
+    }
+    out.push(flags | max as u8);
+    v -= max;
+    while v >= 128 {
+        out.push((v % 128) as u8 | 0x80);
+        v /= 128;
+    }
+    out.push(v as u8);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid HPACK header block")]
+pub struct Invalid;
+
+/// What is kept of a header field: enough to answer later references to it.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    name_len: usize,
+    value_len: usize,
+    /// Name starts with ':'.
+    pseudo: bool,
+    /// Name is `:status`; `status` is its value if that is three digits.
+    is_status: bool,
+    status: Option<u16>,
+}
+
+impl Entry {
+    fn size(&self) -> usize {
+        self.name_len + self.value_len + 32
+    }
+}
+
+/// A decoded response header block, as far as it matters here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Head {
+    pub status: Option<u16>,
+    /// Regular (non-pseudo) fields, counted as `name: value\r\n`.
+    pub field_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct Decoder {
+    table: VecDeque<Entry>,
+    size: usize,
+    max: usize,
+    scratch: Vec<u8>,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder {
+            table: VecDeque::new(),
+            size: 0,
+            max: TABLE_SIZE,
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl Decoder {
+    pub fn decode(&mut self, mut block: &[u8]) -> Result<Head, Invalid> {
+        let mut head = Head::default();
+        let mut fields = 0;
+        while let Some(&first) = block.first() {
+            let entry = if first & 0x80 != 0 {
+                let (i, n) = int(block, 7)?;
+                block = &block[n..];
+                self.get(i)?
+            } else if first & 0xe0 == 0x20 {
+                // Dynamic table size update: only before the first field.
+                let (max, n) = int(block, 5)?;
+                block = &block[n..];
+                if fields > 0 || max > TABLE_SIZE {
+                    return Err(Invalid);
+                }
+                self.max = max;
+                self.evict(0);
+                continue;
+            } else {
+                let (index, prefix) = match first & 0xc0 {
+                    0x40 => (true, 6),
+                    _ => (false, 4),
+                };
+                let (i, n) = int(block, prefix)?;
+                block = &block[n..];
+                let mut e = if i == 0 {
+                    let n = self.string(&mut block)?;
+                    let name = &self.scratch[..n];
+                    Entry {
+                        name_len: n,
+                        value_len: 0,
+                        pseudo: name.first() == Some(&b':'),
+                        is_status: name == b":status",
+                        status: None,
+                    }
+                } else {
+                    self.get(i)?
+                };
+                e.value_len = self.string(&mut block)?;
+                e.status = e.is_status.then(|| status(&self.scratch)).flatten();
+                if index {
+                    self.insert(e);
+                }
+                e
+            };
+            fields += 1;
+            if entry.is_status {
+                head.status = entry.status;
+            }
+            if !entry.pseudo {
+                head.field_bytes += (entry.name_len + entry.value_len + 4) as u64;
+            }
+        }
+        Ok(head)
+    }
+
+    fn get(&self, i: usize) -> Result<Entry, Invalid> {
+        if i == 0 {
+            return Err(Invalid);
+        }
+        if let Some(&(name, value)) = STATIC.get(i - 1) {
+            return Ok(Entry {
+                name_len: name.len(),
+                value_len: value.len(),
+                pseudo: name.starts_with(':'),
+                is_status: name == ":status",
+                status: status(value.as_bytes()),
+            });
+        }
+        self.table.get(i - 1 - STATIC.len()).copied().ok_or(Invalid)
+    }
+
+    fn insert(&mut self, e: Entry) {
+        // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
+        self.evict(e.size());
+        if e.size() <= self.max {
+            self.size += e.size();
+            self.table.push_front(e);
+        }
+    }
+
+    /// Evict until `room` more bytes fit.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.max {
+            match self.table.pop_back() {
+                Some(e) => self.size -= e.size(),
+                None => break,
+            }
+        }
+    }
+
+    /// Decode a string literal into `scratch`; returns its decoded length.
+    fn string(&mut self, block: &mut &[u8]) -> Result<usize, Invalid> {
+        let huff = block.first().ok_or(Invalid)? & 0x80 != 0;
+        let (len, n) = int(block, 7)?;
+        let raw = block.get(n..n + len).ok_or(Invalid)?;
+        *block = &block[n + len..];
+        if huff {
+            huffman::decode(raw, &mut self.scratch).map_err(|_| Invalid)?;
+        } else {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(raw);
+        }
+        Ok(self.scratch.len())
+    }
+}
+
+fn status(v: &[u8]) -> Option<u16> {
+    match v {
+        [a, b, c] if v.iter().all(u8::is_ascii_digit) => {
+            Some((*a - b'0') as u16 * 100 + (*b - b'0') as u16 * 10 + (*c - b'0') as u16)
+        }
+        _ => None,
+    }
+}
+
+/// A prefixed integer (RFC 7541 §5.1): its value and the bytes it took.
+fn int(buf: &[u8], prefix: u32) -> Result<(usize, usize), Invalid> {
+    let max = (1usize << prefix) - 1;
+    let mut v = (*buf.first().ok_or(Invalid)? as usize) & max;
+    if v < max {
+        return Ok((v, 1));
+    }
+    for (k, &b) in buf[1..].iter().enumerate().take(4) {
+        v += ((b & 0x7f) as usize) << (7 * k);
+        if b & 0x80 == 0 {
+            return Ok((v, k + 2));
+        }
+    }
+    Err(Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn integers_round_trip() {
+        for v in [0, 1, 14, 15, 16, 127, 128, 1337, 1 << 20] {
+            let mut out = Vec::new();
+            integer(&mut out, 0, 4, v);
+            assert_eq!(int(&out, 4).unwrap(), (v, out.len()), "{v}");
+        }
+        // RFC 7541 C.1.2: 1337 with a 5-bit prefix.
+        let mut out = Vec::new();
+        integer(&mut out, 0, 5, 1337);
+        assert_eq!(out, [31, 154, 10]);
+        assert!(int(&[0x1f, 0xff, 0xff, 0xff, 0xff, 0xff], 5).is_err());
+    }
+
+    #[test]
+    fn rfc7541_response_examples_keep_the_table_in_step() {
+        // Appendix C.6: three responses with Huffman coding and a 256-byte table, where the
+        // third refers back to fields the first two inserted and evicted.
+        let mut d = Decoder::default();
+        d.decode(&hex("3fe1 01")).unwrap(); // size update to 256 (C.5 uses a 256-byte table)
+        let r1 = d
+            .decode(&hex(
+                "4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
+                 2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
+            ))
+            .unwrap();
+        assert_eq!(r1.status, Some(302));
+        // cache-control: private, date: Mon, 21 Oct 2013 20:13:21 GMT,
+        // location: https://www.example.com
+        assert_eq!(r1.field_bytes, (13 + 7 + 4) + (4 + 29 + 4) + (8 + 23 + 4));
+        assert_eq!(d.size, 222);
+        let r2 = d.decode(&hex("4883 640e ff c1 c0 bf")).unwrap();
+        assert_eq!(r2.status, Some(307));
+        assert_eq!(d.size, 222);
+        let r3 = d
+            .decode(&hex(
+                "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
+                 77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
+                 9587 3160 65c0 03ed 4ee5 b106 3d50 07",
+            ))
+            .unwrap();
+        assert_eq!(r3.status, Some(200));
+        assert_eq!(d.size, 215);
+        assert_eq!(d.table.len(), 3);
+    }
+
+    #[test]
+    fn request_blocks_decode_back() {
+        let block = encode([
+            (":method", &b"GET"[..]),
+            (":path", b"/?s=1k"),
+            ("user-agent", b"loadterm"),
+            ("x-custom", b"v"),
+        ]);
+        assert_eq!(block[0], 0x82); // :method GET, fully indexed
+        let head = Decoder::default().decode(&block).unwrap();
+        assert_eq!(head.field_bytes, (10 + 8 + 4) + (8 + 1 + 4));
+        assert_eq!(head.status, None);
+    }
+
+    #[test]
+    fn malformed_blocks_are_errors_not_panics() {
+        let mut d = Decoder::default();
+        for bad in [
+            &[0x80][..],              // index 0
+            &[0xbf, 0x10],            // index beyond both tables
+            &[0x00, 0x05, b'a'],      // name shorter than its length
+            &[0x40, 0x81],            // Huffman name, no bytes
+            &[0x82, 0x20],            // size update after a field
+            &[0x3f, 0xe2, 0x1f],      // size update above what we allow
+            &[0x00, 0x81, 0x00, 0x00], // Huffman with zero padding
+        ] {
+            assert_eq!(d.decode(bad), Err(Invalid), "{bad:02x?}");
+        }
+    }
+}
