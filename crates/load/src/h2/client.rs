@@ -495,7 +495,7 @@ impl Client {
     }
 
     fn settings(&mut self, id: u32, flags: u8, payload: &[u8]) -> Result<()> {
-        if id != 0 || payload.len() % 6 != 0 || (flags & ACK != 0 && !payload.is_empty()) {
+        if id != 0 || !payload.len().is_multiple_of(6) || (flags & ACK != 0 && !payload.is_empty()) {
             return Err(ProtocolError("bad SETTINGS"));
         }
         if flags & ACK != 0 {
@@ -604,4 +604,291 @@ fn unpad(p: &[u8]) -> Result<&[u8]> {
         .checked_sub(pad as usize)
         .map(|n| &rest[..n])
         .ok_or(ProtocolError("padding longer than the frame"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// A frame as the server would send it.
+    fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = Vec::new();
+        frame_head(&mut f, payload.len(), kind, flags, id);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// The client's output, split into (kind, flags, stream, payload) frames.
+    fn sent(c: &mut Client) -> Vec<(u8, u8, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        c.take_output(&mut out);
+        let mut b = out.strip_prefix(PREFACE).unwrap_or(&out);
+        let mut frames = Vec::new();
+        while !b.is_empty() {
+            let len = frame_len(b);
+            let id = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
+            frames.push((b[3], b[4], id, b[9..9 + len].to_vec()));
+            b = &b[9 + len..];
+        }
+        frames
+    }
+
+    fn setting(id: u16, value: u32) -> Vec<u8> {
+        let mut s = id.to_be_bytes().to_vec();
+        s.extend_from_slice(&value.to_be_bytes());
+        s
+    }
+
+    /// Feed in every possible split: whole, then one byte at a time.
+    fn feed_bytewise(c: &mut Client, input: &[u8]) -> Result<()> {
+        for b in input.chunks(1) {
+            c.feed(b)?;
+        }
+        Ok(())
+    }
+
+    fn events(c: &mut Client) -> Vec<Event> {
+        c.events().collect()
+    }
+
+    /// `:status: 200` (static index 8) and `content-type: text/plain` (literal, name index 31).
+    fn head_200() -> Vec<u8> {
+        let mut b = vec![0x88, 0x0f, 0x10, 10];
+        b.extend_from_slice(b"text/plain");
+        b
+    }
+
+    fn done(slot: usize, status: u16, body: u64) -> Event {
+        Event::Done {
+            slot,
+            status,
+            head_bytes: 12 + (12 + 10 + 4),
+            body_bytes: body,
+        }
+    }
+
+    #[test]
+    fn preface_settings_and_a_request() {
+        let mut c = Client::new();
+        let f = sent(&mut c);
+        assert_eq!(f[0].0, SETTINGS);
+        assert_eq!(f[0].3, [setting(2, 0), setting(4, WINDOW)].concat());
+        assert_eq!(f[1], (WINDOW_UPDATE, 0, 0, (WINDOW - 65_535).to_be_bytes().to_vec()));
+        c.start(b"\x82\x84", &Bytes::new(), 7);
+        assert_eq!(
+            sent(&mut c),
+            [(HEADERS, END_STREAM | END_HEADERS, 1, vec![0x82, 0x84])]
+        );
+        assert_eq!(c.in_flight(), 1);
+    }
+
+    #[test]
+    fn responses_split_anywhere_are_counted_exactly() {
+        for bytewise in [false, true] {
+            let mut c = Client::new();
+            sent(&mut c);
+            c.start(b"\x82", &Bytes::new(), 0);
+            c.start(b"\x82", &Bytes::new(), 1);
+            sent(&mut c);
+            let mut input = frame(SETTINGS, 0, 0, &setting(3, 10));
+            input.extend(frame(HEADERS, END_HEADERS, 3, &head_200()));
+            input.extend(frame(DATA, 0, 3, &[b'x'; 1000]));
+            // Padded HEADERS (with priority) and padded DATA on stream 1.
+            let mut h = vec![2, 0, 0, 0, 0, 16];
+            h.extend(head_200());
+            h.extend([0, 0]);
+            input.extend(frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 1, &h));
+            let mut d = vec![5];
+            d.extend([b'y'; 20]);
+            d.extend([0; 5]);
+            input.extend(frame(DATA, END_STREAM | PADDED, 1, &d));
+            input.extend(frame(DATA, END_STREAM, 3, &[b'x'; 24]));
+            if bytewise {
+                feed_bytewise(&mut c, &input).unwrap();
+            } else {
+                c.feed(&input).unwrap();
+            }
+            assert_eq!(
+                events(&mut c),
+                [
+                    Event::Head { slot: 1 },
+                    Event::Head { slot: 0 },
+                    done(0, 200, 20),
+                    done(1, 200, 1024),
+                ]
+            );
+            assert_eq!(c.in_flight(), 0);
+            assert_eq!(c.max_streams, 10);
+            assert_eq!(sent(&mut c), [(SETTINGS, ACK, 0, vec![])]);
+        }
+    }
+
+    #[test]
+    fn interim_responses_and_trailers() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.start(b"\x82", &Bytes::new(), 0);
+        // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
+        c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103")).unwrap();
+        assert_eq!(events(&mut c), []);
+        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200())).unwrap();
+        c.feed(&frame(DATA, 0, 1, b"abc")).unwrap();
+        // Trailer `etag: x` (name index 34), split over HEADERS and CONTINUATION.
+        c.feed(&frame(HEADERS, END_STREAM, 1, b"\x0f\x13")).unwrap();
+        c.feed(&frame(CONTINUATION, END_HEADERS, 1, b"\x01x")).unwrap();
+        let mut want = done(0, 200, 3);
+        if let Event::Done { head_bytes, .. } = &mut want {
+            *head_bytes += 4 + 1 + 4;
+        }
+        assert_eq!(events(&mut c), [Event::Head { slot: 0 }, want]);
+    }
+
+    #[test]
+    fn uploads_follow_the_server_windows() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.feed(&frame(SETTINGS, 0, 0, &setting(4, 10))).unwrap();
+        sent(&mut c);
+        let body = Bytes::from(vec![b'u'; 25]);
+        c.start(b"\x83", &body, 0);
+        let f = sent(&mut c);
+        assert_eq!((f[0].0, f[0].1), (HEADERS, END_HEADERS));
+        assert_eq!((f[1].0, f[1].1, f[1].3.len()), (DATA, 0, 10));
+        assert_eq!(f.len(), 2);
+        let more = 12u32.to_be_bytes();
+        c.feed(&frame(WINDOW_UPDATE, 0, 1, &more)).unwrap();
+        let f = sent(&mut c);
+        assert_eq!((f[0].0, f[0].1, f[0].3.len()), (DATA, 0, 12));
+        // A larger initial window applies to open streams too.
+        c.feed(&frame(SETTINGS, 0, 0, &setting(4, 100))).unwrap();
+        let f = sent(&mut c);
+        assert_eq!(f[0], (SETTINGS, ACK, 0, vec![]));
+        assert_eq!((f[1].0, f[1].1, f[1].3.len()), (DATA, END_STREAM, 3));
+    }
+
+    #[test]
+    fn a_response_before_the_whole_upload_stops_it() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
+        c.start(b"\x83", &Bytes::from_static(b"body"), 0);
+        sent(&mut c);
+        c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &head_200()))
+            .unwrap();
+        assert_eq!(
+            sent(&mut c),
+            [(RST_STREAM, 0, 1, vec![0; 4])],
+            "the unsent body is abandoned"
+        );
+        assert!(matches!(events(&mut c)[..], [_, Event::Done { .. }]));
+        // A late window update for it is ignored.
+        c.feed(&frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 9])).unwrap();
+        assert!(!c.has_output());
+    }
+
+    #[test]
+    fn resets_goaway_and_pings() {
+        let mut c = Client::new();
+        sent(&mut c);
+        for slot in 0..3 {
+            c.start(b"\x82", &Bytes::new(), slot);
+        }
+        sent(&mut c);
+        c.feed(&frame(RST_STREAM, 0, 3, &[0, 0, 0, 7])).unwrap();
+        c.feed(&frame(PING, 0, 0, b"12345678")).unwrap();
+        assert_eq!(sent(&mut c), [(PING, ACK, 0, b"12345678".to_vec())]);
+        // GOAWAY with last stream 1: stream 5 was never processed.
+        c.feed(&frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0])).unwrap();
+        assert_eq!(
+            events(&mut c),
+            [Event::Reset { slot: 1 }, Event::Reset { slot: 2 }]
+        );
+        assert!(c.going_away() && !c.can_start());
+        assert_eq!(c.in_flight(), 1);
+        // Data for the reset stream is ignored, not an error.
+        c.feed(&frame(HEADERS, END_HEADERS, 3, &head_200())).unwrap();
+        c.feed(&frame(DATA, END_STREAM, 3, b"late")).unwrap();
+        c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &head_200()))
+            .unwrap();
+        assert!(matches!(events(&mut c)[..], [_, Event::Done { slot: 0, .. }]));
+    }
+
+    #[test]
+    fn protocol_violations_are_errors() {
+        let big = vec![0; MAX_FRAME + 1];
+        let cases: Vec<Vec<u8>> = vec![
+            frame(0x42, 0, 0, &big),
+            frame(DATA, 0, 1, b"no head yet"),
+            frame(DATA, 0, 9, b"idle"),
+            frame(HEADERS, END_HEADERS, 9, &head_200()),
+            frame(HEADERS, END_HEADERS, 1, b"\x80"),
+            frame(HEADERS, END_HEADERS, 1, b"\x5f"), // no :status
+            frame(PUSH_PROMISE, END_HEADERS, 1, &[0, 0, 0, 2, 0x82]),
+            [frame(HEADERS, 0, 1, &head_200()), frame(PING, 0, 0, &[0; 8])].concat(),
+            frame(CONTINUATION, END_HEADERS, 1, b""),
+            frame(WINDOW_UPDATE, 0, 0, &[0; 4]),
+            frame(WINDOW_UPDATE, 0, 0, &[0x7f, 0xff, 0xff, 0xff]),
+            frame(SETTINGS, 0, 0, &setting(5, 100)),
+            frame(SETTINGS, 0, 0, &[0; 5]),
+            frame(DATA, PADDED, 1, &[]),
+            frame(PING, 0, 0, &[0; 7]),
+        ];
+        for (k, input) in cases.iter().enumerate() {
+            let mut c = Client::new();
+            c.start(b"\x82", &Bytes::new(), 0);
+            if k == 1 {
+                assert!(c.feed(input).is_err());
+                continue;
+            }
+            let mut with_head = frame(HEADERS, END_HEADERS, 1, &head_200());
+            with_head.extend(frame(DATA, PADDED, 1, &[9, 1, 2]));
+            let input = if k == 13 { &with_head } else { input };
+            assert!(
+                feed_bytewise(&mut c, input).is_err(),
+                "case {k} accepted: {input:02x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn large_header_blocks_use_continuation() {
+        let mut c = Client::new();
+        sent(&mut c);
+        let block = vec![0x82; MAX_FRAME * 2 + 1];
+        c.start(&block, &Bytes::new(), 0);
+        let f = sent(&mut c);
+        let kinds: Vec<_> = f.iter().map(|f| (f.0, f.1, f.3.len())).collect();
+        assert_eq!(
+            kinds,
+            [
+                (HEADERS, END_STREAM, MAX_FRAME),
+                (CONTINUATION, 0, MAX_FRAME),
+                (CONTINUATION, END_HEADERS, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn received_data_is_returned_to_the_server() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.start(b"\x82", &Bytes::new(), 0);
+        sent(&mut c);
+        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200())).unwrap();
+        let chunk = frame(DATA, 0, 1, &vec![0; MAX_FRAME]);
+        let frames = (WINDOW / 2) as usize / MAX_FRAME + 1;
+        for _ in 0..frames {
+            c.feed(&chunk).unwrap();
+        }
+        let n = (frames * MAX_FRAME) as u32;
+        assert_eq!(
+            sent(&mut c),
+            [
+                (WINDOW_UPDATE, 0, 0, n.to_be_bytes().to_vec()),
+                (WINDOW_UPDATE, 0, 1, n.to_be_bytes().to_vec())
+            ]
+        );
+    }
 }

@@ -108,13 +108,11 @@ pub fn encode(src: &[u8]) -> Vec<u8> {
     let t = table();
     let mut codes = [0u32; 257];
     for &(len, _, first, start) in &t.lengths {
-        let mut code = first;
-        for &s in t.symbols[start..]
+        let same_length = t.symbols[start..]
             .iter()
-            .take_while(|&&s| LENGTHS[s as usize] as u32 == len)
-        {
+            .take_while(|&&s| LENGTHS[s as usize] as u32 == len);
+        for (&s, code) in same_length.zip(first..) {
             codes[s as usize] = code;
-            code += 1;
         }
     }
     let (mut acc, mut bits, mut out) = (0u64, 0u32, Vec::new());

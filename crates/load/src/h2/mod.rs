@@ -84,8 +84,8 @@ where
             };
         }
         let due = due.filter(|_| w.more());
-        if due.is_some() && due != wake_at {
-            wake.as_mut().reset(due.expect("some").into());
+        if let Some(t) = due.filter(|_| due != wake_at) {
+            wake.as_mut().reset(t.into());
         }
         wake_at = due;
         let step = std::future::poll_fn(|cx| {
