@@ -269,6 +269,78 @@ fn host_header_on_every_protocol() {
     }
 }
 
+/// HTTP/2 over TLS and h2c: uploads under the server's flow control, status counting, a server
+/// that closes after each response, and the open-loop correction (as the HTTP/1.1 tests above).
+#[test]
+fn http2_uploads_statuses_closes_and_open_loop() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    for (proto, base) in [
+        ("--h2c", format!("http://127.0.0.1:{}", s.clear_port)),
+        ("--h2", format!("https://127.0.0.1:{}", s.tls_port)),
+    ] {
+        let run = |args: &[&str]| json(&load(&[&[proto, "-k"][..], args].concat()));
+        // 100 uploads of 100 kB on 4 streams: beyond the server's 64 KiB initial windows.
+        let r = run(&[
+            "-n",
+            "100",
+            "-c",
+            "2",
+            "-m",
+            "4",
+            "--data-size",
+            "100000",
+            &format!("{base}/?s=10"),
+        ]);
+        assert_eq!(u(&r, &["requests", "succeeded"]), 100, "{proto}");
+        assert_eq!(u(&r, &["bytes", "body"]), 1000, "{proto}");
+        let r = run(&["-n", "200", "-c", "2", "-m", "8", &format!("{base}/?r=503")]);
+        assert_eq!(u(&r, &["status", "503"]), 200, "{proto}");
+        let r = run(&["-n", "300", "-c", "3", &format!("{base}/?s=100&C=1")]);
+        assert_eq!(u(&r, &["requests", "succeeded"]), 300, "{proto}");
+        // 50 req/s against 100 ms responses on one stream: see open_loop_corrects_….
+        let r = run(&[
+            "-D",
+            "2s",
+            "-c",
+            "1",
+            "--rate",
+            "50",
+            &format!("{base}/?t=100"),
+        ]);
+        let raw = r["latency_us"]["p99"].as_f64().unwrap();
+        let corrected = r["latency_corrected_us"]["p99"].as_f64().unwrap();
+        assert!(
+            (100_000.0..180_000.0).contains(&raw),
+            "{proto}: uncorrected p99 {raw}"
+        );
+        assert!(
+            (1_200_000.0..2_200_000.0).contains(&corrected),
+            "{proto}: corrected p99 {corrected}"
+        );
+        // Where the server keeps up, 4 streams share the rate evenly.
+        let r = run(&[
+            "-D",
+            "1s",
+            "-c",
+            "2",
+            "-m",
+            "4",
+            "--rate",
+            "200",
+            &format!("{base}/?s=10"),
+        ]);
+        let done = u(&r, &["requests", "completed"]);
+        assert!(
+            (170..=230).contains(&done),
+            "{proto}: {done} requests at 200/s for 1 s"
+        );
+        assert!(
+            r["latency_corrected_us"]["p50"].as_f64().unwrap() < 20_000.0,
+            "{proto}"
+        );
+    }
+}
+
 /// The same workload through h2load and loadterm: the same number of requests, and loadterm's
 /// req/s at least 0.2 × h2load's (one-sided and broad: a debug build under test; bench/
 /// compare-h2load.sh does the real comparison).
@@ -279,27 +351,32 @@ fn agrees_with_h2load() {
     }
     let s = Server::start(&["-t", "1", "--no-quic"]);
     let url = format!("http://127.0.0.1:{}/?s=1k", s.clear_port);
-    let out = Command::new("h2load")
-        .args(["--h1", "-n", "5000", "-c", "10", "-m", "4", &url])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("5000 succeeded"), "{text}");
-    let h2load_rps: f64 = text
-        .split("req/s")
-        .next()
-        .unwrap()
-        .rsplit(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let r = json(&load(&["--h1", "-n", "5000", "-c", "10", "-m", "4", &url]));
-    assert_eq!(u(&r, &["requests", "succeeded"]), 5000);
-    let ratio = r["rps"].as_f64().unwrap() / h2load_rps;
-    assert!(
-        ratio > 0.2,
-        "loadterm {} req/s vs h2load {h2load_rps}",
-        r["rps"]
-    );
+    // h2load speaks h2c with prior knowledge to an http:// URL unless told --h1.
+    for (h2load_proto, proto) in [(Some("--h1"), "--h1"), (None, "--h2c")] {
+        let out = Command::new("h2load")
+            .args(h2load_proto)
+            .args(["-n", "5000", "-c", "10", "-m", "4", &url])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("5000 succeeded"), "{text}");
+        let h2load_rps: f64 = text
+            .split("req/s")
+            .next()
+            .unwrap()
+            .rsplit(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let r = json(&load(&[proto, "-n", "5000", "-c", "10", "-m", "4", &url]));
+        assert_eq!(u(&r, &["requests", "succeeded"]), 5000, "{proto}");
+        assert_eq!(u(&r, &["bytes", "body"]), 5000 * 1024, "{proto}");
+        let ratio = r["rps"].as_f64().unwrap() / h2load_rps;
+        assert!(
+            ratio > 0.2,
+            "{proto}: loadterm {} req/s vs h2load {h2load_rps}",
+            r["rps"]
+        );
+    }
 }

@@ -49,7 +49,9 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
         .map_err(|_| ErrorKind::Connect)?;
     let _ = tcp.set_nodelay(true);
     match &setup.tls_config {
-        None if setup.proto == Proto::H2c => Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await),
+        None if setup.proto == Proto::H2c => {
+            Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await)
+        }
         None => Ok(h1_connection(w, tcp, &mut scheds.h1).await),
         Some(cfg) => {
             let connector = tokio_rustls::TlsConnector::from(cfg.clone());

@@ -1,8 +1,8 @@
 //! See the crate description.
 pub mod cli;
 mod conn;
-mod h2;
 mod h1parse;
+mod h2;
 pub mod record;
 pub mod report;
 mod setup;

@@ -177,7 +177,9 @@ impl Setup {
                 let h2_block = h2_block(
                     &method,
                     tls,
-                    host_header.as_ref().map_or(authority.as_str(), |a| a.as_str()),
+                    host_header
+                        .as_ref()
+                        .map_or(authority.as_str(), |a| a.as_str()),
                     &path,
                     &headers,
                     o.data.len(),

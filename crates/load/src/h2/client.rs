@@ -478,7 +478,9 @@ impl Client {
                 return Err(ProtocolError("trailers without END_STREAM"));
             }
         } else {
-            let status = head.status.ok_or(ProtocolError("response without :status"))?;
+            let status = head
+                .status
+                .ok_or(ProtocolError("response without :status"))?;
             if (100..200).contains(&status) {
                 // Interim response: the final one follows.
                 return Ok(());
@@ -495,7 +497,8 @@ impl Client {
     }
 
     fn settings(&mut self, id: u32, flags: u8, payload: &[u8]) -> Result<()> {
-        if id != 0 || !payload.len().is_multiple_of(6) || (flags & ACK != 0 && !payload.is_empty()) {
+        if id != 0 || !payload.len().is_multiple_of(6) || (flags & ACK != 0 && !payload.is_empty())
+        {
             return Err(ProtocolError("bad SETTINGS"));
         }
         if flags & ACK != 0 {
@@ -584,7 +587,6 @@ impl Client {
         frame_head(&mut self.out, 4, WINDOW_UPDATE, 0, id);
         self.out.extend_from_slice(&n.to_be_bytes());
     }
-
 }
 
 fn frame_head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, id: u32) {
@@ -675,7 +677,15 @@ mod tests {
         let f = sent(&mut c);
         assert_eq!(f[0].0, SETTINGS);
         assert_eq!(f[0].3, [setting(2, 0), setting(4, WINDOW)].concat());
-        assert_eq!(f[1], (WINDOW_UPDATE, 0, 0, (WINDOW - 65_535).to_be_bytes().to_vec()));
+        assert_eq!(
+            f[1],
+            (
+                WINDOW_UPDATE,
+                0,
+                0,
+                (WINDOW - 65_535).to_be_bytes().to_vec()
+            )
+        );
         c.start(b"\x82\x84", &Bytes::new(), 7);
         assert_eq!(
             sent(&mut c),
@@ -731,13 +741,16 @@ mod tests {
         sent(&mut c);
         c.start(b"\x82", &Bytes::new(), 0);
         // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
-        c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103")).unwrap();
+        c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103"))
+            .unwrap();
         assert_eq!(events(&mut c), []);
-        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200())).unwrap();
+        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200()))
+            .unwrap();
         c.feed(&frame(DATA, 0, 1, b"abc")).unwrap();
         // Trailer `etag: x` (name index 34), split over HEADERS and CONTINUATION.
         c.feed(&frame(HEADERS, END_STREAM, 1, b"\x0f\x13")).unwrap();
-        c.feed(&frame(CONTINUATION, END_HEADERS, 1, b"\x01x")).unwrap();
+        c.feed(&frame(CONTINUATION, END_HEADERS, 1, b"\x01x"))
+            .unwrap();
         let mut want = done(0, 200, 3);
         if let Event::Done { head_bytes, .. } = &mut want {
             *head_bytes += 4 + 1 + 4;
@@ -800,7 +813,8 @@ mod tests {
         c.feed(&frame(PING, 0, 0, b"12345678")).unwrap();
         assert_eq!(sent(&mut c), [(PING, ACK, 0, b"12345678".to_vec())]);
         // GOAWAY with last stream 1: stream 5 was never processed.
-        c.feed(&frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0])).unwrap();
+        c.feed(&frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0]))
+            .unwrap();
         assert_eq!(
             events(&mut c),
             [Event::Reset { slot: 1 }, Event::Reset { slot: 2 }]
@@ -808,11 +822,15 @@ mod tests {
         assert!(c.going_away() && !c.can_start());
         assert_eq!(c.in_flight(), 1);
         // Data for the reset stream is ignored, not an error.
-        c.feed(&frame(HEADERS, END_HEADERS, 3, &head_200())).unwrap();
+        c.feed(&frame(HEADERS, END_HEADERS, 3, &head_200()))
+            .unwrap();
         c.feed(&frame(DATA, END_STREAM, 3, b"late")).unwrap();
         c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &head_200()))
             .unwrap();
-        assert!(matches!(events(&mut c)[..], [_, Event::Done { slot: 0, .. }]));
+        assert!(matches!(
+            events(&mut c)[..],
+            [_, Event::Done { slot: 0, .. }]
+        ));
     }
 
     #[test]
@@ -826,7 +844,11 @@ mod tests {
             frame(HEADERS, END_HEADERS, 1, b"\x80"),
             frame(HEADERS, END_HEADERS, 1, b"\x5f"), // no :status
             frame(PUSH_PROMISE, END_HEADERS, 1, &[0, 0, 0, 2, 0x82]),
-            [frame(HEADERS, 0, 1, &head_200()), frame(PING, 0, 0, &[0; 8])].concat(),
+            [
+                frame(HEADERS, 0, 1, &head_200()),
+                frame(PING, 0, 0, &[0; 8]),
+            ]
+            .concat(),
             frame(CONTINUATION, END_HEADERS, 1, b""),
             frame(WINDOW_UPDATE, 0, 0, &[0; 4]),
             frame(WINDOW_UPDATE, 0, 0, &[0x7f, 0xff, 0xff, 0xff]),
@@ -876,7 +898,8 @@ mod tests {
         sent(&mut c);
         c.start(b"\x82", &Bytes::new(), 0);
         sent(&mut c);
-        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200())).unwrap();
+        c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200()))
+            .unwrap();
         let chunk = frame(DATA, 0, 1, &vec![0; MAX_FRAME]);
         let frames = (WINDOW / 2) as usize / MAX_FRAME + 1;
         for _ in 0..frames {

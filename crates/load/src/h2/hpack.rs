@@ -372,12 +372,12 @@ mod tests {
     fn malformed_blocks_are_errors_not_panics() {
         let mut d = Decoder::default();
         for bad in [
-            &[0x80][..],              // index 0
-            &[0xbf, 0x10],            // index beyond both tables
-            &[0x00, 0x05, b'a'],      // name shorter than its length
-            &[0x40, 0x81],            // Huffman name, no bytes
-            &[0x82, 0x20],            // size update after a field
-            &[0x3f, 0xe2, 0x1f],      // size update above what we allow
+            &[0x80][..],               // index 0
+            &[0xbf, 0x10],             // index beyond both tables
+            &[0x00, 0x05, b'a'],       // name shorter than its length
+            &[0x40, 0x81],             // Huffman name, no bytes
+            &[0x82, 0x20],             // size update after a field
+            &[0x3f, 0xe2, 0x1f],       // size update above what we allow
             &[0x00, 0x81, 0x00, 0x00], // Huffman with zero padding
         ] {
             assert_eq!(d.decode(bad), Err(Invalid), "{bad:02x?}");

@@ -116,9 +116,7 @@ where
             }
             let mut rb = ReadBuf::new(&mut rbuf);
             match Pin::new(&mut io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) if rb.filled().is_empty() => {
-                    return Poll::Ready(Step::Closed)
-                }
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Step::Closed),
                 Poll::Ready(Ok(())) => return Poll::Ready(Step::Read(rb.filled().len())),
                 Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
                 Poll::Pending => {}
@@ -161,25 +159,35 @@ where
                     }
                 }
                 if fed.is_err() {
-                    lose(w, slots.iter_mut().filter_map(Option::take), ErrorKind::Protocol);
+                    lose(
+                        w,
+                        slots.iter_mut().filter_map(Option::take),
+                        ErrorKind::Protocol,
+                    );
                     return End::Reconnect;
                 }
             }
             Step::Closed => {
-                lose(w, slots.iter_mut().filter_map(Option::take), ErrorKind::Reset);
+                lose(
+                    w,
+                    slots.iter_mut().filter_map(Option::take),
+                    ErrorKind::Reset,
+                );
                 return End::Reconnect;
             }
             Step::Wake => wake_at = None,
-            Step::Check => {
-                match slots.iter().flatten().map(|f| f.sent).min() {
-                    None => check_armed = false,
-                    Some(oldest) if oldest + setup.timeout <= Instant::now() => {
-                        lose(w, slots.iter_mut().filter_map(Option::take), ErrorKind::Timeout);
-                        return End::Reconnect;
-                    }
-                    Some(oldest) => check.as_mut().reset((oldest + setup.timeout).into()),
+            Step::Check => match slots.iter().flatten().map(|f| f.sent).min() {
+                None => check_armed = false,
+                Some(oldest) if oldest + setup.timeout <= Instant::now() => {
+                    lose(
+                        w,
+                        slots.iter_mut().filter_map(Option::take),
+                        ErrorKind::Timeout,
+                    );
+                    return End::Reconnect;
                 }
-            }
+                Some(oldest) => check.as_mut().reset((oldest + setup.timeout).into()),
+            },
         }
     }
 }
