@@ -160,27 +160,28 @@ fn pace(rate_per_conn: Option<f64>, connections: usize) -> Pace {
     }
 }
 
-/// Each worker's connection slots (round-robin) and share of `-n` (in proportion to its
-/// connections; the last worker takes the rounding remainder).
+/// Each worker's connection slots (round-robin) and share of `-n`: in proportion to its
+/// connections, the rounding remainder spread one request each over the first workers.
 fn assign(
     connections: usize,
     threads: usize,
     requests: Option<u64>,
 ) -> Vec<(Vec<u64>, Option<u64>)> {
-    let conns = |i: usize| -> Vec<u64> {
-        (0..connections as u64)
-            .filter(|c| *c as usize % threads == i)
-            .collect()
-    };
-    let share = |i: usize| requests.map(|n| n * conns(i).len() as u64 / connections as u64);
-    (0..threads)
+    let conns: Vec<Vec<u64>> = (0..threads)
         .map(|i| {
-            let share = if i == threads - 1 {
-                requests.map(|n| n - (0..i).filter_map(share).sum::<u64>())
-            } else {
-                share(i)
-            };
-            (conns(i), share)
+            (0..connections as u64)
+                .filter(|c| *c as usize % threads == i)
+                .collect()
+        })
+        .collect();
+    let base = |n: u64, c: &Vec<u64>| n * c.len() as u64 / connections as u64;
+    let remainder = requests.map_or(0, |n| n - conns.iter().map(|c| base(n, c)).sum::<u64>());
+    conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let share = requests.map(|n| base(n, &c) + u64::from((i as u64) < remainder));
+            (c, share)
         })
         .collect()
 }
@@ -275,6 +276,10 @@ pub fn run(a: LoadArgs) -> Result<()> {
                         .build()?;
                     let local = tokio::task::LocalSet::new();
                     local.block_on(&rt, async move {
+                        // Without it open-loop sends fall back to tokio's 1 ms timer.
+                        if let Err(e) = crate::timer::start() {
+                            eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
+                        }
                         let endpoint = if setup.proto == Proto::H3 {
                             let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
                                 "[::]:0".parse()?
@@ -428,15 +433,17 @@ mod tests {
 
     #[test]
     fn requests_split_across_workers() {
-        // -n 10 -c 3 -t 2: worker 0 runs connections 0 and 2 (2/3 of 10, rounded down), worker
-        // 1 connection 1 and the remainder.
+        // -n 10 -c 3 -t 2: worker 0 runs connections 0 and 2 (2/3 of 10, rounded down, and
+        // the remainder), worker 1 connection 1.
         assert_eq!(
             assign(3, 2, Some(10)),
-            [(vec![0, 2], Some(6)), (vec![1], Some(4))]
+            [(vec![0, 2], Some(7)), (vec![1], Some(3))]
         );
-        // -n 1 -c 4 -t 4: only the last worker gets the one request.
-        let shares: Vec<_> = assign(4, 4, Some(1)).into_iter().map(|(_, n)| n).collect();
-        assert_eq!(shares, [Some(0), Some(0), Some(0), Some(1)]);
+        // -n 1 -c 4 -t 4: one worker gets the one request; -n 10: no worker gets twice
+        // another's share (it used to be 2, 2, 2, 4, the run lasting twice as long).
+        let shares = |n| -> Vec<_> { assign(4, 4, Some(n)).into_iter().map(|(_, n)| n).collect() };
+        assert_eq!(shares(1), [Some(1), Some(0), Some(0), Some(0)]);
+        assert_eq!(shares(10), [Some(3), Some(3), Some(2), Some(2)]);
         // -D: no count, every connection still placed exactly once.
         let plan = assign(7, 3, None);
         assert!(plan.iter().all(|(_, n)| n.is_none()));

@@ -133,7 +133,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
         if inflight.is_empty() {
             match sched.peek() {
                 Some(next) if w.more() => {
-                    tokio::time::sleep_until(next.into()).await;
+                    crate::timer::sleep_until(next).await;
                     continue;
                 }
                 _ => return End::Finished,
@@ -198,7 +198,7 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
 
 async fn sleep_opt(t: Option<Instant>) {
     match t {
-        Some(t) => tokio::time::sleep_until(t.into()).await,
+        Some(t) => crate::timer::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

@@ -6,5 +6,6 @@ mod h2;
 pub mod record;
 pub mod report;
 mod setup;
+mod timer;
 mod tls;
 mod worker;

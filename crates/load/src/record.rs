@@ -73,6 +73,9 @@ pub struct Recorder {
     pub body_bytes: u64,
     /// Open loop: sends later than 1 ms after their intended time.
     pub late: u64,
+    /// Open loop: sends whose intended time fell in the window (sent whenever), so that
+    /// `missed` counts exactly the intended sends that never happened.
+    pub on_schedule: u64,
     pub first_done: Option<Instant>,
     pub last_done: Option<Instant>,
     /// Per second since t0: (requests completed, errors).
@@ -101,6 +104,7 @@ impl Recorder {
             head_bytes: 0,
             body_bytes: 0,
             late: 0,
+            on_schedule: 0,
             first_done: None,
             last_done: None,
             series: Vec::new(),
@@ -121,6 +125,9 @@ impl Recorder {
     }
 
     pub fn sent(&mut self, intended: Option<Instant>, at: Instant) {
+        if intended.is_some_and(|i| self.in_window(i)) {
+            self.on_schedule += 1;
+        }
         if !self.in_window(at) {
             return;
         }
@@ -186,6 +193,7 @@ impl Recorder {
         self.head_bytes += o.head_bytes;
         self.body_bytes += o.body_bytes;
         self.late += o.late;
+        self.on_schedule += o.on_schedule;
         self.first_done = match (self.first_done, o.first_done) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -251,7 +259,9 @@ mod tests {
         r.sent(Some(ms(300)), ms(250)); // early (never happens, must not count)
         r.sent(None, ms(500)); // closed loop: never late
         r.sent(Some(ms(10)), ms(50)); // during warm-up: not counted at all
-        assert_eq!((r.started, r.late), (4, 1));
+        r.sent(Some(ms(90)), ms(110)); // due in warm-up, sent after: started, not on schedule
+        r.sent(Some(ms(9_999)), ms(10_001)); // due in the window, sent after it: on schedule
+        assert_eq!((r.started, r.late, r.on_schedule), (5, 2, 4));
         // Sent 300 ms after its intended time, answered 20 ms later.
         r.done(&Sample {
             intended: Some(ms(1000)),

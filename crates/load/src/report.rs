@@ -127,7 +127,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
             rate,
             sent: r.started,
             late: r.late,
-            missed: expected.saturating_sub(r.started),
+            missed: expected.saturating_sub(r.on_schedule),
         }
     });
     Report {

@@ -118,7 +118,7 @@ impl Schedule {
     /// Wait for the next intended time (open loop); returns it.
     pub async fn wait(&mut self) -> Option<Instant> {
         let next = self.next?;
-        tokio::time::sleep_until(next.into()).await;
+        crate::timer::sleep_until(next).await;
         self.next = Some(next + self.interval);
         Some(next)
     }

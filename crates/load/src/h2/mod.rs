@@ -13,6 +13,7 @@ pub use hpack::encode as encode_request;
 
 use crate::conn::{finish, lose, End, InFlight};
 use crate::record::ErrorKind;
+use crate::timer;
 use crate::worker::{Schedule, WorkerRef};
 use client::{Client, Event};
 use std::future::Future;
@@ -42,11 +43,10 @@ where
     let mut free: Vec<usize> = (0..scheds.len()).rev().collect();
     let (mut wbuf, mut wpos, mut flush) = (Vec::new(), 0, false);
     let mut rbuf = vec![0u8; 64 * 1024];
-    // Both timers are re-armed only when their instant changes, not per request.
+    // Re-armed only when it fires, not per request.
     let mut check: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(setup.timeout));
     let mut check_armed = false;
-    let mut wake: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(setup.timeout));
-    let mut wake_at: Option<Instant> = None;
+    let mut wake: Option<timer::Sleep> = None;
     loop {
         let now = Instant::now();
         let mut due: Option<Instant> = None;
@@ -84,10 +84,9 @@ where
             };
         }
         let due = due.filter(|_| w.more());
-        if let Some(t) = due.filter(|_| due != wake_at) {
-            wake.as_mut().reset(t.into());
+        if due != wake.as_ref().map(timer::Sleep::deadline) {
+            wake = due.map(timer::sleep_until);
         }
-        wake_at = due;
         let step = std::future::poll_fn(|cx| {
             loop {
                 if wpos == wbuf.len() {
@@ -121,7 +120,10 @@ where
                 Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
                 Poll::Pending => {}
             }
-            if wake_at.is_some() && wake.as_mut().poll(cx).is_ready() {
+            if wake
+                .as_mut()
+                .is_some_and(|s| Pin::new(s).poll(cx).is_ready())
+            {
                 return Poll::Ready(Step::Wake);
             }
             if check_armed && check.as_mut().poll(cx).is_ready() {
@@ -175,7 +177,7 @@ where
                 );
                 return End::Reconnect;
             }
-            Step::Wake => wake_at = None,
+            Step::Wake => wake = None,
             Step::Check => match slots.iter().flatten().map(|f| f.sent).min() {
                 None => check_armed = false,
                 Some(oldest) if oldest + setup.timeout <= Instant::now() => {
