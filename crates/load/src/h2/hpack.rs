@@ -2,7 +2,7 @@
 //! responses are decoded only as far as a load generator needs (status and sizes), with the
 //! dynamic table kept in step by entry size, so that no header string is stored.
 
-use super::huffman;
+use loadterm_codec::{get_int, get_string, put_int};
 use std::collections::VecDeque;
 
 /// RFC 7541 Appendix A.
@@ -82,36 +82,21 @@ pub fn encode<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<
             .iter()
             .position(|&(n, v)| n == name && v.as_bytes() == value)
         {
-            integer(&mut out, 0x80, 7, i + 1);
+            put_int(&mut out, 0x80, 7, i + 1);
             continue;
         }
         match STATIC.iter().position(|&(n, _)| n == name) {
-            Some(i) => integer(&mut out, 0x00, 4, i + 1),
+            Some(i) => put_int(&mut out, 0x00, 4, i + 1),
             None => {
                 out.push(0x00);
-                integer(&mut out, 0x00, 7, name.len());
+                put_int(&mut out, 0x00, 7, name.len());
                 out.extend_from_slice(name.as_bytes());
             }
         }
-        integer(&mut out, 0x00, 7, value.len());
+        put_int(&mut out, 0x00, 7, value.len());
         out.extend_from_slice(value);
     }
     out
-}
-
-fn integer(out: &mut Vec<u8>, flags: u8, prefix: u32, mut v: usize) {
-    let max = (1usize << prefix) - 1;
-    if v < max {
-        out.push(flags | v as u8);
-        return;
-    }
-    out.push(flags | max as u8);
-    v -= max;
-    while v >= 128 {
-        out.push((v % 128) as u8 | 0x80);
-        v /= 128;
-    }
-    out.push(v as u8);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -257,16 +242,8 @@ impl Decoder {
 
     /// Decode a string literal into `scratch`; returns its decoded length.
     fn string(&mut self, block: &mut &[u8]) -> Result<usize, Invalid> {
-        let huff = block.first().ok_or(Invalid)? & 0x80 != 0;
-        let (len, n) = int(block, 7)?;
-        let raw = block.get(n..n + len).ok_or(Invalid)?;
-        *block = &block[n + len..];
-        if huff {
-            huffman::decode(raw, &mut self.scratch).map_err(|_| Invalid)?;
-        } else {
-            self.scratch.clear();
-            self.scratch.extend_from_slice(raw);
-        }
+        let n = get_string(block, 7, &mut self.scratch).ok_or(Invalid)?;
+        *block = &block[n..];
         Ok(self.scratch.len())
     }
 }
@@ -280,20 +257,8 @@ fn status(v: &[u8]) -> Option<u16> {
     }
 }
 
-/// A prefixed integer (RFC 7541 §5.1): its value and the bytes it took.
 fn int(buf: &[u8], prefix: u32) -> Result<(usize, usize), Invalid> {
-    let max = (1usize << prefix) - 1;
-    let mut v = (*buf.first().ok_or(Invalid)? as usize) & max;
-    if v < max {
-        return Ok((v, 1));
-    }
-    for (k, &b) in buf[1..].iter().enumerate().take(4) {
-        v += ((b & 0x7f) as usize) << (7 * k);
-        if b & 0x80 == 0 {
-            return Ok((v, k + 2));
-        }
-    }
-    Err(Invalid)
+    get_int(buf, prefix).ok_or(Invalid)
 }
 
 #[cfg(test)]
@@ -306,20 +271,6 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
-    }
-
-    #[test]
-    fn integers_round_trip() {
-        for v in [0, 1, 14, 15, 16, 127, 128, 1337, 1 << 20] {
-            let mut out = Vec::new();
-            integer(&mut out, 0, 4, v);
-            assert_eq!(int(&out, 4).unwrap(), (v, out.len()), "{v}");
-        }
-        // RFC 7541 C.1.2: 1337 with a 5-bit prefix.
-        let mut out = Vec::new();
-        integer(&mut out, 0, 5, 1337);
-        assert_eq!(out, [31, 154, 10]);
-        assert!(int(&[0x1f, 0xff, 0xff, 0xff, 0xff, 0xff], 5).is_err());
     }
 
     #[test]

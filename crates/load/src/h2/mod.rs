@@ -7,7 +7,6 @@
 
 mod client;
 mod hpack;
-mod huffman;
 
 pub use hpack::encode as encode_request;
 
