@@ -1,6 +1,9 @@
-//! HTTP/3 engine over QUIC (quinn + h3): one endpoint per worker on its own SO_REUSEPORT UDP
-//! socket, one task per request stream.
+//! HTTP/3 engine over QUIC: quinn for QUIC, HTTP/3 itself purpose-built (RFC 9114 framing,
+//! QPACK without a dynamic table) so that bodies reach quinn without copies. One endpoint per
+//! worker on its own SO_REUSEPORT UDP socket, one task per request stream.
 
+mod frame;
+mod qpack;
 mod stream;
 
 use crate::workers::ConnSlot;
@@ -97,38 +100,132 @@ pub async fn run_endpoint(
 
 async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) -> Result<()> {
     let conn = tokio::time::timeout(cfg.timeout, incoming).await??;
-    let mut h3 = h3::server::builder()
-        .max_field_section_size(cfg.h3.h3_max_header_list)
-        .build::<_, bytes::Bytes>(h3_quinn::Connection::new(conn))
-        .await?;
+    // Our control stream: SETTINGS first, GOAWAY at shutdown; kept open for the connection.
+    let mut control = conn.open_uni().await?;
+    let mut settings = Vec::new();
+    frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
+    frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
+    let mut out = vec![frame::STREAM_CONTROL as u8];
+    frame::put_frame_head(&mut out, frame::SETTINGS, settings.len() as u64);
+    out.extend_from_slice(&settings);
+    control.write_all(&out).await?;
     let active = Arc::new(AtomicUsize::new(0));
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
-    // Unknown and grease frames/settings are skipped by h3 itself (RFC 9114 §7.2.8, §9).
+    // The client's GOAWAY: it will send no more requests (clients such as oha's then wait for
+    // us to close, until the idle timeout otherwise).
+    let client_goaway = Arc::new(tokio::sync::Notify::new());
+    let mut next_id = 0u64;
     loop {
-        let resolver = tokio::select! {
-            r = h3.accept() => match r? {
-                Some(r) => r,
-                None => return Ok(()),
+        let (send, recv) = tokio::select! {
+            s = conn.accept_bi() => match s {
+                Ok(s) => s,
+                Err(_) => return Ok(()),
             },
+            u = conn.accept_uni() => {
+                match u {
+                    Ok(u) => {
+                        tokio::spawn(uni_stream(conn.clone(), u, client_goaway.clone()));
+                        continue;
+                    }
+                    Err(_) => return Ok(()),
+                }
+            }
             () = &mut stop => break,
+            () = client_goaway.notified() => break,
         };
-        let (cfg, active) = (cfg.clone(), active.clone());
+        next_id = u64::from(send.id()) + 4;
+        let (cfg, active, conn) = (cfg.clone(), active.clone(), conn.clone());
         active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            if let Ok((req, stream)) = resolver.resolve_request().await {
-                stream::serve(req, stream, &cfg).await;
+            if let Some(code) = stream::serve(send, recv, &cfg).await {
+                conn.close(code.into(), b"");
             }
             active.fetch_sub(1, Ordering::Relaxed);
         });
     }
-    // Shutdown: GOAWAY (no new requests), let the accepted ones finish, then close.
-    h3.shutdown(0).await?;
+    // Shutdown or the client's GOAWAY: ours (no request from `next_id` on), let the accepted
+    // ones finish, then close.
+    let mut goaway = Vec::new();
+    let mut id = Vec::new();
+    frame::put_varint(&mut id, next_id);
+    frame::put_frame_head(&mut goaway, frame::GOAWAY, id.len() as u64);
+    goaway.extend_from_slice(&id);
+    control.write_all(&goaway).await?;
     let _ = tokio::time::timeout(cfg.timeout, async {
         while active.load(Ordering::Relaxed) > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     })
     .await;
+    conn.close(frame::code::NO_ERROR.into(), b"");
     Ok(())
+}
+
+/// A unidirectional stream from the client: its control stream (SETTINGS first, then nothing
+/// that belongs on request streams), QPACK streams (nothing to do without a dynamic table),
+/// and streams of unknown type (grease), which are stopped.
+async fn uni_stream(
+    conn: quinn::Connection,
+    recv: quinn::RecvStream,
+    goaway: Arc<tokio::sync::Notify>,
+) {
+    use frame::code;
+    let mut r = frame::Reader::new(recv);
+    let close = |code: u32| conn.close(code.into(), b"");
+    match r.varint().await {
+        Ok(Some(frame::STREAM_CONTROL)) => {
+            let mut first = true;
+            loop {
+                match r.frame_head().await {
+                    Ok(Some((ty, len))) => {
+                        let bad = match ty {
+                            frame::SETTINGS if first => !settings_ok(&mut r, len).await,
+                            frame::SETTINGS => true,
+                            _ if first => return close(code::MISSING_SETTINGS),
+                            frame::DATA | frame::HEADERS | frame::PUSH_PROMISE => true,
+                            frame::GOAWAY => {
+                                goaway.notify_one();
+                                r.skip(len).await.is_err()
+                            }
+                            t if frame::is_h2_only(t) => true,
+                            _ => r.skip(len).await.is_err(),
+                        };
+                        if bad {
+                            return close(if ty == frame::SETTINGS && first {
+                                code::SETTINGS_ERROR
+                            } else {
+                                code::FRAME_UNEXPECTED
+                            });
+                        }
+                        first = false;
+                    }
+                    // The peer closing its control stream is a connection error, unless the
+                    // connection is going away anyway.
+                    Ok(None) | Err(frame::ReadError::Truncated) => {
+                        return close(code::CLOSED_CRITICAL_STREAM)
+                    }
+                    Err(frame::ReadError::Broken) => return,
+                }
+            }
+        }
+        Ok(Some(frame::STREAM_QPACK_ENCODER | frame::STREAM_QPACK_DECODER)) => {
+            // With a zero-capacity table nothing can arrive but a zero capacity; drain it.
+            while let Ok(Some(_)) = r.varint().await {}
+        }
+        Ok(Some(frame::STREAM_PUSH)) => close(code::STREAM_CREATION_ERROR),
+        Ok(Some(_)) => r.stop(code::STREAM_CREATION_ERROR),
+        Ok(None) | Err(_) => {}
+    }
+}
+
+/// Read the client's SETTINGS payload and check it.
+async fn settings_ok(r: &mut frame::Reader, len: u64) -> bool {
+    if len > 4096 {
+        return false;
+    }
+    match r.payload(len as usize).await {
+        Ok(payload) => frame::settings_valid(&payload),
+        Err(_) => false,
+    }
 }

@@ -1,0 +1,305 @@
+//! QPACK (RFC 9204) with no dynamic table (we advertise QPACK_MAX_TABLE_CAPACITY 0, so peers
+//! may only use the static table and literals): request field sections decoded as far as the
+//! server needs, response sections encoded statelessly.
+
+use loadterm_codec::{get_int, get_string, put_int};
+
+/// RFC 9204 Appendix A (indexed from 0).
+const STATIC: [(&str, &str); 99] = [
+    (":authority", ""),
+    (":path", "/"),
+    ("age", "0"),
+    ("content-disposition", ""),
+    ("content-length", "0"),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("referer", ""),
+    ("set-cookie", ""),
+    (":method", "CONNECT"),
+    (":method", "DELETE"),
+    (":method", "GET"),
+    (":method", "HEAD"),
+    (":method", "OPTIONS"),
+    (":method", "POST"),
+    (":method", "PUT"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "103"),
+    (":status", "200"),
+    (":status", "304"),
+    (":status", "404"),
+    (":status", "503"),
+    ("accept", "*/*"),
+    ("accept", "application/dns-message"),
+    ("accept-encoding", "gzip, deflate, br"),
+    ("accept-ranges", "bytes"),
+    ("access-control-allow-headers", "cache-control"),
+    ("access-control-allow-headers", "content-type"),
+    ("access-control-allow-origin", "*"),
+    ("cache-control", "max-age=0"),
+    ("cache-control", "max-age=2592000"),
+    ("cache-control", "max-age=604800"),
+    ("cache-control", "no-cache"),
+    ("cache-control", "no-store"),
+    ("cache-control", "public, max-age=31536000"),
+    ("content-encoding", "br"),
+    ("content-encoding", "gzip"),
+    ("content-type", "application/dns-message"),
+    ("content-type", "application/javascript"),
+    ("content-type", "application/json"),
+    ("content-type", "application/x-www-form-urlencoded"),
+    ("content-type", "image/gif"),
+    ("content-type", "image/jpeg"),
+    ("content-type", "image/png"),
+    ("content-type", "text/css"),
+    ("content-type", "text/html; charset=utf-8"),
+    ("content-type", "text/plain"),
+    ("content-type", "text/plain;charset=utf-8"),
+    ("range", "bytes=0-"),
+    ("strict-transport-security", "max-age=31536000"),
+    (
+        "strict-transport-security",
+        "max-age=31536000; includesubdomains",
+    ),
+    (
+        "strict-transport-security",
+        "max-age=31536000; includesubdomains; preload",
+    ),
+    ("vary", "accept-encoding"),
+    ("vary", "origin"),
+    ("x-content-type-options", "nosniff"),
+    ("x-xss-protection", "1; mode=block"),
+    (":status", "100"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "302"),
+    (":status", "400"),
+    (":status", "403"),
+    (":status", "421"),
+    (":status", "425"),
+    (":status", "500"),
+    ("accept-language", ""),
+    ("access-control-allow-credentials", "FALSE"),
+    ("access-control-allow-credentials", "TRUE"),
+    ("access-control-allow-headers", "*"),
+    ("access-control-allow-methods", "get"),
+    ("access-control-allow-methods", "get, post, options"),
+    ("access-control-allow-methods", "options"),
+    ("access-control-expose-headers", "content-length"),
+    ("access-control-request-headers", "content-type"),
+    ("access-control-request-method", "get"),
+    ("access-control-request-method", "post"),
+    ("alt-svc", "clear"),
+    ("authorization", ""),
+    (
+        "content-security-policy",
+        "script-src 'none'; object-src 'none'; base-uri 'none'",
+    ),
+    ("early-data", "1"),
+    ("expect-ct", ""),
+    ("forwarded", ""),
+    ("if-range", ""),
+    ("origin", ""),
+    ("purpose", "prefetch"),
+    ("server", ""),
+    ("timing-allow-origin", "*"),
+    ("upgrade-insecure-requests", "1"),
+    ("user-agent", ""),
+    ("x-forwarded-for", ""),
+    ("x-frame-options", "deny"),
+    ("x-frame-options", "sameorigin"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QpackError {
+    /// Malformed, or refers to a dynamic table we do not have: QPACK_DECOMPRESSION_FAILED.
+    #[error("QPACK decompression failed")]
+    Decompression,
+    /// Decoded section larger than the limit we advertised: answered with 431.
+    #[error("field section too large")]
+    TooLarge,
+}
+
+/// What the server takes from a request's field section.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: Vec<u8>,
+    pub path: Vec<u8>,
+    /// The `x-loadterm` control header, if any.
+    pub control: Option<Vec<u8>>,
+    /// Regular fields as `name: value\r\n`, for the x-req size.
+    pub field_bytes: u64,
+}
+
+/// Decode a request field section; its decoded size (RFC 9114 §4.2.2: name + value + 32 per
+/// field) may not exceed `max_size`.
+pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, QpackError> {
+    use QpackError::Decompression as Bad;
+    // Prefix: Required Insert Count 0 (no dynamic table), then sign bit + Delta Base.
+    let (ric, n) = get_int(section, 8).ok_or(Bad)?;
+    if ric != 0 {
+        return Err(Bad);
+    }
+    section = &section[n..];
+    let (_, n) = get_int(section, 7).ok_or(Bad)?;
+    section = &section[n..];
+    let mut head = RequestHead::default();
+    let (mut size, mut name, mut value) = (0u64, Vec::new(), Vec::new());
+    while let Some(&b) = section.first() {
+        let static_name = |i: usize| STATIC.get(i).map(|f| f.0).ok_or(Bad);
+        if b & 0x80 != 0 {
+            // Indexed field line: static only (T bit).
+            if b & 0x40 == 0 {
+                return Err(Bad);
+            }
+            let (i, n) = get_int(section, 6).ok_or(Bad)?;
+            section = &section[n..];
+            let (nm, v) = *STATIC.get(i).ok_or(Bad)?;
+            name.clear();
+            name.extend_from_slice(nm.as_bytes());
+            value.clear();
+            value.extend_from_slice(v.as_bytes());
+        } else if b & 0x40 != 0 {
+            // Literal with name reference: static only (T bit).
+            if b & 0x10 == 0 {
+                return Err(Bad);
+            }
+            let (i, n) = get_int(section, 4).ok_or(Bad)?;
+            section = &section[n..];
+            name.clear();
+            name.extend_from_slice(static_name(i)?.as_bytes());
+            let n = get_string(section, 7, &mut value).ok_or(Bad)?;
+            section = &section[n..];
+        } else if b & 0x20 != 0 {
+            // Literal with literal name.
+            let n = get_string(section, 3, &mut name).ok_or(Bad)?;
+            section = &section[n..];
+            let n = get_string(section, 7, &mut value).ok_or(Bad)?;
+            section = &section[n..];
+        } else {
+            // Post-base forms need a dynamic table.
+            return Err(Bad);
+        }
+        size += (name.len() + value.len() + 32) as u64;
+        if size > max_size {
+            return Err(QpackError::TooLarge);
+        }
+        match name.as_slice() {
+            b":method" => std::mem::swap(&mut head.method, &mut value),
+            b":path" => std::mem::swap(&mut head.path, &mut value),
+            n if n.starts_with(b":") => {}
+            n => {
+                head.field_bytes += (n.len() + value.len() + 4) as u64;
+                if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
+                    head.control = Some(value.clone());
+                }
+            }
+        }
+    }
+    Ok(head)
+}
+
+/// Encode a response field section: static entries where they match exactly, else literals
+/// with a static name reference or a literal name, never Huffman-coded (cheaper to make, and
+/// these values are short).
+pub fn encode_response(status: u16, fields: &http::HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(&[0, 0]);
+    let mut code = itoa::Buffer::new();
+    field(&mut out, ":status", code.format(status).as_bytes());
+    for (n, v) in fields {
+        field(&mut out, n.as_str(), v.as_bytes());
+    }
+    out
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    if let Some(i) = STATIC
+        .iter()
+        .position(|&(n, v)| n == name && v.as_bytes() == value)
+    {
+        put_int(out, 0xc0, 6, i);
+        return;
+    }
+    match STATIC.iter().position(|&(n, _)| n == name) {
+        Some(i) => put_int(out, 0x50, 4, i),
+        None => {
+            put_int(out, 0x20, 3, name.len());
+            out.extend_from_slice(name.as_bytes());
+        }
+    }
+    put_int(out, 0, 7, value.len());
+    out.extend_from_slice(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadterm_codec::huffman;
+
+    #[test]
+    fn responses_decode_back() {
+        let mut h = http::HeaderMap::new();
+        h.insert("content-length", "1024".parse().unwrap());
+        h.insert("cache-control", "no-cache".parse().unwrap());
+        h.insert("x-rsp", "id=dummy".parse().unwrap());
+        let s = encode_response(200, &h);
+        // :status 200 is static entry 25, indexed.
+        assert_eq!(&s[..3], &[0, 0, 0xc0 | 25]);
+        // Decoded with the request decoder (same line forms): 3 regular fields.
+        let head = decode_request(&s, 1 << 20).unwrap();
+        assert_eq!(head.field_bytes, (14 + 4 + 4) + (13 + 8 + 4) + (5 + 8 + 4));
+        let s = encode_response(599, &http::HeaderMap::new());
+        assert_eq!(s, [0, 0, 0x5f, 24 - 15, 3, b'5', b'9', b'9']);
+    }
+
+    /// A request as an independent encoder would send it: indexed static fields, a literal
+    /// with a static name and a Huffman value, and a literal name.
+    #[test]
+    fn requests_with_every_static_line_form() {
+        let path = huffman::encode(b"/?s=1k");
+        let mut s = vec![0x00, 0x00, 0xc0 | 17, 0x50 | 1]; // :method GET; :path literal
+        put_int(&mut s, 0x80, 7, path.len());
+        s.extend(&path);
+        put_int(&mut s, 0x20, 3, 10);
+        s.extend(b"x-loadterm");
+        put_int(&mut s, 0, 7, 3);
+        s.extend(b"r=1");
+        let head = decode_request(&s, 1 << 20).unwrap();
+        assert_eq!(head.method, b"GET");
+        assert_eq!(head.path, b"/?s=1k");
+        assert_eq!(head.control.as_deref(), Some(&b"r=1"[..]));
+        assert_eq!(head.field_bytes, 10 + 3 + 4);
+        assert_eq!(
+            decode_request(&s, 100),
+            Err(QpackError::TooLarge),
+            "3 fields of 32 + their bytes"
+        );
+    }
+
+    #[test]
+    fn dynamic_references_and_garbage_are_refused() {
+        for bad in [
+            &[0x01, 0x00][..],                                 // required insert count 1
+            &[0x00, 0x00, 0x80],                               // indexed, dynamic
+            &[0x00, 0x00, 0x40],                               // name reference, dynamic
+            &[0x00, 0x00, 0x10],                               // post-base indexed
+            &[0x00, 0x00, 0xff, 0x80, 0x80, 0x80, 0x80, 0x80], // index overflow
+            &[0x00, 0x00, 0xc0 | 63, 100],                     // static index out of range
+            &[0x00, 0x00, 0x51, 0x05, b'a'],                   // value shorter than its length
+            &[0x00],                                           // no delta base
+        ] {
+            assert_eq!(
+                decode_request(bad, 1 << 20),
+                Err(QpackError::Decompression),
+                "{bad:02x?}"
+            );
+        }
+    }
+}
