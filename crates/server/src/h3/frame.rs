@@ -27,7 +27,6 @@ pub const SETTINGS_MAX_FIELD_SECTION_SIZE: u64 = 0x06;
 /// Error codes (RFC 9114 §8.1, RFC 9204 §6).
 pub mod code {
     pub const NO_ERROR: u32 = 0x100;
-    pub const INTERNAL_ERROR: u32 = 0x102;
     pub const STREAM_CREATION_ERROR: u32 = 0x103;
     pub const CLOSED_CRITICAL_STREAM: u32 = 0x104;
     pub const FRAME_UNEXPECTED: u32 = 0x105;
@@ -153,8 +152,12 @@ impl Reader {
         Ok(Some((ty, len)))
     }
 
-    /// A frame payload, read whole (callers bound `len`).
-    pub async fn payload(&mut self, len: usize) -> Result<Vec<u8>, ReadError> {
+    /// A frame payload, read whole (callers bound `len`); without a copy when it is all in
+    /// the chunk at hand, as it usually is.
+    pub async fn payload(&mut self, len: usize) -> Result<Bytes, ReadError> {
+        if self.fill().await? && self.chunk.len() >= len {
+            return Ok(self.chunk.split_to(len));
+        }
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             if !self.fill().await? {
@@ -163,7 +166,7 @@ impl Reader {
             let n = (len - out.len()).min(self.chunk.len());
             out.extend_from_slice(&self.chunk.split_to(n));
         }
-        Ok(out)
+        Ok(out.into())
     }
 
     /// Skip a frame payload.

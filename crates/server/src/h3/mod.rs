@@ -115,24 +115,25 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     // The client's GOAWAY: it will send no more requests (clients such as oha's then wait for
     // us to close, until the idle timeout otherwise).
     let client_goaway = Arc::new(tokio::sync::Notify::new());
+    let uni = tokio::spawn({
+        let (conn, goaway) = (conn.clone(), client_goaway.clone());
+        async move {
+            while let Ok(u) = conn.accept_uni().await {
+                tokio::spawn(uni_stream(conn.clone(), u, goaway.clone()));
+            }
+        }
+    });
+    let goaway = client_goaway.notified();
+    tokio::pin!(goaway);
     let mut next_id = 0u64;
     loop {
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
                 Ok(s) => s,
-                Err(_) => return Ok(()),
+                Err(_) => break,
             },
-            u = conn.accept_uni() => {
-                match u {
-                    Ok(u) => {
-                        tokio::spawn(uni_stream(conn.clone(), u, client_goaway.clone()));
-                        continue;
-                    }
-                    Err(_) => return Ok(()),
-                }
-            }
             () = &mut stop => break,
-            () = client_goaway.notified() => break,
+            () = &mut goaway => break,
         };
         next_id = u64::from(send.id()) + 4;
         let (cfg, active, conn) = (cfg.clone(), active.clone(), conn.clone());
@@ -143,6 +144,10 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
             }
             active.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+    uni.abort();
+    if conn.close_reason().is_some() {
+        return Ok(());
     }
     // Shutdown or the client's GOAWAY: ours (no request from `next_id` on), let the accepted
     // ones finish, then close.

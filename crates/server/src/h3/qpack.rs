@@ -3,6 +3,8 @@
 //! server needs, response sections encoded statelessly.
 
 use loadterm_codec::{get_int, get_string, put_int};
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// RFC 9204 Appendix A (indexed from 0).
 const STATIC: [(&str, &str); 99] = [
@@ -126,7 +128,8 @@ pub enum QpackError {
     TooLarge,
 }
 
-/// What the server takes from a request's field section.
+/// What the server takes from a request's field section. Reused from request to request (its
+/// buffers keep their capacity).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RequestHead {
     pub method: Vec<u8>,
@@ -135,12 +138,22 @@ pub struct RequestHead {
     pub control: Option<Vec<u8>>,
     /// Regular fields as `name: value\r\n`, for the x-req size.
     pub field_bytes: u64,
+    name: Vec<u8>,
+    value: Vec<u8>,
 }
 
-/// Decode a request field section; its decoded size (RFC 9114 §4.2.2: name + value + 32 per
-/// field) may not exceed `max_size`.
-pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, QpackError> {
+/// Decode a request field section into `head`; its decoded size (RFC 9114 §4.2.2: name +
+/// value + 32 per field) may not exceed `max_size`.
+pub fn decode_request(
+    mut section: &[u8],
+    max_size: u64,
+    head: &mut RequestHead,
+) -> Result<(), QpackError> {
     use QpackError::Decompression as Bad;
+    head.method.clear();
+    head.path.clear();
+    head.control = None;
+    head.field_bytes = 0;
     // Prefix: Required Insert Count 0 (no dynamic table), then sign bit + Delta Base.
     let (ric, n) = get_int(section, 8).ok_or(Bad)?;
     if ric != 0 {
@@ -149,10 +162,9 @@ pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, 
     section = &section[n..];
     let (_, n) = get_int(section, 7).ok_or(Bad)?;
     section = &section[n..];
-    let mut head = RequestHead::default();
-    let (mut size, mut name, mut value) = (0u64, Vec::new(), Vec::new());
+    let mut size = 0u64;
+    let (name, value) = (&mut head.name, &mut head.value);
     while let Some(&b) = section.first() {
-        let static_name = |i: usize| STATIC.get(i).map(|f| f.0).ok_or(Bad);
         if b & 0x80 != 0 {
             // Indexed field line: static only (T bit).
             if b & 0x40 == 0 {
@@ -173,14 +185,14 @@ pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, 
             let (i, n) = get_int(section, 4).ok_or(Bad)?;
             section = &section[n..];
             name.clear();
-            name.extend_from_slice(static_name(i)?.as_bytes());
-            let n = get_string(section, 7, &mut value).ok_or(Bad)?;
+            name.extend_from_slice(STATIC.get(i).ok_or(Bad)?.0.as_bytes());
+            let n = get_string(section, 7, value).ok_or(Bad)?;
             section = &section[n..];
         } else if b & 0x20 != 0 {
             // Literal with literal name.
-            let n = get_string(section, 3, &mut name).ok_or(Bad)?;
+            let n = get_string(section, 3, name).ok_or(Bad)?;
             section = &section[n..];
-            let n = get_string(section, 7, &mut value).ok_or(Bad)?;
+            let n = get_string(section, 7, value).ok_or(Bad)?;
             section = &section[n..];
         } else {
             // Post-base forms need a dynamic table.
@@ -191,8 +203,8 @@ pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, 
             return Err(QpackError::TooLarge);
         }
         match name.as_slice() {
-            b":method" => std::mem::swap(&mut head.method, &mut value),
-            b":path" => std::mem::swap(&mut head.path, &mut value),
+            b":method" => std::mem::swap(&mut head.method, value),
+            b":path" => std::mem::swap(&mut head.path, value),
             n if n.starts_with(b":") => {}
             n => {
                 head.field_bytes += (n.len() + value.len() + 4) as u64;
@@ -202,33 +214,43 @@ pub fn decode_request(mut section: &[u8], max_size: u64) -> Result<RequestHead, 
             }
         }
     }
-    Ok(head)
+    Ok(())
 }
 
-/// Encode a response field section: static entries where they match exactly, else literals
-/// with a static name reference or a literal name, never Huffman-coded (cheaper to make, and
-/// these values are short).
-pub fn encode_response(status: u16, fields: &http::HeaderMap) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
+/// Static entries by name: the first index with that name, and every (value, index).
+fn by_name() -> &'static HashMap<&'static str, (usize, Vec<(&'static str, usize)>)> {
+    static MAP: OnceLock<HashMap<&'static str, (usize, Vec<(&'static str, usize)>)>> =
+        OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut m: HashMap<_, (usize, Vec<_>)> = HashMap::new();
+        for (i, &(n, v)) in STATIC.iter().enumerate() {
+            m.entry(n).or_insert((i, Vec::new())).1.push((v, i));
+        }
+        m
+    })
+}
+
+/// Start a response field section: the prefix (no dynamic table) and `:status`.
+pub fn begin_response(out: &mut Vec<u8>, status: u16) {
     out.extend_from_slice(&[0, 0]);
-    let mut code = itoa::Buffer::new();
-    field(&mut out, ":status", code.format(status).as_bytes());
-    for (n, v) in fields {
-        field(&mut out, n.as_str(), v.as_bytes());
-    }
-    out
+    field(
+        out,
+        ":status",
+        itoa::Buffer::new().format(status).as_bytes(),
+    );
 }
 
-fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    if let Some(i) = STATIC
-        .iter()
-        .position(|&(n, v)| n == name && v.as_bytes() == value)
-    {
-        put_int(out, 0xc0, 6, i);
-        return;
-    }
-    match STATIC.iter().position(|&(n, _)| n == name) {
-        Some(i) => put_int(out, 0x50, 4, i),
+/// Append a field line: the static entry if one matches exactly, else a literal with a static
+/// name reference or a literal name, never Huffman-coded (cheaper to make; values are short).
+pub fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    match by_name().get(name) {
+        Some((first, entries)) => {
+            if let Some(&(_, i)) = entries.iter().find(|(v, _)| v.as_bytes() == value) {
+                put_int(out, 0xc0, 6, i);
+                return;
+            }
+            put_int(out, 0x50, 4, *first);
+        }
         None => {
             put_int(out, 0x20, 3, name.len());
             out.extend_from_slice(name.as_bytes());
@@ -245,17 +267,20 @@ mod tests {
 
     #[test]
     fn responses_decode_back() {
-        let mut h = http::HeaderMap::new();
-        h.insert("content-length", "1024".parse().unwrap());
-        h.insert("cache-control", "no-cache".parse().unwrap());
-        h.insert("x-rsp", "id=dummy".parse().unwrap());
-        let s = encode_response(200, &h);
-        // :status 200 is static entry 25, indexed.
+        let mut s = Vec::new();
+        begin_response(&mut s, 200);
+        field(&mut s, "content-length", b"1024");
+        field(&mut s, "cache-control", b"no-cache");
+        field(&mut s, "x-rsp", b"id=dummy");
+        // :status 200 is static entry 25, cache-control: no-cache 39, both indexed.
         assert_eq!(&s[..3], &[0, 0, 0xc0 | 25]);
+        assert!(s.contains(&(0xc0 | 39)));
         // Decoded with the request decoder (same line forms): 3 regular fields.
-        let head = decode_request(&s, 1 << 20).unwrap();
+        let mut head = RequestHead::default();
+        decode_request(&s, 1 << 20, &mut head).unwrap();
         assert_eq!(head.field_bytes, (14 + 4 + 4) + (13 + 8 + 4) + (5 + 8 + 4));
-        let s = encode_response(599, &http::HeaderMap::new());
+        let mut s = Vec::new();
+        begin_response(&mut s, 599);
         assert_eq!(s, [0, 0, 0x5f, 24 - 15, 3, b'5', b'9', b'9']);
     }
 
@@ -271,13 +296,14 @@ mod tests {
         s.extend(b"x-loadterm");
         put_int(&mut s, 0, 7, 3);
         s.extend(b"r=1");
-        let head = decode_request(&s, 1 << 20).unwrap();
+        let mut head = RequestHead::default();
+        decode_request(&s, 1 << 20, &mut head).unwrap();
         assert_eq!(head.method, b"GET");
         assert_eq!(head.path, b"/?s=1k");
         assert_eq!(head.control.as_deref(), Some(&b"r=1"[..]));
         assert_eq!(head.field_bytes, 10 + 3 + 4);
         assert_eq!(
-            decode_request(&s, 100),
+            decode_request(&s, 100, &mut head),
             Err(QpackError::TooLarge),
             "3 fields of 32 + their bytes"
         );
@@ -296,7 +322,7 @@ mod tests {
             &[0x00],                                           // no delta base
         ] {
             assert_eq!(
-                decode_request(bad, 1 << 20),
+                decode_request(bad, 1 << 20, &mut RequestHead::default()),
                 Err(QpackError::Decompression),
                 "{bad:02x?}"
             );

@@ -6,12 +6,29 @@
 use super::frame::{self, code, ReadError, Reader};
 use super::qpack::{self, QpackError, RequestHead};
 use crate::config::Config;
-use crate::mapped::{response_head, text_head};
+use crate::mapped::{plan_fields, text_fields};
 use bytes::Bytes;
 use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome};
+use loadterm_plan::{body, Outcome, Plan};
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Decoded request heads, reused: decoding allocates nothing once warm.
+    static HEAD: RefCell<RequestHead> = RefCell::default();
+}
+
+/// A HEADERS frame, its field section made by `fields`.
+fn headers_frame(status: u16, fields: impl FnOnce(&mut dyn FnMut(&'static str, &[u8]))) -> Vec<u8> {
+    let mut section = Vec::with_capacity(160);
+    qpack::begin_response(&mut section, status);
+    fields(&mut |name, value| qpack::field(&mut section, name, value));
+    let mut out = Vec::with_capacity(section.len() + 16);
+    frame::put_frame_head(&mut out, frame::HEADERS, section.len() as u64);
+    out.extend_from_slice(&section);
+    out
+}
 
 struct Exchange {
     send: quinn::SendStream,
@@ -53,17 +70,8 @@ impl Exchange {
         )
     }
 
-    fn headers_frame(status: u16, fields: &http::HeaderMap) -> Vec<u8> {
-        let section = qpack::encode_response(status, fields);
-        let mut out = Vec::with_capacity(section.len() + 16);
-        frame::put_frame_head(&mut out, frame::HEADERS, section.len() as u64);
-        out.extend_from_slice(&section);
-        out
-    }
-
     async fn text(&mut self, status: u16, text: &str) {
-        let head = text_head(status, text.len());
-        let mut out = Self::headers_frame(status, head.headers());
+        let mut out = headers_frame(status, |f| text_fields(text.len(), f));
         frame::put_frame_head(&mut out, frame::DATA, text.len() as u64);
         out.extend_from_slice(text.as_bytes());
         if self.write(&mut [Bytes::from(out)]).await {
@@ -71,8 +79,8 @@ impl Exchange {
         }
     }
 
-    /// The request's HEADERS, skipping unknown (grease) frames before it.
-    async fn head(&mut self, max: u64) -> Result<RequestHead, Abort> {
+    /// The request's field section, skipping unknown (grease) frames before its HEADERS.
+    async fn head(&mut self, max: u64) -> Result<Bytes, Abort> {
         loop {
             let (ty, len) = self
                 .recv
@@ -83,15 +91,7 @@ impl Exchange {
                 frame::HEADERS if len > max => {
                     return Err(Abort::Status(ErrorPage::HeadersTooLarge))
                 }
-                frame::HEADERS => {
-                    let section = self.recv.payload(len as usize).await?;
-                    return qpack::decode_request(&section, max).map_err(|e| match e {
-                        QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
-                        QpackError::Decompression => {
-                            Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
-                        }
-                    });
-                }
+                frame::HEADERS => return Ok(self.recv.payload(len as usize).await?),
                 t if is_unexpected(t) || t == frame::DATA => {
                     return Err(Abort::Connection(code::FRAME_UNEXPECTED))
                 }
@@ -155,21 +155,34 @@ pub async fn serve(send: quinn::SendStream, recv: quinn::RecvStream, cfg: &Confi
     }
 }
 
+/// Decode a request's field section and plan its response: (outcome, HEAD?, request bytes).
+fn plan(section: &[u8], max: u64) -> Result<(Outcome, bool, u64), Abort> {
+    HEAD.with(|h| {
+        let head = &mut *h.borrow_mut();
+        qpack::decode_request(section, max, head).map_err(|e| match e {
+            QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
+            QpackError::Decompression => Abort::Connection(code::QPACK_DECOMPRESSION_FAILED),
+        })?;
+        if head.method.is_empty() || head.path.is_empty() {
+            return Err(Abort::Reset(code::MESSAGE_ERROR));
+        }
+        let is_head = head.method == b"HEAD";
+        let request = loadterm_plan::Request {
+            target: &head.path,
+            control: head.control.as_deref(),
+            is_head,
+        };
+        // As `mapped::head_bytes` counts the other protocols' requests.
+        let bytes = (head.method.len() + head.path.len() + 12) as u64 + head.field_bytes;
+        Ok((crate::planner::plan(&request), is_head, bytes))
+    })
+}
+
 async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
     let t_first = Instant::now();
-    let head = x.head(cfg.h3.h3_max_header_list).await?;
-    if head.method.is_empty() || head.path.is_empty() {
-        return Err(Abort::Reset(code::MESSAGE_ERROR));
-    }
-    // As `mapped::head_bytes` counts the other protocols' requests.
-    let mut req_bytes = (head.method.len() + head.path.len() + 12) as u64 + head.field_bytes;
-    let is_head = head.method == b"HEAD";
-    let request = loadterm_plan::Request {
-        target: &head.path,
-        control: head.control.as_deref(),
-        is_head,
-    };
-    let plan = match crate::planner::plan(&request) {
+    let section = x.head(cfg.h3.h3_max_header_list).await?;
+    let (outcome, is_head, mut req_bytes) = plan(&section, cfg.h3.h3_max_header_list)?;
+    let plan = match outcome {
         Outcome::Respond(plan) => plan,
         Outcome::Reject(e) => {
             x.text(400, &format!("400 Bad Request: {e}\n")).await;
@@ -198,31 +211,37 @@ async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
         req_ms: t_req.duration_since(t_first).as_millis() as u64,
         real_ms: t_req.elapsed().as_millis() as u64,
     };
-    let resp = response_head(&plan, &timing).map_err(|_| Abort::Reset(code::INTERNAL_ERROR))?;
-    let mut first = Exchange::headers_frame(plan.status, resp.headers());
-    if plan.size > 0 {
-        frame::put_frame_head(&mut first, frame::DATA, plan.size);
-    }
-    // The head, then the body as static slices: up to 16 per write (1 MiB).
-    let mut chunks = vec![Bytes::from(first)];
-    let mut off = 0u64;
-    loop {
-        while off < plan.size && chunks.len() < 16 {
-            let len = (plan.size - off).min(body::WINDOW as u64) as usize;
-            chunks.push(Bytes::from_static(body::slice(plan.body, off, len)));
-            off += len as u64;
-        }
-        if !x.write(&mut chunks).await {
-            return Err(Abort::Reset(code::REQUEST_CANCELLED));
-        }
-        chunks.clear();
-        if off == plan.size {
-            break;
-        }
-    }
+    respond(x, &plan, &timing).await?;
     if plan.drain_after {
         let _ = x.drain(&mut req_bytes).await;
     }
     let _ = x.send.finish();
     Ok(())
+}
+
+/// The head, then the body as static slices (zero copy), up to 16 per write (1 MiB).
+async fn respond(x: &mut Exchange, plan: &Plan, timing: &Timing) -> Result<(), Abort> {
+    let mut scratch = Vec::with_capacity(96);
+    let mut first = headers_frame(plan.status, |f| plan_fields(plan, timing, &mut scratch, f));
+    if plan.size > 0 {
+        frame::put_frame_head(&mut first, frame::DATA, plan.size);
+    }
+    let mut chunks: [Bytes; 17] = Default::default();
+    chunks[0] = Bytes::from(first);
+    let (mut n, mut off) = (1, 0u64);
+    loop {
+        while off < plan.size && n < chunks.len() {
+            let len = (plan.size - off).min(body::WINDOW as u64) as usize;
+            chunks[n] = Bytes::from_static(body::slice(plan.body, off, len));
+            off += len as u64;
+            n += 1;
+        }
+        if !x.write(&mut chunks[..n]).await {
+            return Err(Abort::Reset(code::REQUEST_CANCELLED));
+        }
+        n = 0;
+        if off == plan.size {
+            return Ok(());
+        }
+    }
 }
