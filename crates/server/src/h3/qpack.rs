@@ -217,12 +217,14 @@ pub fn decode_request(
     Ok(())
 }
 
-/// Static entries by name: the first index with that name, and every (value, index).
-fn by_name() -> &'static HashMap<&'static str, (usize, Vec<(&'static str, usize)>)> {
-    static MAP: OnceLock<HashMap<&'static str, (usize, Vec<(&'static str, usize)>)>> =
-        OnceLock::new();
+/// Static entries of one name: the first index with it, and every (value, index).
+type Named = (usize, Vec<(&'static str, usize)>);
+
+/// Static entries by name.
+fn by_name() -> &'static HashMap<&'static str, Named> {
+    static MAP: OnceLock<HashMap<&'static str, Named>> = OnceLock::new();
     MAP.get_or_init(|| {
-        let mut m: HashMap<_, (usize, Vec<_>)> = HashMap::new();
+        let mut m: HashMap<_, Named> = HashMap::new();
         for (i, &(n, v)) in STATIC.iter().enumerate() {
             m.entry(n).or_insert((i, Vec::new())).1.push((v, i));
         }
