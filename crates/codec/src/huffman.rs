@@ -23,6 +23,9 @@ const LENGTHS: [u8; 257] = [
 const EOS: u16 = 256;
 
 struct Table {
+    /// By the next 8 bits: the symbol and code length when a code of at most 8 bits starts
+    /// there (most bytes of URLs and header values), else length 0.
+    short: [(u8, u8); 256],
     /// Distinct code lengths, shortest first, with for each: the exclusive upper bound of its
     /// codes left-aligned to 32 bits, its first code, and where its symbols start in `symbols`.
     lengths: Vec<(u32, u64, u32, usize)>,
@@ -50,7 +53,21 @@ fn table() -> &'static Table {
             prev_len = len;
             start += count;
         }
-        Table { lengths, symbols }
+        let mut short = [(0u8, 0u8); 256];
+        for (b, slot) in short.iter_mut().enumerate() {
+            let window = (b as u64) << 24;
+            if let Some(&(len, _, first, start)) = lengths.iter().find(|l| window < l.1) {
+                if len <= 8 {
+                    let sym = symbols[start + ((window >> (32 - len)) as u32 - first) as usize];
+                    *slot = (sym as u8, len as u8);
+                }
+            }
+        }
+        Table {
+            short,
+            lengths,
+            symbols,
+        }
     })
 }
 
@@ -73,6 +90,13 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), InvalidHuffman> {
             return Ok(());
         }
         let window = acc >> 32;
+        let (sym, len) = t.short[(window >> 24) as usize];
+        if len > 0 && len as u32 <= have {
+            out.push(sym);
+            acc <<= len;
+            have -= len as u32;
+            continue;
+        }
         let Some(&(len, _, first, start)) = t.lengths.iter().find(|l| window < l.1) else {
             return Err(InvalidHuffman);
         };

@@ -4,6 +4,7 @@
 
 use loadterm_codec::{get_int, get_string, put_int};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 /// RFC 9204 Appendix A (indexed from 0).
@@ -220,11 +221,28 @@ pub fn decode_request(
 /// Static entries of one name: the first index with it, and every (value, index).
 type Named = (usize, Vec<(&'static str, usize)>);
 
+/// FNV-1a: a few short names per response, where SipHash showed in profiles.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+type ByName = HashMap<&'static str, Named, BuildHasherDefault<Fnv>>;
+
 /// Static entries by name.
-fn by_name() -> &'static HashMap<&'static str, Named> {
-    static MAP: OnceLock<HashMap<&'static str, Named>> = OnceLock::new();
+fn by_name() -> &'static ByName {
+    static MAP: OnceLock<ByName> = OnceLock::new();
     MAP.get_or_init(|| {
-        let mut m: HashMap<_, Named> = HashMap::new();
+        let mut m = ByName::default();
         for (i, &(n, v)) in STATIC.iter().enumerate() {
             m.entry(n).or_insert((i, Vec::new())).1.push((v, i));
         }

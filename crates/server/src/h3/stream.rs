@@ -17,17 +17,32 @@ use std::time::{Duration, Instant};
 thread_local! {
     /// Decoded request heads, reused: decoding allocates nothing once warm.
     static HEAD: RefCell<RequestHead> = RefCell::default();
+    /// Rendered x-req/x-rsp values.
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::default();
 }
 
-/// A HEADERS frame, its field section made by `fields`.
-fn headers_frame(status: u16, fields: impl FnOnce(&mut dyn FnMut(&'static str, &[u8]))) -> Vec<u8> {
-    let mut section = Vec::with_capacity(160);
-    qpack::begin_response(&mut section, status);
-    fields(&mut |name, value| qpack::field(&mut section, name, value));
-    let mut out = Vec::with_capacity(section.len() + 16);
-    frame::put_frame_head(&mut out, frame::HEADERS, section.len() as u64);
-    out.extend_from_slice(&section);
-    out
+/// A HEADERS frame, its field section made by `fields`, in one buffer: the section is written
+/// after room for the frame head (type and a 2-byte length), then the head is put just
+/// before it, its start returned.
+fn headers_frame(
+    out: &mut Vec<u8>,
+    status: u16,
+    fields: impl FnOnce(&mut dyn FnMut(&'static str, &[u8])),
+) -> usize {
+    out.extend_from_slice(&[0; 3]);
+    qpack::begin_response(out, status);
+    fields(&mut |name, value| qpack::field(out, name, value));
+    let len = out.len() - 3;
+    let mut head = Vec::with_capacity(3);
+    frame::put_frame_head(&mut head, frame::HEADERS, len as u64);
+    if head.len() > 3 {
+        // Not with the fields we send (well under 16 KiB), but stay correct regardless.
+        out.splice(0..3, head);
+        return 0;
+    }
+    let start = 3 - head.len();
+    out[start..3].copy_from_slice(&head);
+    start
 }
 
 struct Exchange {
@@ -71,10 +86,11 @@ impl Exchange {
     }
 
     async fn text(&mut self, status: u16, text: &str) {
-        let mut out = headers_frame(status, |f| text_fields(text.len(), f));
+        let mut out = Vec::with_capacity(256 + text.len());
+        let start = headers_frame(&mut out, status, |f| text_fields(text.len(), f));
         frame::put_frame_head(&mut out, frame::DATA, text.len() as u64);
         out.extend_from_slice(text.as_bytes());
-        if self.write(&mut [Bytes::from(out)]).await {
+        if self.write(&mut [Bytes::from(out).slice(start..)]).await {
             let _ = self.send.finish();
         }
     }
@@ -221,13 +237,18 @@ async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
 
 /// The head, then the body as static slices (zero copy), up to 16 per write (1 MiB).
 async fn respond(x: &mut Exchange, plan: &Plan, timing: &Timing) -> Result<(), Abort> {
-    let mut scratch = Vec::with_capacity(96);
-    let mut first = headers_frame(plan.status, |f| plan_fields(plan, timing, &mut scratch, f));
+    let mut first = Vec::with_capacity(256);
+    let start = SCRATCH.with(|s| {
+        let scratch = &mut *s.borrow_mut();
+        headers_frame(&mut first, plan.status, |f| {
+            plan_fields(plan, timing, scratch, f)
+        })
+    });
     if plan.size > 0 {
         frame::put_frame_head(&mut first, frame::DATA, plan.size);
     }
     let mut chunks: [Bytes; 17] = Default::default();
-    chunks[0] = Bytes::from(first);
+    chunks[0] = Bytes::from(first).slice(start..);
     let (mut n, mut off) = (1, 0u64);
     loop {
         while off < plan.size && n < chunks.len() {
