@@ -60,6 +60,8 @@ fn aioquic_client_sees_the_vocabulary() {
             r#"{"path": "/x", "headers": [["x-loadterm", "r=503&s=4"]]}"#,
             r#"{"path": "/?r=1000"}"#,
             r#"{"path": "/?"}"#,
+            r#"{"path": "/?s=3", "data": 10, "headers": [["expect", "100-continue"]]}"#,
+            r#"{"path": "/?s=1000", "method": "HEAD"}"#,
         ],
     );
     let status = |i: usize| r[i]["status"].as_u64().unwrap();
@@ -110,6 +112,11 @@ fn aioquic_client_sees_the_vocabulary() {
         .as_str()
         .unwrap()
         .starts_with("loadterm "));
+    assert_eq!(r[13]["informational"], serde_json::json!([100]));
+    assert_eq!((status(13), len(13)), (200, 3));
+    assert_eq!((status(14), len(14)), (200, 0));
+    // HEAD: as on HTTP/1.1 and HTTP/2, the plan's size is 0.
+    assert_eq!(header(14, "content-length").as_deref(), Some("0"));
 }
 
 /// QPACK field sections above `--h3-max-header-list` get 431; the connection goes on serving.

@@ -139,6 +139,8 @@ pub struct RequestHead {
     pub control: Option<Vec<u8>>,
     /// Regular fields as `name: value\r\n`, for the x-req size.
     pub field_bytes: u64,
+    /// An `expect` field (100-continue) was sent.
+    pub expect: bool,
     name: Vec<u8>,
     value: Vec<u8>,
 }
@@ -155,6 +157,7 @@ pub fn decode_request(
     head.path.clear();
     head.control = None;
     head.field_bytes = 0;
+    head.expect = false;
     // Prefix: Required Insert Count 0 (no dynamic table), then sign bit + Delta Base.
     let (ric, n) = get_int(section, 8).ok_or(Bad)?;
     if ric != 0 {
@@ -212,6 +215,7 @@ pub fn decode_request(
                 if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
                     head.control = Some(value.clone());
                 }
+                head.expect |= n == b"expect";
             }
         }
     }

@@ -171,8 +171,16 @@ pub async fn serve(send: quinn::SendStream, recv: quinn::RecvStream, cfg: &Confi
     }
 }
 
-/// Decode a request's field section and plan its response: (outcome, HEAD?, request bytes).
-fn plan(section: &[u8], max: u64) -> Result<(Outcome, bool, u64), Abort> {
+/// A request as planned.
+struct Planned {
+    outcome: Outcome,
+    is_head: bool,
+    expect: bool,
+    req_bytes: u64,
+}
+
+/// Decode a request's field section and plan its response.
+fn plan(section: &[u8], max: u64) -> Result<Planned, Abort> {
     HEAD.with(|h| {
         let head = &mut *h.borrow_mut();
         qpack::decode_request(section, max, head).map_err(|e| match e {
@@ -189,15 +197,32 @@ fn plan(section: &[u8], max: u64) -> Result<(Outcome, bool, u64), Abort> {
             is_head,
         };
         // As `mapped::head_bytes` counts the other protocols' requests.
-        let bytes = (head.method.len() + head.path.len() + 12) as u64 + head.field_bytes;
-        Ok((crate::planner::plan(&request), is_head, bytes))
+        Ok(Planned {
+            outcome: crate::planner::plan(&request),
+            is_head,
+            expect: head.expect,
+            req_bytes: (head.method.len() + head.path.len() + 12) as u64 + head.field_bytes,
+        })
     })
 }
 
 async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
     let t_first = Instant::now();
     let section = x.head(cfg.h3.h3_max_header_list).await?;
-    let (outcome, is_head, mut req_bytes) = plan(&section, cfg.h3.h3_max_header_list)?;
+    let Planned {
+        outcome,
+        is_head,
+        expect,
+        mut req_bytes,
+    } = plan(&section, cfg.h3.h3_max_header_list)?;
+    if expect {
+        // 100-continue, as on HTTP/2: an interim head before the body is read.
+        let mut interim = Vec::with_capacity(16);
+        let start = headers_frame(&mut interim, 100, |_| {});
+        if !x.write(&mut [Bytes::from(interim).slice(start..)]).await {
+            return Err(Abort::Reset(code::REQUEST_CANCELLED));
+        }
+    }
     let plan = match outcome {
         Outcome::Respond(plan) => plan,
         Outcome::Reject(e) => {
@@ -219,8 +244,15 @@ async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
         tokio::time::sleep(Duration::from_millis(plan.delay_ms)).await;
     }
     if plan.is_informational() {
-        // An interim status cannot be the final answer: end the stream without a response.
-        return Err(Abort::Reset(code::NO_ERROR));
+        // An interim status cannot be the final answer: send it, then end the stream with no
+        // final response (a reset could overtake the interim head).
+        let mut interim = Vec::with_capacity(16);
+        let start = headers_frame(&mut interim, plan.status, |_| {});
+        if x.write(&mut [Bytes::from(interim).slice(start..)]).await {
+            let _ = x.send.finish();
+        }
+        x.recv.stop(code::NO_ERROR);
+        return Ok(());
     }
     let timing = Timing {
         req_bytes,
