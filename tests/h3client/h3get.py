@@ -5,7 +5,9 @@ Usage: h3get.py HOST PORT REQUEST... where each REQUEST is a JSON object:
   {"path": "/?s=10", "method": "GET", "data": 100, "no_length": false, "grease": false,
    "headers": [["x-loadterm", "r=404"]]}
 "data" uploads that many bytes (with content-length unless "no_length"); "grease" ends the
-request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's client does.
+request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's client does; "raw"
+(hex) is sent as the whole request stream instead, for protocol violations. A connection the
+server closes reports "closed": its error code for every request still waiting.
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds.
 """
 import asyncio
@@ -19,7 +21,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 GREASE_FRAME_TYPE = 0x1F * 7 + 0x21
 
@@ -37,6 +39,11 @@ class Client(QuicConnectionProtocol):
             fut.set_result(None)
 
     def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            for sid in list(self.waiters):
+                self.results.setdefault(sid, {})["closed"] = event.error_code
+                self._finish(sid)
+            return
         if isinstance(event, StreamReset):
             self.results.setdefault(event.stream_id, {})["reset"] = event.error_code
             self._finish(event.stream_id)
@@ -60,13 +67,16 @@ class Client(QuicConnectionProtocol):
             (b":method", spec.get("method", "GET").encode()),
             (b":scheme", b"https"),
             (b":authority", f"{host}:{port}".encode()),
-            (b":path", spec["path"].encode()),
+            (b":path", spec.get("path", "/").encode()),
         ]
         if data is not None and not spec.get("no_length"):
             headers.append((b"content-length", str(len(data)).encode()))
         headers += [(k.encode(), v.encode()) for k, v in spec.get("headers", [])]
         grease = spec.get("grease", False)
-        self.h3.send_headers(sid, headers, end_stream=data is None and not grease)
+        if "raw" in spec:
+            self._quic.send_stream_data(sid, bytes.fromhex(spec["raw"]), end_stream=True)
+        else:
+            self.h3.send_headers(sid, headers, end_stream=data is None and not grease)
         if data is not None:
             self.h3.send_data(sid, data, end_stream=not grease)
         if grease:
@@ -84,6 +94,7 @@ class Client(QuicConnectionProtocol):
             "headers": {k: v for k, v in headers.items() if not k.startswith(":")},
             "informational": r.get("informational", []),
             "reset": r.get("reset"),
+            "closed": r.get("closed"),
             "body_len": len(body),
             "body_head": body[:60].decode("latin-1"),
             "elapsed": time.monotonic() - start,

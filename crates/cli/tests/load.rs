@@ -347,7 +347,7 @@ fn http2_uploads_statuses_closes_and_open_loop() {
 
 /// The same workload through h2load and loadterm: the same number of requests, and loadterm's
 /// req/s at least 0.2 × h2load's (one-sided and broad: a debug build under test; bench/
-/// compare-h2load.sh does the real comparison).
+/// compare-clients.sh does the real comparison).
 #[test]
 fn agrees_with_h2load() {
     if !common::have_tool("h2load") {

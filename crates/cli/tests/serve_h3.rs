@@ -137,3 +137,37 @@ fn oversized_field_section_gets_431() {
     let status: Vec<u64> = r.iter().map(|v| v["status"].as_u64().unwrap()).collect();
     assert_eq!(status, [431, 200, 200]);
 }
+
+/// Protocol violations on a request stream: each closes its connection with the RFC's code, and
+/// the server goes on serving new connections.
+#[test]
+fn protocol_violations_close_the_connection() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["-t", "1"]);
+    for (raw, code, what) in [
+        // HEADERS whose QPACK section needs a dynamic table (Required Insert Count 1).
+        ("0103010000", 0x200, "QPACK_DECOMPRESSION_FAILED"),
+        // DATA before HEADERS.
+        ("000161", 0x105, "H3_FRAME_UNEXPECTED"),
+        // SETTINGS on a request stream.
+        ("0400", 0x105, "H3_FRAME_UNEXPECTED"),
+    ] {
+        let r = h3get(
+            s.tls_port,
+            &[&format!(r#"{{"raw": "{raw}", "timeout": 5}}"#)],
+        );
+        assert_eq!(r[0]["closed"].as_u64(), Some(code), "{what}: {}", r[0]);
+    }
+    // A HEADERS frame cut short by FIN: only that stream is reset (H3_REQUEST_INCOMPLETE).
+    let r = h3get(
+        s.tls_port,
+        &[
+            r#"{"raw": "0110c0d1", "timeout": 5}"#,
+            r#"{"path": "/?s=3"}"#,
+        ],
+    );
+    assert_eq!(r[0]["reset"].as_u64(), Some(0x10d), "{}", r[0]);
+    assert_eq!(r[1]["status"].as_u64(), Some(200));
+}

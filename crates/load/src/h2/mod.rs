@@ -2,7 +2,7 @@
 //! with reads and writes in a single poll so neither waits on the other.
 //!
 //! Purpose-built rather than the `h2` crate, which cost 1.55× h2load's client CPU per request
-//! on small responses (`bench/compare-h2load.sh`, see docs/PERFORMANCE.md): it runs a task per
+//! on small responses (`bench/compare-clients.sh`, see docs/PERFORMANCE.md): it runs a task per
 //! request plus a connection task, with wakeups and locking between them.
 
 mod client;
