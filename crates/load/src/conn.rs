@@ -1,10 +1,10 @@
-//! Connections: TCP (+TLS) and QUIC establishment, and the per-protocol request loops.
+//! Connection slots: (re)connecting over TCP (+TLS) or QUIC, and the HTTP/1.1 request loop
+//! (HTTP/2 in `h2`, HTTP/3 in `h3`).
 
 use crate::h1parse::{Event, Parser};
 use crate::record::{ErrorKind, Sample};
 use crate::setup::Proto;
 use crate::worker::{Schedule, Schedules, WorkerRef};
-use bytes::{Buf, Bytes};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,7 +23,7 @@ pub async fn run(w: WorkerRef, slot: u64) {
     let mut scheds = Schedules::new(&w, slot);
     while w.more() {
         let end = match w.setup.proto {
-            Proto::H3 => h3_connection(&w, &mut scheds.streams).await,
+            Proto::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
             _ => tcp_connection(&w, &mut scheds).await,
         };
         match end {
@@ -226,114 +226,5 @@ pub(crate) fn finish(
 pub(crate) fn lose(w: &WorkerRef, lost: impl Iterator<Item = InFlight>, kind: ErrorKind) {
     for _ in lost {
         w.error(kind);
-    }
-}
-
-fn header_bytes(h: &http::HeaderMap) -> u64 {
-    h.iter()
-        .map(|(n, v)| (n.as_str().len() + v.len() + 4) as u64)
-        .sum::<u64>()
-        + 12
-}
-
-/// HTTP/3 over QUIC: one connection, `streams` concurrent request loops.
-async fn h3_connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
-    let setup = w.setup.clone();
-    let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
-    let config = setup
-        .quic_config
-        .clone()
-        .expect("H3 setup has a QUIC config");
-    let name = setup.server_name.to_str();
-    let connecting = endpoint
-        .connect_with(config, setup.addr, &name)
-        .map_err(|_| ErrorKind::Connect)?;
-    let conn = tokio::time::timeout(setup.timeout, connecting)
-        .await
-        .map_err(|_| ErrorKind::Connect)?
-        .map_err(|e| match e {
-            quinn::ConnectionError::TransportError(_)
-            | quinn::ConnectionError::ConnectionClosed(_) => ErrorKind::Tls,
-            _ => ErrorKind::Connect,
-        })?;
-    let (mut driver, send) = h3::client::builder()
-        .send_grease(false)
-        .build::<_, _, Bytes>(h3_quinn::Connection::new(conn.clone()))
-        .await
-        .map_err(|_| ErrorKind::Protocol)?;
-    let drive = tokio::task::spawn_local(async move {
-        let _ = futures::future::poll_fn(|cx| driver.poll_close(cx)).await;
-    });
-    let loops = scheds
-        .iter_mut()
-        .map(|sched| h3_stream_loop(w, send.clone(), sched));
-    let ends = futures::future::join_all(loops).await;
-    drop(send);
-    conn.close(0u32.into(), b"done");
-    drive.abort();
-    Ok(if ends.iter().all(|e| matches!(e, End::Finished)) {
-        End::Finished
-    } else {
-        End::Reconnect
-    })
-}
-
-async fn h3_stream_loop(
-    w: &WorkerRef,
-    mut send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
-    sched: &mut Schedule,
-) -> End {
-    let setup = w.setup.clone();
-    loop {
-        let intended = sched.wait().await;
-        let Some(i) = w.take() else {
-            return End::Finished;
-        };
-        let req = setup.request(i);
-        let sent = Instant::now();
-        w.rec.borrow_mut().sent(intended, sent);
-        let exchange = async {
-            let mut stream = send.send_request(req).await?;
-            if !setup.data.is_empty() {
-                stream.send_data(setup.data.clone()).await?;
-            }
-            stream.finish().await?;
-            let resp = stream.recv_response().await?;
-            let first_byte = Instant::now();
-            let status = resp.status().as_u16();
-            let head = header_bytes(resp.headers());
-            let mut bytes = 0u64;
-            while let Some(mut chunk) = stream.recv_data().await? {
-                let n = chunk.remaining();
-                bytes += n as u64;
-                chunk.advance(n);
-            }
-            Ok::<_, h3::error::StreamError>((first_byte, status, head, bytes))
-        };
-        match tokio::time::timeout(setup.timeout, exchange).await {
-            Ok(Ok((first_byte, status, head_bytes, body_bytes))) => w.done(&Sample {
-                intended,
-                sent,
-                first_byte,
-                done: Instant::now(),
-                status,
-                head_bytes,
-                body_bytes,
-            }),
-            Ok(Err(e)) => {
-                w.error(ErrorKind::Reset);
-                use h3::error::StreamError as E;
-                if !matches!(
-                    e,
-                    E::StreamError { .. } | E::RemoteTerminate { .. } | E::HeaderTooBig { .. }
-                ) {
-                    return End::Reconnect;
-                }
-            }
-            Err(_) => {
-                w.error(ErrorKind::Timeout);
-                return End::Reconnect;
-            }
-        }
     }
 }

@@ -33,11 +33,12 @@ impl Proto {
 /// One URL of the run (all share scheme, host and port).
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub uri: http::Uri,
     /// The whole HTTP/1.1 request, prebuilt.
     pub h1_request: Bytes,
     /// The HTTP/2 request's HPACK header block, prebuilt.
     pub h2_block: Vec<u8>,
+    /// The HTTP/3 request's HEADERS frame (and the DATA frame head when there is a body).
+    pub h3_request: Bytes,
 }
 
 pub struct Setup {
@@ -45,8 +46,6 @@ pub struct Setup {
     pub addr: SocketAddr,
     pub server_name: ServerName<'static>,
     pub targets: Vec<Target>,
-    pub method: http::Method,
-    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     pub data: Bytes,
     pub is_head: bool,
     /// Concurrent requests per connection (pipelining depth on HTTP/1.1).
@@ -174,7 +173,7 @@ impl Setup {
             .map(|u| {
                 let path = u.path_and_query().map_or("/", |p| p.as_str()).to_owned();
                 let h1_request = h1_request(&method, &path, &authority, &headers, o.data.len());
-                let h2_block = h2_block(
+                let fields = request_fields(
                     &method,
                     tls,
                     host_header
@@ -184,22 +183,16 @@ impl Setup {
                     &headers,
                     o.data.len(),
                 );
-                let uri = match &host_header {
-                    Some(a) => {
-                        let mut parts = u.clone().into_parts();
-                        parts.authority = Some(a.clone());
-                        parts.path_and_query = Some(path.parse()?);
-                        http::Uri::from_parts(parts)?
-                    }
-                    None => u.clone(),
-                };
-                Ok(Target {
-                    uri,
+                let fields = || fields.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+                let h2_block = crate::h2::encode_request(fields());
+                let h3_request = h3_request(fields(), o.data.len());
+                Target {
                     h1_request,
                     h2_block,
-                })
+                    h3_request,
+                }
             })
-            .collect::<Result<_>>()?;
+            .collect();
         let alpn: &[&[u8]] = match proto {
             Proto::H1 => &[b"http/1.1"],
             Proto::H2 => &[b"h2"],
@@ -222,8 +215,6 @@ impl Setup {
             server_name,
             targets,
             is_head: method == http::Method::HEAD,
-            method,
-            headers,
             data: o.data.clone(),
             streams: o.streams.max(1),
             timeout: o.timeout,
@@ -232,37 +223,25 @@ impl Setup {
         })
     }
 
-    /// The `i`-th request for HTTP/2 and HTTP/3 (URLs are used round-robin).
-    pub fn request(&self, i: u64) -> http::Request<()> {
-        let mut req = http::Request::builder()
-            .method(self.method.clone())
-            .uri(self.target(i).uri.clone());
-        // Host is in the URI (:authority), see `new`.
-        for (n, v) in self.headers.iter().filter(|(n, _)| n != http::header::HOST) {
-            req = req.header(n, v);
-        }
-        req.body(()).expect("request parts validated at setup")
-    }
-
     /// The `i`-th request's target (URLs are used round-robin).
     pub fn target(&self, i: u64) -> &Target {
         &self.targets[(i % self.targets.len() as u64) as usize]
     }
 }
 
-fn h2_block(
+/// The request's fields for HTTP/2 and HTTP/3: pseudo-headers first, then user-agent (unless
+/// given), the -H headers (less Host, which is :authority, and connection-specific ones, which
+/// are malformed there: RFC 9113 §8.2.2, RFC 9114 §4.2), content-length for uploads.
+fn request_fields(
     method: &http::Method,
     tls: bool,
     authority: &str,
     path: &str,
     headers: &[(http::HeaderName, http::HeaderValue)],
     data_len: usize,
-) -> Vec<u8> {
+) -> Vec<(String, Vec<u8>)> {
     use http::header;
-    let ua = format!("loadterm/{}", env!("CARGO_PKG_VERSION"));
-    let len = data_len.to_string();
     let has = |name: &header::HeaderName| headers.iter().any(|(n, _)| n == name);
-    // Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2); Host is :authority.
     let skip = [
         header::HOST,
         header::CONNECTION,
@@ -271,20 +250,43 @@ fn h2_block(
         header::HeaderName::from_static("keep-alive"),
         header::HeaderName::from_static("proxy-connection"),
     ];
-    let pseudo = [
-        (":method", method.as_str().as_bytes()),
-        (":scheme", if tls { &b"https"[..] } else { b"http" }),
-        (":authority", authority.as_bytes()),
-        (":path", path.as_bytes()),
+    let mut f: Vec<(String, Vec<u8>)> = vec![
+        (":method".into(), method.as_str().into()),
+        (":scheme".into(), if tls { "https" } else { "http" }.into()),
+        (":authority".into(), authority.into()),
+        (":path".into(), path.into()),
     ];
-    let ua = (!has(&header::USER_AGENT)).then_some(("user-agent", ua.as_bytes()));
-    let cl = (data_len > 0 && !has(&header::CONTENT_LENGTH))
-        .then_some(("content-length", len.as_bytes()));
-    let fields = headers
-        .iter()
-        .filter(|(n, _)| !skip.contains(n))
-        .map(|(n, v)| (n.as_str(), v.as_bytes()));
-    crate::h2::encode_request(pseudo.into_iter().chain(ua).chain(fields).chain(cl))
+    if !has(&header::USER_AGENT) {
+        let ua = format!("loadterm/{}", env!("CARGO_PKG_VERSION"));
+        f.push(("user-agent".into(), ua.into()));
+    }
+    f.extend(
+        headers
+            .iter()
+            .filter(|(n, _)| !skip.contains(n))
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())),
+    );
+    if data_len > 0 && !has(&header::CONTENT_LENGTH) {
+        f.push(("content-length".into(), data_len.to_string().into()));
+    }
+    f
+}
+
+/// HEADERS frame (QPACK, static table and literals) and, for uploads, the DATA frame's head.
+fn h3_request<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>, data_len: usize) -> Bytes {
+    use loadterm_h3::{frame, qpack};
+    let mut section = Vec::new();
+    qpack::begin(&mut section);
+    for (n, v) in fields {
+        qpack::field(&mut section, n, v);
+    }
+    let mut out = Vec::with_capacity(section.len() + 16);
+    frame::put_frame_head(&mut out, frame::HEADERS, section.len() as u64);
+    out.extend_from_slice(&section);
+    if data_len > 0 {
+        frame::put_frame_head(&mut out, frame::DATA, data_len as u64);
+    }
+    Bytes::from(out)
 }
 
 fn h1_request(
@@ -346,6 +348,33 @@ mod tests {
         Setup::new(&o)
     }
 
+    /// The HTTP/3 request's fields, decoded back from its HEADERS frame.
+    fn h3_fields(s: &Setup, i: u64) -> Vec<(String, String)> {
+        use loadterm_h3::{frame, qpack};
+        let f = &s.target(i).h3_request;
+        let (ty, a) = frame::get_varint(f).unwrap();
+        let (len, b) = frame::get_varint(&f[a..]).unwrap();
+        assert_eq!(ty, frame::HEADERS);
+        let mut out = Vec::new();
+        qpack::Decoder::default()
+            .decode(&f[a + b..a + b + len as usize], u64::MAX, |n, v| {
+                out.push((
+                    String::from_utf8(n.to_vec()).unwrap(),
+                    String::from_utf8(v.to_vec()).unwrap(),
+                ))
+            })
+            .unwrap();
+        out
+    }
+
+    fn field(s: &Setup, i: u64, name: &str) -> String {
+        let fields = h3_fields(s, i);
+        let f = fields.iter().find(|(n, _)| n == name);
+        f.unwrap_or_else(|| panic!("no {name} in {fields:?}"))
+            .1
+            .clone()
+    }
+
     fn head(s: &Setup) -> String {
         String::from_utf8(s.targets[0].h1_request.to_vec()).unwrap()
     }
@@ -402,7 +431,7 @@ mod tests {
         assert_eq!(s.addr, "127.0.0.2:9443".parse().unwrap());
         assert!(head(&s).contains("\r\nHost: example.com:8443\r\n"));
         assert_eq!(s.server_name, ServerName::try_from("example.com").unwrap());
-        assert_eq!(s.request(0).uri().authority().unwrap(), "example.com:8443");
+        assert_eq!(field(&s, 0, ":authority"), "example.com:8443");
         // --sni changes only the TLS server name.
         let s = setup(&["https://127.0.0.1:8443/"], |o| o.sni = Some("alt.test")).unwrap();
         assert_eq!(s.server_name, ServerName::try_from("alt.test").unwrap());
@@ -421,15 +450,21 @@ mod tests {
             format!("GET /p?q HTTP/1.1\r\n{UA}host: example.org:1234\r\nx-a: 1\r\n\r\n")
         );
         // HTTP/2 and 3: as :authority, not as a host field beside it (h3 refuses that).
-        let r = s.request(0);
+        let names: Vec<_> = h3_fields(&s, 0).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
-            r.uri().to_string(),
-            "https://example.org:1234/p?q",
-            "{:?}",
-            r.uri()
+            names,
+            [
+                ":method",
+                ":scheme",
+                ":authority",
+                ":path",
+                "user-agent",
+                "x-a"
+            ]
         );
-        assert!(r.headers().get(http::header::HOST).is_none());
-        assert_eq!(r.headers()["x-a"], "1");
+        assert_eq!(field(&s, 0, ":authority"), "example.org:1234");
+        assert_eq!(field(&s, 0, ":path"), "/p?q");
+        assert_eq!(field(&s, 0, "x-a"), "1");
         // The TLS server name and the address still come from the URL.
         assert_eq!(s.server_name, ServerName::try_from("127.0.0.1").unwrap());
         assert_eq!(s.addr, "127.0.0.1:8443".parse().unwrap());
@@ -443,7 +478,8 @@ mod tests {
             o.data = Bytes::from_static(b"hello")
         })
         .unwrap();
-        assert_eq!(s.method, http::Method::POST);
+        assert_eq!(field(&s, 0, ":method"), "POST");
+        assert_eq!(field(&s, 0, "content-length"), "5");
         assert!(head(&s).starts_with("POST / HTTP/1.1\r\n"));
         assert!(head(&s).ends_with("\r\nContent-Length: 5\r\n\r\n"));
         let s = setup(&["http://127.0.0.1/"], |o| o.method = Some("HEAD")).unwrap();
@@ -457,9 +493,7 @@ mod tests {
     #[test]
     fn urls_round_robin() {
         let s = setup(&["http://127.0.0.1:1/a", "http://127.0.0.1:1/b"], |_| {}).unwrap();
-        let paths: Vec<_> = (0..4)
-            .map(|i| s.request(i).uri().path().to_owned())
-            .collect();
+        let paths: Vec<_> = (0..4).map(|i| field(&s, i, ":path")).collect();
         assert_eq!(paths, ["/a", "/b", "/a", "/b"]);
         assert!(String::from_utf8_lossy(&s.target(3).h1_request).starts_with("GET /b "));
     }

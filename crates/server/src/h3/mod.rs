@@ -1,13 +1,12 @@
-//! HTTP/3 engine over QUIC: quinn for QUIC, HTTP/3 itself purpose-built (RFC 9114 framing,
-//! QPACK without a dynamic table) so that bodies reach quinn without copies. One endpoint per
-//! worker on its own SO_REUSEPORT UDP socket, one task per request stream.
+//! HTTP/3 engine: quinn for QUIC, HTTP/3 itself from `loadterm-h3` (RFC 9114 framing, QPACK
+//! without a dynamic table) so that bodies reach quinn without copies. One endpoint per worker
+//! on its own SO_REUSEPORT UDP socket, one task per request stream.
 
-mod frame;
-mod qpack;
 mod stream;
 
 use crate::workers::ConnSlot;
 use anyhow::{Context, Result};
+use loadterm_h3::frame;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -3,16 +3,60 @@
 //! fresh buffer first, and quinn's packet builder then read that cold copy (perf, H3 256k:
 //! 13% of server CPU in memcpy).
 
-use super::frame::{self, code, ReadError, Reader};
-use super::qpack::{self, QpackError, RequestHead};
 use crate::config::Config;
 use crate::mapped::{plan_fields, text_fields};
 use bytes::Bytes;
+use loadterm_h3::frame::{self, code, ReadError, Reader};
+use loadterm_h3::qpack::{self, QpackError};
 use loadterm_plan::headers::Timing;
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{body, Outcome, Plan};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
+
+/// What the server takes from a request's field section.
+#[derive(Default)]
+struct RequestHead {
+    decoder: qpack::Decoder,
+    method: Vec<u8>,
+    path: Vec<u8>,
+    /// The `x-loadterm` control header, if any.
+    control: Option<Vec<u8>>,
+    /// Regular fields as `name: value\r\n`, for the x-req size.
+    field_bytes: u64,
+    /// An `expect` field (100-continue) was sent.
+    expect: bool,
+}
+
+impl RequestHead {
+    fn decode(&mut self, section: &[u8], max: u64) -> Result<(), QpackError> {
+        let RequestHead {
+            decoder,
+            method,
+            path,
+            control,
+            field_bytes,
+            expect,
+        } = self;
+        method.clear();
+        path.clear();
+        *control = None;
+        *field_bytes = 0;
+        *expect = false;
+        decoder.decode(section, max, |name, value| match name {
+            b":method" => method.extend_from_slice(value),
+            b":path" => path.extend_from_slice(value),
+            n if n.starts_with(b":") => {}
+            n => {
+                *field_bytes += (n.len() + value.len() + 4) as u64;
+                if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
+                    *control = Some(value.to_vec());
+                }
+                *expect |= n == b"expect";
+            }
+        })
+    }
+}
 
 thread_local! {
     /// Decoded request heads, reused: decoding allocates nothing once warm.
@@ -183,7 +227,7 @@ struct Planned {
 fn plan(section: &[u8], max: u64) -> Result<Planned, Abort> {
     HEAD.with(|h| {
         let head = &mut *h.borrow_mut();
-        qpack::decode_request(section, max, head).map_err(|e| match e {
+        head.decode(section, max).map_err(|e| match e {
             QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
             QpackError::Decompression => Abort::Connection(code::QPACK_DECOMPRESSION_FAILED),
         })?;

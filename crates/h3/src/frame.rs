@@ -27,6 +27,7 @@ pub const SETTINGS_MAX_FIELD_SECTION_SIZE: u64 = 0x06;
 /// Error codes (RFC 9114 §8.1, RFC 9204 §6).
 pub mod code {
     pub const NO_ERROR: u32 = 0x100;
+    pub const GENERAL_PROTOCOL_ERROR: u32 = 0x101;
     pub const STREAM_CREATION_ERROR: u32 = 0x103;
     pub const CLOSED_CRITICAL_STREAM: u32 = 0x104;
     pub const FRAME_UNEXPECTED: u32 = 0x105;
@@ -158,7 +159,8 @@ impl Reader {
         if self.fill().await? && self.chunk.len() >= len {
             return Ok(self.chunk.split_to(len));
         }
-        let mut out = Vec::with_capacity(len);
+        // Grown as bytes arrive, not reserved up front: `len` is the peer's claim.
+        let mut out = Vec::with_capacity(len.min(16 << 10));
         while out.len() < len {
             if !self.fill().await? {
                 return Err(ReadError::Truncated);

@@ -1,6 +1,6 @@
 //! QPACK (RFC 9204) with no dynamic table (we advertise QPACK_MAX_TABLE_CAPACITY 0, so peers
-//! may only use the static table and literals): request field sections decoded as far as the
-//! server needs, response sections encoded statelessly.
+//! may only use the static table and literals): field sections decoded line by line into reused
+//! buffers, and encoded statelessly.
 
 use loadterm_codec::{get_int, get_string, put_int};
 use std::collections::HashMap;
@@ -129,97 +129,75 @@ pub enum QpackError {
     TooLarge,
 }
 
-/// What the server takes from a request's field section. Reused from request to request (its
-/// buffers keep their capacity).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct RequestHead {
-    pub method: Vec<u8>,
-    pub path: Vec<u8>,
-    /// The `x-loadterm` control header, if any.
-    pub control: Option<Vec<u8>>,
-    /// Regular fields as `name: value\r\n`, for the x-req size.
-    pub field_bytes: u64,
-    /// An `expect` field (100-continue) was sent.
-    pub expect: bool,
+/// Decodes field sections; its buffers are reused from section to section.
+#[derive(Debug, Default)]
+pub struct Decoder {
     name: Vec<u8>,
     value: Vec<u8>,
 }
 
-/// Decode a request field section into `head`; its decoded size (RFC 9114 §4.2.2: name +
-/// value + 32 per field) may not exceed `max_size`.
-pub fn decode_request(
-    mut section: &[u8],
-    max_size: u64,
-    head: &mut RequestHead,
-) -> Result<(), QpackError> {
-    use QpackError::Decompression as Bad;
-    head.method.clear();
-    head.path.clear();
-    head.control = None;
-    head.field_bytes = 0;
-    head.expect = false;
-    // Prefix: Required Insert Count 0 (no dynamic table), then sign bit + Delta Base.
-    let (ric, n) = get_int(section, 8).ok_or(Bad)?;
-    if ric != 0 {
-        return Err(Bad);
-    }
-    section = &section[n..];
-    let (_, n) = get_int(section, 7).ok_or(Bad)?;
-    section = &section[n..];
-    let mut size = 0u64;
-    let (name, value) = (&mut head.name, &mut head.value);
-    while let Some(&b) = section.first() {
-        if b & 0x80 != 0 {
-            // Indexed field line: static only (T bit).
-            if b & 0x40 == 0 {
-                return Err(Bad);
-            }
-            let (i, n) = get_int(section, 6).ok_or(Bad)?;
-            section = &section[n..];
-            let (nm, v) = *STATIC.get(i).ok_or(Bad)?;
-            name.clear();
-            name.extend_from_slice(nm.as_bytes());
-            value.clear();
-            value.extend_from_slice(v.as_bytes());
-        } else if b & 0x40 != 0 {
-            // Literal with name reference: static only (T bit).
-            if b & 0x10 == 0 {
-                return Err(Bad);
-            }
-            let (i, n) = get_int(section, 4).ok_or(Bad)?;
-            section = &section[n..];
-            name.clear();
-            name.extend_from_slice(STATIC.get(i).ok_or(Bad)?.0.as_bytes());
-            let n = get_string(section, 7, value).ok_or(Bad)?;
-            section = &section[n..];
-        } else if b & 0x20 != 0 {
-            // Literal with literal name.
-            let n = get_string(section, 3, name).ok_or(Bad)?;
-            section = &section[n..];
-            let n = get_string(section, 7, value).ok_or(Bad)?;
-            section = &section[n..];
-        } else {
-            // Post-base forms need a dynamic table.
+impl Decoder {
+    /// Decode a field section, calling `f(name, value)` per field line; its decoded size
+    /// (RFC 9114 §4.2.2: name + value + 32 per field) may not exceed `max_size`.
+    pub fn decode(
+        &mut self,
+        mut section: &[u8],
+        max_size: u64,
+        mut f: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), QpackError> {
+        use QpackError::Decompression as Bad;
+        // Prefix: Required Insert Count 0 (no dynamic table), then sign bit + Delta Base.
+        let (ric, n) = get_int(section, 8).ok_or(Bad)?;
+        if ric != 0 {
             return Err(Bad);
         }
-        size += (name.len() + value.len() + 32) as u64;
-        if size > max_size {
-            return Err(QpackError::TooLarge);
-        }
-        match name.as_slice() {
-            b":method" => std::mem::swap(&mut head.method, value),
-            b":path" => std::mem::swap(&mut head.path, value),
-            n if n.starts_with(b":") => {}
-            n => {
-                head.field_bytes += (n.len() + value.len() + 4) as u64;
-                if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
-                    head.control = Some(value.clone());
+        section = &section[n..];
+        let (_, n) = get_int(section, 7).ok_or(Bad)?;
+        section = &section[n..];
+        let mut size = 0u64;
+        let (name, value) = (&mut self.name, &mut self.value);
+        while let Some(&b) = section.first() {
+            if b & 0x80 != 0 {
+                // Indexed field line: static only (T bit).
+                if b & 0x40 == 0 {
+                    return Err(Bad);
                 }
-                head.expect |= n == b"expect";
+                let (i, n) = get_int(section, 6).ok_or(Bad)?;
+                section = &section[n..];
+                let (nm, v) = *STATIC.get(i).ok_or(Bad)?;
+                name.clear();
+                name.extend_from_slice(nm.as_bytes());
+                value.clear();
+                value.extend_from_slice(v.as_bytes());
+            } else if b & 0x40 != 0 {
+                // Literal with name reference: static only (T bit).
+                if b & 0x10 == 0 {
+                    return Err(Bad);
+                }
+                let (i, n) = get_int(section, 4).ok_or(Bad)?;
+                section = &section[n..];
+                name.clear();
+                name.extend_from_slice(STATIC.get(i).ok_or(Bad)?.0.as_bytes());
+                let n = get_string(section, 7, value).ok_or(Bad)?;
+                section = &section[n..];
+            } else if b & 0x20 != 0 {
+                // Literal with literal name.
+                let n = get_string(section, 3, name).ok_or(Bad)?;
+                section = &section[n..];
+                let n = get_string(section, 7, value).ok_or(Bad)?;
+                section = &section[n..];
+            } else {
+                // Post-base forms need a dynamic table.
+                return Err(Bad);
             }
+            size += (name.len() + value.len() + 32) as u64;
+            if size > max_size {
+                return Err(QpackError::TooLarge);
+            }
+            f(name, value);
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Static entries of one name: the first index with it, and every (value, index).
@@ -254,9 +232,14 @@ fn by_name() -> &'static ByName {
     })
 }
 
-/// Start a response field section: the prefix (no dynamic table) and `:status`.
-pub fn begin_response(out: &mut Vec<u8>, status: u16) {
+/// Start a field section: the prefix (Required Insert Count 0, Delta Base 0).
+pub fn begin(out: &mut Vec<u8>) {
     out.extend_from_slice(&[0, 0]);
+}
+
+/// Start a response field section with its `:status`.
+pub fn begin_response(out: &mut Vec<u8>, status: u16) {
+    begin(out);
     field(
         out,
         ":status",
@@ -289,6 +272,23 @@ mod tests {
     use super::*;
     use loadterm_codec::huffman;
 
+    fn fields(section: &[u8], max: u64) -> Result<Vec<(String, String)>, QpackError> {
+        let mut out = Vec::new();
+        Decoder::default().decode(section, max, |n, v| {
+            out.push((
+                String::from_utf8_lossy(n).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            ))
+        })?;
+        Ok(out)
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn responses_decode_back() {
         let mut s = Vec::new();
@@ -299,10 +299,15 @@ mod tests {
         // :status 200 is static entry 25, cache-control: no-cache 39, both indexed.
         assert_eq!(&s[..3], &[0, 0, 0xc0 | 25]);
         assert!(s.contains(&(0xc0 | 39)));
-        // Decoded with the request decoder (same line forms): 3 regular fields.
-        let mut head = RequestHead::default();
-        decode_request(&s, 1 << 20, &mut head).unwrap();
-        assert_eq!(head.field_bytes, (14 + 4 + 4) + (13 + 8 + 4) + (5 + 8 + 4));
+        assert_eq!(
+            fields(&s, 1 << 20).unwrap(),
+            pairs(&[
+                (":status", "200"),
+                ("content-length", "1024"),
+                ("cache-control", "no-cache"),
+                ("x-rsp", "id=dummy")
+            ])
+        );
         let mut s = Vec::new();
         begin_response(&mut s, 599);
         assert_eq!(s, [0, 0, 0x5f, 24 - 15, 3, b'5', b'9', b'9']);
@@ -320,17 +325,14 @@ mod tests {
         s.extend(b"x-loadterm");
         put_int(&mut s, 0, 7, 3);
         s.extend(b"r=1");
-        let mut head = RequestHead::default();
-        decode_request(&s, 1 << 20, &mut head).unwrap();
-        assert_eq!(head.method, b"GET");
-        assert_eq!(head.path, b"/?s=1k");
-        assert_eq!(head.control.as_deref(), Some(&b"r=1"[..]));
-        assert_eq!(head.field_bytes, 10 + 3 + 4);
-        assert_eq!(
-            decode_request(&s, 100, &mut head),
-            Err(QpackError::TooLarge),
-            "3 fields of 32 + their bytes"
-        );
+        let want = pairs(&[
+            (":method", "GET"),
+            (":path", "/?s=1k"),
+            ("x-loadterm", "r=1"),
+        ]);
+        assert_eq!(fields(&s, 1 << 20).unwrap(), want);
+        // 3 fields of 32 + their bytes.
+        assert_eq!(fields(&s, 100), Err(QpackError::TooLarge));
     }
 
     #[test]
@@ -346,7 +348,7 @@ mod tests {
             &[0x00],                                           // no delta base
         ] {
             assert_eq!(
-                decode_request(bad, 1 << 20, &mut RequestHead::default()),
+                fields(bad, 1 << 20),
                 Err(QpackError::Decompression),
                 "{bad:02x?}"
             );

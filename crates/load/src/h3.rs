@@ -1,0 +1,227 @@
+//! HTTP/3 load: quinn for QUIC, HTTP/3 from `loadterm-h3` (the wire code the server uses too):
+//! one task per stream slot, requests prebuilt per URL and written as `Bytes` without copies,
+//! response bodies counted from quinn's chunks, never copied. No grease (oha's client sends
+//! some, the `h3` crate's by default).
+
+use crate::conn::End;
+use crate::record::{ErrorKind, Sample};
+use crate::worker::{Schedule, WorkerRef};
+use loadterm_h3::frame::{self, code, ReadError, Reader};
+use loadterm_h3::qpack;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Largest response field section we take.
+const MAX_FIELD_SECTION: u64 = 1 << 20;
+
+/// One HTTP/3 connection: `scheds` holds one schedule per concurrent stream slot.
+pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
+    let setup = w.setup.clone();
+    let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
+    let config = setup
+        .quic_config
+        .clone()
+        .expect("H3 setup has a QUIC config");
+    let name = setup.server_name.to_str();
+    let connecting = endpoint
+        .connect_with(config, setup.addr, &name)
+        .map_err(|_| ErrorKind::Connect)?;
+    let conn = tokio::time::timeout(setup.timeout, connecting)
+        .await
+        .map_err(|_| ErrorKind::Connect)?
+        .map_err(|e| match e {
+            quinn::ConnectionError::TransportError(_)
+            | quinn::ConnectionError::ConnectionClosed(_) => ErrorKind::Tls,
+            _ => ErrorKind::Connect,
+        })?;
+    // Our control stream, with empty SETTINGS; open as long as the connection.
+    let mut hello = vec![frame::STREAM_CONTROL as u8];
+    frame::put_frame_head(&mut hello, frame::SETTINGS, 0);
+    let mut control = conn.open_uni().await.map_err(|_| ErrorKind::Connect)?;
+    control
+        .write_all(&hello)
+        .await
+        .map_err(|_| ErrorKind::Connect)?;
+    let goaway = Rc::new(Cell::new(false));
+    let peer = tokio::task::spawn_local(server_streams(conn.clone(), goaway.clone()));
+    let loops = scheds
+        .iter_mut()
+        .map(|sched| stream_loop(w, &conn, sched, &goaway));
+    let ends = futures::future::join_all(loops).await;
+    peer.abort();
+    conn.close(code::NO_ERROR.into(), b"done");
+    Ok(if ends.iter().all(|e| matches!(e, End::Finished)) {
+        End::Finished
+    } else {
+        End::Reconnect
+    })
+}
+
+/// The server's unidirectional streams: its control stream (watched for GOAWAY) and the rest
+/// (QPACK streams, grease), drained.
+async fn server_streams(conn: quinn::Connection, goaway: Rc<Cell<bool>>) {
+    while let Ok(recv) = conn.accept_uni().await {
+        let goaway = goaway.clone();
+        tokio::task::spawn_local(async move {
+            let mut r = Reader::new(recv);
+            if let Ok(Some(frame::STREAM_CONTROL)) = r.varint().await {
+                while let Ok(Some((ty, len))) = r.frame_head().await {
+                    if ty == frame::GOAWAY {
+                        goaway.set(true);
+                    }
+                    if r.skip(len).await.is_err() {
+                        return;
+                    }
+                }
+            } else {
+                while let Ok(Some(_)) = r.varint().await {}
+            }
+        });
+    }
+}
+
+/// Why an exchange failed.
+enum Fail {
+    /// The stream was reset or broken: the connection may still serve others.
+    Stream,
+    /// The server broke the protocol.
+    Protocol,
+}
+
+impl From<ReadError> for Fail {
+    fn from(e: ReadError) -> Fail {
+        match e {
+            ReadError::Truncated => Fail::Protocol,
+            ReadError::Broken => Fail::Stream,
+        }
+    }
+}
+
+struct Response {
+    first_byte: Instant,
+    status: u16,
+    head_bytes: u64,
+    body_bytes: u64,
+}
+
+async fn stream_loop(
+    w: &WorkerRef,
+    conn: &quinn::Connection,
+    sched: &mut Schedule,
+    goaway: &Cell<bool>,
+) -> End {
+    let setup = w.setup.clone();
+    let mut decoder = qpack::Decoder::default();
+    loop {
+        if goaway.get() {
+            return End::Reconnect;
+        }
+        let intended = sched.wait().await;
+        let Some(i) = w.take() else {
+            return End::Finished;
+        };
+        let sent = Instant::now();
+        w.rec.borrow_mut().sent(intended, sent);
+        let request = setup.target(i).h3_request.clone();
+        let exchange = exchange(conn, request, &setup.data, &mut decoder);
+        match tokio::time::timeout(setup.timeout, exchange).await {
+            Ok(Ok(r)) => w.done(&Sample {
+                intended,
+                sent,
+                first_byte: r.first_byte,
+                done: Instant::now(),
+                status: r.status,
+                head_bytes: r.head_bytes,
+                body_bytes: r.body_bytes,
+            }),
+            Ok(Err(Fail::Stream)) => {
+                w.error(ErrorKind::Reset);
+                if conn.close_reason().is_some() {
+                    return End::Reconnect;
+                }
+            }
+            Ok(Err(Fail::Protocol)) => {
+                w.error(ErrorKind::Protocol);
+                conn.close(code::GENERAL_PROTOCOL_ERROR.into(), b"");
+                return End::Reconnect;
+            }
+            Err(_) => {
+                w.error(ErrorKind::Timeout);
+                return End::Reconnect;
+            }
+        }
+    }
+}
+
+async fn exchange(
+    conn: &quinn::Connection,
+    request: bytes::Bytes,
+    data: &bytes::Bytes,
+    decoder: &mut qpack::Decoder,
+) -> Result<Response, Fail> {
+    let (mut send, recv) = conn.open_bi().await.map_err(|_| Fail::Stream)?;
+    let mut chunks = [request, data.clone()];
+    let n = if data.is_empty() { 1 } else { 2 };
+    send.write_all_chunks(&mut chunks[..n])
+        .await
+        .map_err(|_| Fail::Stream)?;
+    let _ = send.finish();
+    let mut r = Reader::new(recv);
+    let mut first_byte = None;
+    let mut status = None;
+    let (mut head_bytes, mut body_bytes) = (0u64, 0u64);
+    while let Some((ty, len)) = r.frame_head().await? {
+        first_byte.get_or_insert_with(Instant::now);
+        match ty {
+            frame::HEADERS => {
+                if len > MAX_FIELD_SECTION {
+                    return Err(Fail::Protocol);
+                }
+                let section = r.payload(len as usize).await?;
+                let (mut st, mut fields) = (None, 0u64);
+                decoder
+                    .decode(&section, MAX_FIELD_SECTION, |n, v| {
+                        if n == b":status" {
+                            st = std::str::from_utf8(v)
+                                .ok()
+                                .and_then(|v| v.parse::<u16>().ok());
+                        } else if !n.starts_with(b":") {
+                            fields += (n.len() + v.len() + 4) as u64;
+                        }
+                    })
+                    .map_err(|_| Fail::Protocol)?;
+                match (status, st) {
+                    // Interim (1xx): the final head follows.
+                    (None, Some(s)) if s < 200 => {}
+                    (None, Some(s)) => {
+                        status = Some(s);
+                        // As HTTP/1.1 would spell the status line, so that head bytes compare.
+                        head_bytes = fields + 12;
+                    }
+                    (None, None) => return Err(Fail::Protocol),
+                    // Trailers.
+                    (Some(_), _) => head_bytes += fields,
+                }
+            }
+            frame::DATA if status.is_some() => {
+                body_bytes += len;
+                r.skip(len).await?;
+            }
+            frame::DATA
+            | frame::SETTINGS
+            | frame::GOAWAY
+            | frame::MAX_PUSH_ID
+            | frame::PUSH_PROMISE
+            | frame::CANCEL_PUSH => return Err(Fail::Protocol),
+            t if frame::is_h2_only(t) => return Err(Fail::Protocol),
+            _ => r.skip(len).await?,
+        }
+    }
+    Ok(Response {
+        first_byte: first_byte.unwrap_or_else(Instant::now),
+        status: status.ok_or(Fail::Protocol)?,
+        head_bytes,
+        body_bytes,
+    })
+}
