@@ -33,10 +33,15 @@ declare -A CLIENT=(
   [h2tls-1k]="h2load -n 100000 -c 50 -t 1 -m 10 --npn-list=h2 $https/?s=1k"
   [h3-256k]="$LOADTERM load --h3 -k -n 2000 -c 10 -t 1 -m 10 $https/?s=256k"
   [h3-1k]="$LOADTERM load --h3 -k -n 50000 -c 10 -t 1 -m 10 $https/?s=1k"
+  # The same with oha (cargo install oha --locked --features http3), a client that shares no
+  # HTTP/3 code with loadterm's server (loadterm load does: both use crates/h3).
+  [h3-256k-oha]="oha --http-version 3 --insecure --no-tui -n 2000 -c 10 -p 10 $https/?s=256k"
+  [h3-1k-oha]="oha --http-version 3 --insecure --no-tui -n 50000 -c 10 -p 10 $https/?s=1k"
 )
-ORDER="h1-256k h1-1k-m1 h1-1k-m10 h1tls-256k h2tls-256k h2tls-1k h3-256k h3-1k"
+ORDER="h1-256k h1-1k-m1 h1-1k-m10 h1tls-256k h2tls-256k h2tls-1k h3-256k h3-1k h3-256k-oha h3-1k-oha"
 ROWS=${ROWS:-$ORDER}
 
+[[ " $ROWS " == *-oha\ * ]] && { command -v oha >/dev/null || { echo "oha is missing (cargo install oha --locked --features http3)" >&2; exit 1; }; }
 for tool in h2load taskset ss; do command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }; done
 [ -x "$LOADTERM" ] || { echo "$LOADTERM not built (cargo build --release)" >&2; exit 1; }
 if ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b"; then
@@ -72,7 +77,8 @@ measure() {
   kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
   for _ in $(seq 100); do ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b" || break; sleep 0.05; done
   local n
-  n=$(echo "$out" | grep -oE '[0-9]+ succeeded' | head -1 | grep -oE '^[0-9]+' || echo 0)
+  # h2load and loadterm say "N succeeded", oha "[200] N responses".
+  n=$(echo "$out" | grep -oE '[0-9]+ succeeded|\[200\] [0-9]+ responses' | head -1 | grep -oE '[0-9]+' | tail -1 || echo 0)
   if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0"; return; fi
   awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" \
     'BEGIN { printf "%.2f %.0f %d\n", (a - b) / t * 1e6 / n, n / (w1 - w0), n }'
