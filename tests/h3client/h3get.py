@@ -6,7 +6,8 @@ Usage: h3get.py HOST PORT REQUEST... where each REQUEST is a JSON object:
    "headers": [["x-loadterm", "r=404"]]}
 "data" uploads that many bytes (with content-length unless "no_length"); "grease" ends the
 request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's client does; "raw"
-(hex) is sent as the whole request stream instead, for protocol violations. A connection the
+(hex) is sent as the whole request stream instead, for protocol violations (with FIN unless
+"no_fin"). A connection the
 server closes reports "closed": its error code for every request still waiting.
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds.
 """
@@ -74,7 +75,7 @@ class Client(QuicConnectionProtocol):
         headers += [(k.encode(), v.encode()) for k, v in spec.get("headers", [])]
         grease = spec.get("grease", False)
         if "raw" in spec:
-            self._quic.send_stream_data(sid, bytes.fromhex(spec["raw"]), end_stream=True)
+            self._quic.send_stream_data(sid, bytes.fromhex(spec["raw"]), end_stream=not spec.get("no_fin"))
         else:
             self.h3.send_headers(sid, headers, end_stream=data is None and not grease)
         if data is not None:

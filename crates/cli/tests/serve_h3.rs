@@ -171,3 +171,20 @@ fn protocol_violations_close_the_connection() {
     assert_eq!(r[0]["reset"].as_u64(), Some(0x10d), "{}", r[0]);
     assert_eq!(r[1]["status"].as_u64(), Some(200));
 }
+
+/// A request stream whose HEADERS never completes (no FIN either) gets 408 after the client
+/// timeout instead of holding its stream forever.
+#[test]
+fn incomplete_head_times_out_with_408() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["-t", "1", "--timeout", "1s"]);
+    let r = h3get(
+        s.tls_port,
+        &[r#"{"raw": "0110c0d1", "no_fin": true, "timeout": 5}"#],
+    );
+    assert_eq!(r[0]["status"].as_u64(), Some(408), "{}", r[0]);
+    let elapsed = r[0]["elapsed"].as_f64().unwrap();
+    assert!((0.9..4.0).contains(&elapsed), "answered after {elapsed} s");
+}

@@ -354,4 +354,37 @@ mod tests {
             );
         }
     }
+
+    /// Random sections and mutated valid ones: errors are fine, panics are not.
+    #[test]
+    fn random_and_mutated_sections_never_panic() {
+        let mut valid = Vec::new();
+        begin_response(&mut valid, 200);
+        field(&mut valid, "content-type", b"text/plain");
+        field(&mut valid, "x-some-name", b"value");
+        let huff = huffman::encode(b"/a/path?q=1");
+        put_int(&mut valid, 0x50 | 0x20, 4, 1);
+        put_int(&mut valid, 0x80, 7, huff.len());
+        valid.extend(&huff);
+        let mut d = Decoder::default();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..50_000 {
+            let input: Vec<u8> = if round % 2 == 0 {
+                (0..next() % 64).map(|_| next() as u8).collect()
+            } else {
+                let mut v = valid.clone();
+                let i = next() as usize % v.len();
+                v[i] = next() as u8;
+                v.truncate(next() as usize % (v.len() + 1));
+                v
+            };
+            let _ = d.decode(&input, 4096, |_, _| {});
+        }
+    }
 }

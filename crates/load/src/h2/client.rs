@@ -914,4 +914,46 @@ mod tests {
             ]
         );
     }
+
+    /// Random bytes, and a valid server stream with bytes flipped, cut and fed in random pieces:
+    /// errors are fine, panics and runaway buffering are not.
+    #[test]
+    fn random_and_mutated_input_never_panics() {
+        let mut rng = loadterm_plan::Rng::new(7);
+        let mut valid = frame(SETTINGS, 0, 0, &setting(3, 10));
+        for id in [1u32, 3] {
+            valid.extend(frame(HEADERS, END_HEADERS, id, &head_200()));
+            valid.extend(frame(DATA, PADDED, id, &[2, b'a', b'b', 0, 0]));
+            valid.extend(frame(DATA, END_STREAM, id, b"cd"));
+        }
+        valid.extend(frame(PING, 0, 0, b"12345678"));
+        valid.extend(frame(GOAWAY, 0, 0, &[0, 0, 0, 3, 0, 0, 0, 0]));
+        for round in 0..20_000 {
+            let mut input = if round % 2 == 0 {
+                let n = rng.next_u32() as usize % 200;
+                (0..n).map(|_| rng.next_u32() as u8).collect::<Vec<u8>>()
+            } else {
+                let mut v = valid.clone();
+                for _ in 0..1 + rng.next_u32() % 4 {
+                    let i = rng.next_u32() as usize % v.len();
+                    v[i] = rng.next_u32() as u8;
+                }
+                v
+            };
+            input.truncate(rng.next_u32() as usize % (input.len() + 1));
+            let mut c = Client::new();
+            c.start(b"\x82", &Bytes::new(), 0);
+            c.start(b"\x83", &Bytes::from_static(b"upload"), 1);
+            let mut rest = &input[..];
+            while !rest.is_empty() {
+                let n = 1 + rng.next_u32() as usize % rest.len();
+                if c.feed(&rest[..n]).is_err() {
+                    break;
+                }
+                rest = &rest[n..];
+                let _ = c.events().count();
+            }
+            assert!(c.partial.len() <= 9 + MAX_FRAME, "round {round}");
+        }
+    }
 }

@@ -252,7 +252,10 @@ fn plan(section: &[u8], max: u64) -> Result<Planned, Abort> {
 
 async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
     let t_first = Instant::now();
-    let section = x.head(cfg.h3.h3_max_header_list).await?;
+    // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
+    let section = tokio::time::timeout(cfg.timeout, x.head(cfg.h3.h3_max_header_list))
+        .await
+        .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))?;
     let Planned {
         outcome,
         is_head,
