@@ -188,3 +188,38 @@ fn incomplete_head_times_out_with_408() {
     let elapsed = r[0]["elapsed"].as_f64().unwrap();
     assert!((0.9..4.0).contains(&elapsed), "answered after {elapsed} s");
 }
+
+/// SIGTERM with HTTP/3 requests in flight: they are answered in full (closing the connection
+/// right after the last answer used to drop its unacknowledged data), then the server exits.
+#[test]
+fn sigterm_lets_requests_in_flight_finish() {
+    let mut s = Server::start(&["-t", "1"]);
+    let url = format!("https://127.0.0.1:{}/?t=800&s=20000", s.tls_port);
+    let client = std::process::Command::new(common::bin())
+        .args(["load", "--h3", "-k", "-n", "10", "-c", "2", "-m", "5"])
+        .args(["--json", "-", "-q", &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = client.wait_with_output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        r["requests"]["succeeded"].as_u64(),
+        Some(10),
+        "{}",
+        r["errors"]
+    );
+    assert_eq!(r["bytes"]["body"].as_u64(), Some(10 * 20000));
+    while s.child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed().as_secs() < 4, "server did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -6,8 +6,9 @@ mod stream;
 
 use crate::workers::ConnSlot;
 use anyhow::{Context, Result};
+use futures::StreamExt;
 use loadterm_h3::frame;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 /// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
@@ -108,7 +109,6 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     frame::put_frame_head(&mut out, frame::SETTINGS, settings.len() as u64);
     out.extend_from_slice(&settings);
     control.write_all(&out).await?;
-    let active = Arc::new(AtomicUsize::new(0));
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
     // The client's GOAWAY: it will send no more requests (clients such as oha's then wait for
@@ -124,6 +124,19 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     });
     let goaway = client_goaway.notified();
     tokio::pin!(goaway);
+    // Requests run inside this connection's task, not as tasks of their own: cheaper to start
+    // and to wake than a spawned task per request.
+    let mut requests = futures::stream::FuturesUnordered::new();
+    let serve = |send, recv| {
+        let (cfg, conn) = (&cfg, &conn);
+        async move {
+            let done = stream::serve(send, recv, cfg).await;
+            if let Err(code) = &done {
+                conn.close((*code).into(), b"");
+            }
+            done.ok()
+        }
+    };
     let mut next_id = 0u64;
     loop {
         let (send, recv) = tokio::select! {
@@ -131,18 +144,12 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
                 Ok(s) => s,
                 Err(_) => break,
             },
+            Some(_) = requests.next(), if !requests.is_empty() => continue,
             () = &mut stop => break,
             () = &mut goaway => break,
         };
         next_id = u64::from(send.id()) + 4;
-        let (cfg, active, conn) = (cfg.clone(), active.clone(), conn.clone());
-        active.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            if let Some(code) = stream::serve(send, recv, &cfg).await {
-                conn.close(code.into(), b"");
-            }
-            active.fetch_sub(1, Ordering::Relaxed);
-        });
+        requests.push(serve(send, recv));
     }
     uni.abort();
     if conn.close_reason().is_some() {
@@ -156,9 +163,13 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     frame::put_frame_head(&mut goaway, frame::GOAWAY, id.len() as u64);
     goaway.extend_from_slice(&id);
     control.write_all(&goaway).await?;
+    // Closing drops unsent and unacknowledged stream data: wait for each answer to be
+    // acknowledged (or stopped by the client) first.
     let _ = tokio::time::timeout(cfg.timeout, async {
-        while active.load(Ordering::Relaxed) > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        while let Some(send) = requests.next().await {
+            if let Some(send) = send {
+                let _ = send.stopped().await;
+            }
         }
     })
     .await;

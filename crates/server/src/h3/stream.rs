@@ -193,26 +193,29 @@ fn is_unexpected(ty: u64) -> bool {
     ) || frame::is_h2_only(ty)
 }
 
-/// Serve one request stream; returns a connection error code if the peer broke the protocol.
-pub async fn serve(send: quinn::SendStream, recv: quinn::RecvStream, cfg: &Config) -> Option<u32> {
+/// Serve one request stream. Returns its send side (finished or reset; a connection that
+/// closes must let finished ones be acknowledged first), or the connection error code if the
+/// peer broke the protocol.
+pub async fn serve(
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    cfg: &Config,
+) -> Result<quinn::SendStream, u32> {
     let mut x = Exchange {
         send,
         recv: Reader::new(recv),
         timeout: cfg.timeout,
     };
     match exchange(&mut x, cfg).await {
-        Ok(()) => None,
-        Err(Abort::Reset(code)) => {
-            x.reset(code);
-            None
-        }
-        Err(Abort::Connection(code)) => Some(code),
+        Ok(()) => {}
+        Err(Abort::Reset(code)) => x.reset(code),
+        Err(Abort::Connection(code)) => return Err(code),
         Err(Abort::Status(page)) => {
             x.text(page.status(), page.body()).await;
             x.recv.stop(code::NO_ERROR);
-            None
         }
     }
+    Ok(x.send)
 }
 
 /// A request as planned.
