@@ -12,15 +12,6 @@ fn server() -> Server {
     Server::start(&["-t", "1", "--no-quic"])
 }
 
-fn sigterm(s: &Server) {
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-}
-
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run tool");
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
@@ -358,7 +349,7 @@ async fn sigterm_drains_connections_with_goaway() {
     assert!(resp[..n].starts_with(b"HTTP/1.1 200"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t0 = Instant::now();
-    sigterm(&s);
+    s.sigterm();
     // The idle HTTP/1 connection is closed (EOF), not left to the 25 s timeout.
     assert_eq!(std::io::Read::read(&mut idle_h1, &mut resp).unwrap(), 0);
     // The stream in flight completes.

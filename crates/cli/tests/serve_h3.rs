@@ -203,12 +203,7 @@ fn sigterm_lets_requests_in_flight_finish() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t0 = std::time::Instant::now();
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    s.sigterm();
     let out = client.wait_with_output().unwrap();
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(

@@ -66,6 +66,13 @@ impl Server {
     pub fn tls_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.tls_port))
     }
+
+    /// Ask for a graceful shutdown.
+    pub fn sigterm(&self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    }
 }
 
 impl Drop for Server {
