@@ -1,8 +1,10 @@
 //! Zero-copy large bodies on clear-text TCP (Linux). Body bytes live in static, immutable blocks
 //! (`plan::body`), so `vmsplice` can hand their pages to a pipe by reference and `splice` can
 //! pass those references on to the socket: no per-response copy in user space or into the
-//! socket buffer. (haterm splices from a pre-filled pipe with `tee`; `vmsplice` from the static
-//! block keeps any byte offset exact without `tee`'s 50-byte-multiple bookkeeping.)
+//! socket buffer. Pattern bodies are `tee`d from a per-thread pipe pre-filled with the pattern
+//! (as haterm does): `tee` only takes references to pages already in a pipe, where `vmsplice`
+//! pins user pages on every call. Other bodies, and the few bytes that realign a pattern body on
+//! its 50-byte period, are `vmsplice`d.
 
 use loadterm_plan::body::{self, BodyKind};
 use std::cell::RefCell;
@@ -29,6 +31,31 @@ struct Pipe {
 
 thread_local! {
     static IDLE: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+    /// The pattern from offset 0, `.1` bytes of it (a multiple of its period) to `tee` from;
+    /// `None` if it could not be made (then everything is `vmsplice`d).
+    static MASTER: Option<(Pipe, usize)> = master().ok();
+}
+
+/// Capacity asked for the master pipe (the default `pipe-max-size`).
+const MASTER_SIZE: libc::c_int = 1024 * 1024;
+
+fn master() -> io::Result<(Pipe, usize)> {
+    let pipe = Pipe::take()?;
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe { libc::fcntl(pipe.w.as_raw_fd(), libc::F_SETPIPE_SZ, MASTER_SIZE) };
+    let mut filled = 0u64;
+    // Until the pipe is full (EAGAIN) or holds the size asked for.
+    while filled < MASTER_SIZE as u64 {
+        match fill(&pipe, BodyKind::Pattern, filled, MASTER_SIZE as u64) {
+            Ok(n) if n > 0 => filled += n as u64,
+            _ => break,
+        }
+    }
+    let len = filled as usize / body::LINE.len() * body::LINE.len();
+    if len == 0 {
+        return Err(io::Error::other("could not fill the master pipe"));
+    }
+    Ok((pipe, len))
 }
 
 impl Pipe {
@@ -73,6 +100,31 @@ fn cvt(r: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// Fill the (empty) pipe with body bytes `off..size`: `tee`d from the master pipe for a pattern
+/// body on its period, else `vmsplice`d (for a pattern body off its period, only up to the next
+/// period start). Returns how many bytes it took.
+fn fill_body(pipe: &Pipe, kind: BodyKind, off: u64, size: u64) -> io::Result<usize> {
+    let period = body::LINE.len() as u64;
+    MASTER.with(|m| match m {
+        Some((master, len)) if kind == BodyKind::Pattern => {
+            if off % period != 0 {
+                return fill(pipe, kind, off, size.min(off + period - off % period));
+            }
+            let want = (size - off).min(*len as u64) as usize;
+            // SAFETY: tee between two pipes we hold open.
+            cvt(unsafe {
+                libc::tee(
+                    master.r.as_raw_fd(),
+                    pipe.w.as_raw_fd(),
+                    want,
+                    libc::SPLICE_F_NONBLOCK,
+                )
+            })
+        }
+        _ => fill(pipe, kind, off, size),
+    })
+}
+
 /// Fill the (empty) pipe with page references to the static blocks holding body bytes
 /// `off..size`; returns how many bytes it took.
 fn fill(pipe: &Pipe, kind: BodyKind, off: u64, size: u64) -> io::Result<usize> {
@@ -113,7 +165,7 @@ pub async fn send(
     let pipe = Pipe::take()?;
     let mut off = 0u64;
     while off < size {
-        let queued = fill(&pipe, kind, off, size)?;
+        let queued = fill_body(&pipe, kind, off, size)?;
         if queued == 0 {
             return Err(io::Error::other("vmsplice queued nothing"));
         }
