@@ -107,7 +107,7 @@ fn fill_body(pipe: &Pipe, kind: BodyKind, off: u64, size: u64) -> io::Result<usi
     let period = body::LINE.len() as u64;
     MASTER.with(|m| match m {
         Some((master, len)) if kind == BodyKind::Pattern => {
-            if off % period != 0 {
+            if !off.is_multiple_of(period) {
                 return fill(pipe, kind, off, size.min(off + period - off % period));
             }
             let want = (size - off).min(*len as u64) as usize;
