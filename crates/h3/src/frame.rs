@@ -85,6 +85,12 @@ pub fn put_frame_head(out: &mut Vec<u8>, ty: u64, len: u64) {
     put_varint(out, len);
 }
 
+/// Append a whole frame.
+pub fn put_frame(out: &mut Vec<u8>, ty: u64, payload: &[u8]) {
+    put_frame_head(out, ty, payload.len() as u64);
+    out.extend_from_slice(payload);
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadError {
     /// The stream ended inside a frame.

@@ -90,6 +90,9 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
     let mut out = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 64 * 1024];
+    // The next open-loop send while reading; kept across reads (a new one per read would leave
+    // a stale entry in the timer's heap each time), replaced when the due time changes.
+    let mut wake: Option<crate::timer::Sleep> = None;
     loop {
         // Top up the pipeline: closed loop to `streams`, open loop with what is due.
         let now = Instant::now();
@@ -141,10 +144,13 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
         }
         // Read, but wake up for the next open-loop send if the pipeline has room.
         let room = inflight.len() < setup.streams;
-        let wake = sched.peek().filter(|_| room && w.more());
+        let due = sched.peek().filter(|_| room && w.more());
+        if due != wake.as_ref().map(crate::timer::Sleep::deadline) {
+            wake = due.map(crate::timer::sleep_until);
+        }
         let read = tokio::select! {
             r = tokio::time::timeout(setup.timeout, io.read(&mut buf)) => r,
-            _ = sleep_opt(wake) => continue,
+            _ = sleep_opt(&mut wake) => continue,
         };
         let n = match read {
             Err(_) => {
@@ -196,9 +202,9 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-async fn sleep_opt(t: Option<Instant>) {
-    match t {
-        Some(t) => crate::timer::sleep_until(t).await,
+async fn sleep_opt(s: &mut Option<crate::timer::Sleep>) {
+    match s {
+        Some(s) => s.await,
         None => std::future::pending().await,
     }
 }

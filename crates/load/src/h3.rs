@@ -37,7 +37,7 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
         })?;
     // Our control stream, with empty SETTINGS; open as long as the connection.
     let mut hello = vec![frame::STREAM_CONTROL as u8];
-    frame::put_frame_head(&mut hello, frame::SETTINGS, 0);
+    frame::put_frame(&mut hello, frame::SETTINGS, &[]);
     let mut control = conn.open_uni().await.map_err(|_| ErrorKind::Connect)?;
     control
         .write_all(&hello)

@@ -281,8 +281,7 @@ fn h3_request<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>, data_le
         qpack::field(&mut section, n, v);
     }
     let mut out = Vec::with_capacity(section.len() + 16);
-    frame::put_frame_head(&mut out, frame::HEADERS, section.len() as u64);
-    out.extend_from_slice(&section);
+    frame::put_frame(&mut out, frame::HEADERS, &section);
     if data_len > 0 {
         frame::put_frame_head(&mut out, frame::DATA, data_len as u64);
     }

@@ -106,8 +106,7 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
     frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
     let mut out = vec![frame::STREAM_CONTROL as u8];
-    frame::put_frame_head(&mut out, frame::SETTINGS, settings.len() as u64);
-    out.extend_from_slice(&settings);
+    frame::put_frame(&mut out, frame::SETTINGS, &settings);
     control.write_all(&out).await?;
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
@@ -160,8 +159,7 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     let mut goaway = Vec::new();
     let mut id = Vec::new();
     frame::put_varint(&mut id, next_id);
-    frame::put_frame_head(&mut goaway, frame::GOAWAY, id.len() as u64);
-    goaway.extend_from_slice(&id);
+    frame::put_frame(&mut goaway, frame::GOAWAY, &id);
     control.write_all(&goaway).await?;
     // Closing drops unsent and unacknowledged stream data: wait for each answer to be
     // acknowledged (or stopped by the client) first.

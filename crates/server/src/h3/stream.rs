@@ -132,8 +132,7 @@ impl Exchange {
     async fn text(&mut self, status: u16, text: &str) {
         let mut out = Vec::with_capacity(256 + text.len());
         let start = headers_frame(&mut out, status, |f| text_fields(text.len(), f));
-        frame::put_frame_head(&mut out, frame::DATA, text.len() as u64);
-        out.extend_from_slice(text.as_bytes());
+        frame::put_frame(&mut out, frame::DATA, text.as_bytes());
         if self.write(&mut [Bytes::from(out).slice(start..)]).await {
             let _ = self.send.finish();
         }
