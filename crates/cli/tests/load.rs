@@ -279,17 +279,19 @@ fn host_header_on_every_protocol() {
     }
 }
 
-/// HTTP/2 over TLS and h2c: uploads under the server's flow control, status counting, a server
-/// that closes after each response, and the open-loop correction (as the HTTP/1.1 tests above).
+/// HTTP/2 over TLS and h2c, and HTTP/3: uploads under the server's flow control, status
+/// counting, a server that closes after each response, and the open-loop correction (as the
+/// HTTP/1.1 tests above).
 #[test]
-fn http2_uploads_statuses_closes_and_open_loop() {
-    let s = Server::start(&["-t", "1", "--no-quic"]);
+fn http2_and_http3_uploads_statuses_closes_and_open_loop() {
+    let s = Server::start(&["-t", "1"]);
     for (proto, base) in [
         ("--h2c", format!("http://127.0.0.1:{}", s.clear_port)),
         ("--h2", format!("https://127.0.0.1:{}", s.tls_port)),
+        ("--h3", format!("https://127.0.0.1:{}", s.tls_port)),
     ] {
         let run = |args: &[&str]| json(&load(&[&[proto, "-k"][..], args].concat()));
-        // 100 uploads of 100 kB on 4 streams: beyond the server's 64 KiB initial windows.
+        // 100 uploads of 100 kB on 4 streams: beyond HTTP/2's 64 KiB initial windows.
         let r = run(&[
             "-n",
             "100",
