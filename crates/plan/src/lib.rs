@@ -1,14 +1,11 @@
 //! What to answer, decided from the request alone: the haterm/httpterm request vocabulary
-//! (`/?s=1k&r=404&t=10...`) turned into a [`Plan`], plus the pieces every protocol engine
-//! shares (body bytes, `x-req`/`x-rsp` values, reason phrases, help and error pages).
+//! (`/?s=1k&r=404&t=10...`) turned into a [`Plan`], plus the content every answer is made of
+//! (body bytes, reason phrases, help and error page texts).
 //!
-//! Pure functions, no I/O: engines call [`Plan::from_request`], then frame the result for
-//! their protocol. The H1 connection decision lives in [`h1`] because it is a pure function
-//! of the request and the plan too.
+//! Pure functions, no I/O. How a plan is carried out (interim responses, body reading, delay,
+//! head fields, framing, connection reuse) is `loadterm-exchange`'s job.
 
 pub mod body;
-pub mod h1;
-pub mod headers;
 pub mod pages;
 pub mod query;
 pub mod reason;
@@ -48,7 +45,7 @@ pub enum Outcome {
     Reject(PlanError),
 }
 
-/// A response fully decided: engines frame it, never re-derive it.
+/// A response fully decided from the vocabulary; `loadterm-exchange` carries it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
     /// Status code, 100..=999.
@@ -64,8 +61,8 @@ pub struct Plan {
     pub conn: ConnForce,
     /// `k>0`: no content-length, chunked transfer on HTTP/1.1, body of ASCII `1`.
     pub chunked: bool,
-    /// `S` (default true): zero-copy paths allowed for this response.
-    pub splice: bool,
+    /// `S` (default true): zero-copy paths (splice, tee, vmsplice) allowed for this response.
+    pub zero_copy: bool,
     pub body: BodyKind,
     pub is_head: bool,
 }
@@ -106,7 +103,7 @@ impl Plan {
             drain_after: p.drain_after,
             conn: p.conn,
             chunked: p.chunked,
-            splice: p.splice,
+            zero_copy: p.zero_copy,
             body: if p.chunked {
                 BodyKind::Ones
             } else if p.random {
@@ -163,7 +160,7 @@ mod tests {
     fn defaults() {
         let p = ok("/");
         assert_eq!((p.status, p.size, p.delay_ms), (200, 0, 0));
-        assert!(p.cacheable && !p.chunked && p.splice && !p.drain_after);
+        assert!(p.cacheable && !p.chunked && p.zero_copy && !p.drain_after);
         assert_eq!(p.body, BodyKind::Pattern);
     }
 
@@ -241,6 +238,6 @@ mod tests {
         assert_eq!(ok("/?R=1").body, BodyKind::Random);
         assert_eq!(ok("/?k=1&R=1").body, BodyKind::Ones);
         assert!(ok("/?k=1").chunked);
-        assert!(!ok("/?S=0").splice);
+        assert!(!ok("/?S=0").zero_copy);
     }
 }

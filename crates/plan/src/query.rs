@@ -24,7 +24,7 @@ pub struct Params {
     pub drain_after: bool,
     pub conn: ConnForce,
     pub chunked: bool,
-    pub splice: bool,
+    pub zero_copy: bool,
     pub random: bool,
 }
 
@@ -38,7 +38,7 @@ impl Default for Params {
             drain_after: false,
             conn: ConnForce::None,
             chunked: false,
-            splice: true,
+            zero_copy: true,
             random: false,
         }
     }
@@ -141,7 +141,7 @@ fn apply(key: u8, v: i64, shift: u32, p: &mut Params) {
             }
         }
         b'k' => p.chunked = v > 0,
-        b'S' => p.splice = v >= 1,
+        b'S' => p.zero_copy = v >= 1,
         b'R' => p.random = v > 0,
         _ => {}
     }
@@ -273,7 +273,7 @@ mod tests {
         assert!(!parse("c=0").cacheable && parse("c=1").cacheable && !parse("c=-3").cacheable);
         assert!(parse("A=1").drain_after && !parse("A=0").drain_after);
         assert!(parse("k=1").chunked && !parse("k=0").chunked);
-        assert!(!parse("S=0").splice && parse("S=1").splice);
+        assert!(!parse("S=0").zero_copy && parse("S=1").zero_copy);
         assert!(parse("R=1").random);
         // Multipliers do not apply to booleans.
         assert!(parse("k=1k").chunked);

@@ -1,8 +1,8 @@
 //! The HTTP/1.x connection decision (HATERM.md §2.7), as a pure function of the request and
-//! the plan. One deliberate fix: a body that cannot be framed (HTTP/1.0 + `k=1`) is always
+//! the plan; only [`crate::Exchange`] calls it. One deliberate fix: a body that cannot be framed (HTTP/1.0 + `k=1`) is always
 //! close-delimited, never left unframed on an open connection.
 
-use crate::{ConnForce, Plan};
+use loadterm_plan::{status_allows_body, ConnForce, Plan};
 
 /// What the engine learnt from the request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +60,9 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
     let content_length =
         (!plan.chunked && want_ka && plan.has_length_header()).then_some(plan.size);
     let chunked_te =
-        plan.chunked && response_11 && crate::status_allows_body(plan.status) && !plan.is_head;
+        plan.chunked && response_11 && status_allows_body(plan.status) && !plan.is_head;
     // The body's end is known without closing: a length, chunking, or no body at all.
-    let bodyless = plan.is_head || !crate::status_allows_body(plan.status);
+    let bodyless = plan.is_head || !status_allows_body(plan.status);
     let delimited = content_length.is_some() || chunked_te || bodyless;
     let client_ka = if req.is_11 {
         !req.conn_close
@@ -89,7 +89,7 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Outcome, Request, Rng};
+    use loadterm_plan::{Outcome, Request, Rng};
 
     fn frame(target: &str, req: H1Request) -> Framing {
         let r = Request {

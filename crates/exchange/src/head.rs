@@ -1,0 +1,169 @@
+//! A response head as [`crate::Exchange`] decided it, and its two renderings: an ordered list of
+//! fields (HTTP/2 and HTTP/3 encode them) and the whole HTTP/1.x head. Values are appended into
+//! reused buffers (no `format!` on the hot path).
+
+use crate::h1::ConnHeader;
+use loadterm_plan::{reason, Plan};
+
+/// Measurements reported in `x-req` / `x-rsp`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Request bytes received (head and body so far).
+    pub req_bytes: u64,
+    /// Milliseconds from the first request byte to the complete request (or to the response
+    /// when the body is drained afterwards).
+    pub req_ms: u64,
+    /// Milliseconds from the complete request to the response head, delay included.
+    pub real_ms: u64,
+}
+
+/// What the body of a response is, as far as its head is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A dummy response: `x-req` and `x-rsp` report the plan and the timing.
+    Dummy { plan: Plan, timing: Timing },
+    /// A text/plain page (help, errors).
+    Text,
+    /// An interim status on HTTP/2 or HTTP/3: the status alone.
+    Bare,
+}
+
+/// A response head, every field decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub status: u16,
+    /// HTTP/1.x only: `HTTP/1.1` status line (else `HTTP/1.0`).
+    pub h1_11: bool,
+    pub content_length: Option<u64>,
+    /// `cache-control: no-cache`.
+    pub no_cache: bool,
+    pub kind: Kind,
+    /// HTTP/1.x only: the `connection` field.
+    pub connection: Option<ConnHeader>,
+    /// HTTP/1.x only: `transfer-encoding: chunked`.
+    pub chunked: bool,
+    /// No body follows (HTTP/2 and HTTP/3 end the stream with the head).
+    pub last: bool,
+}
+
+fn num(buf: &mut Vec<u8>, n: u64) {
+    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// `x-req` value: `size=<request bytes>, time=<ms> ms`.
+pub fn x_req(buf: &mut Vec<u8>, t: &Timing) {
+    buf.extend_from_slice(b"size=");
+    num(buf, t.req_bytes);
+    buf.extend_from_slice(b", time=");
+    num(buf, t.req_ms);
+    buf.extend_from_slice(b" ms");
+}
+
+/// `x-rsp` value, in haterm's field order with the commas fixed:
+/// `id=dummy, code=200, cache=1[, chunked], size=100, time=0 ms (0 real)`.
+pub fn x_rsp(buf: &mut Vec<u8>, plan: &Plan, t: &Timing) {
+    buf.extend_from_slice(b"id=dummy, code=");
+    num(buf, plan.status as u64);
+    buf.extend_from_slice(if plan.cacheable {
+        b", cache=1"
+    } else {
+        b", cache=0"
+    });
+    if plan.chunked {
+        buf.extend_from_slice(b", chunked");
+    }
+    buf.extend_from_slice(b", size=");
+    num(buf, plan.size);
+    buf.extend_from_slice(b", time=");
+    num(buf, plan.delay_ms);
+    buf.extend_from_slice(b" ms (");
+    num(buf, t.real_ms);
+    buf.extend_from_slice(b" real)");
+}
+
+/// Where fields go: values that must be rendered are written by `render` into a buffer the sink
+/// chooses (HTTP/1.x: straight into the output, no scratch copy).
+trait Sink {
+    fn field(&mut self, name: &'static str, value: &[u8]);
+    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>));
+}
+
+struct Callback<'a, F> {
+    scratch: &'a mut Vec<u8>,
+    field: F,
+}
+
+impl<F: FnMut(&'static str, &[u8])> Sink for Callback<'_, F> {
+    fn field(&mut self, name: &'static str, value: &[u8]) {
+        (self.field)(name, value)
+    }
+    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>)) {
+        self.scratch.clear();
+        render(self.scratch);
+        (self.field)(name, self.scratch)
+    }
+}
+
+struct H1Lines<'a>(&'a mut Vec<u8>);
+
+impl Sink for H1Lines<'_> {
+    fn field(&mut self, name: &'static str, value: &[u8]) {
+        self.rendered(name, |out| out.extend_from_slice(value))
+    }
+    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>)) {
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.extend_from_slice(b": ");
+        render(self.0);
+        self.0.extend_from_slice(b"\r\n");
+    }
+}
+
+impl Head {
+    /// The fields in haterm's order: content-length, cache-control, content-type, x-req, x-rsp,
+    /// then (HTTP/1.x) connection and transfer-encoding. `scratch` holds rendered values.
+    pub fn fields(&self, scratch: &mut Vec<u8>, field: impl FnMut(&'static str, &[u8])) {
+        self.each(&mut Callback { scratch, field });
+    }
+
+    fn each(&self, sink: &mut impl Sink) {
+        if let Some(len) = self.content_length {
+            sink.field("content-length", itoa::Buffer::new().format(len).as_bytes());
+        }
+        if self.no_cache {
+            sink.field("cache-control", b"no-cache");
+        }
+        match &self.kind {
+            Kind::Text => sink.field("content-type", b"text/plain"),
+            Kind::Dummy { plan, timing } => {
+                sink.rendered("x-req", |b| x_req(b, timing));
+                sink.rendered("x-rsp", |b| x_rsp(b, plan, timing));
+            }
+            Kind::Bare => {}
+        }
+        match self.connection {
+            Some(ConnHeader::Close) => sink.field("connection", b"close"),
+            Some(ConnHeader::KeepAlive) => sink.field("connection", b"keep-alive"),
+            None => {}
+        }
+        if self.chunked {
+            sink.field("transfer-encoding", b"chunked");
+        }
+    }
+
+    /// Append the whole HTTP/1.x head (status line to blank line). `extra`: further header
+    /// lines, each CRLF-terminated (usually empty).
+    pub fn write_h1(&self, out: &mut Vec<u8>, extra: &[u8]) {
+        out.extend_from_slice(if self.h1_11 {
+            b"HTTP/1.1 "
+        } else {
+            b"HTTP/1.0 "
+        });
+        num(out, self.status as u64);
+        out.push(b' ');
+        out.extend_from_slice(reason::phrase(self.status).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        self.each(&mut H1Lines(out));
+        out.extend_from_slice(extra);
+        out.extend_from_slice(b"\r\n");
+    }
+}

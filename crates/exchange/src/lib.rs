@@ -1,0 +1,446 @@
+//! How to answer one request, on any protocol: a sans-I/O state machine that every server
+//! engine (HTTP/1.x, HTTP/2, HTTP/3) drives. The engine reports what happened (the request head,
+//! body bytes, the end of the body or its failure) and carries out the [`Step`]s it is given in
+//! its own framing; every response rule is decided here, once:
+//!
+//! - which answer: a dummy response from the [`Plan`], the help page, or an error page;
+//! - the interim `100 Continue`: only to `Expect: 100-continue` with a body still to come, never
+//!   to HTTP/1.0, never before an error;
+//! - whether the request body is read before the response, after it (`A=1`), or not at all;
+//! - the delay, and the real times reported in `x-req`/`x-rsp`;
+//! - the head: status, content-length, cache-control, HTTP/1.x connection and framing;
+//! - the body: which bytes, chunked or not, whether zero-copy is allowed (`S=0`: not);
+//! - how the exchange ends: keep-alive, close, or a 1xx with no final response.
+//!
+//! The engine never re-derives what this decided; nothing here touches a socket or a clock
+//! (times come in as arguments).
+
+pub mod h1;
+pub mod head;
+
+pub use head::{Head, Kind, Timing};
+use loadterm_plan::pages::{self, ErrorPage};
+use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+/// The protocol a request arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+    H2,
+    H3,
+}
+
+impl Version {
+    fn is_h1(self) -> bool {
+        matches!(self, Version::Http10 | Version::Http11)
+    }
+}
+
+/// The request facts the exchange looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub version: Version,
+    pub is_head: bool,
+    /// Raw request-target (H1) or `:path` (H2/H3); no percent-decoding is done.
+    pub target: &'a [u8],
+    /// Value of the [`loadterm_plan::CONTROL_HEADER`] header, if any.
+    pub control: Option<&'a [u8]>,
+    /// The request carries `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// HTTP/1.x `Connection: close`.
+    pub conn_close: bool,
+    /// HTTP/1.x `Connection: keep-alive`.
+    pub conn_keep_alive: bool,
+    /// A request body follows the head (HTTP/1.x: a length or chunked; HTTP/2 and HTTP/3: the
+    /// stream did not end with the head).
+    pub has_body: bool,
+    /// Size of the request head as reported in `x-req` (see [`head_bytes`] for HTTP/2 and /3).
+    pub head_bytes: u64,
+}
+
+/// The size of an HTTP/2 or HTTP/3 request head as `x-req` reports it: what it would take as
+/// HTTP/1.1 text, every field as `name: value\r\n` (`fields`: the sum of those lines).
+pub fn head_bytes(method: usize, target: usize, fields: usize) -> u64 {
+    (method + target + fields + 12) as u64
+}
+
+/// Response body bytes to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// `size` bytes of `kind`, as slices of `loadterm_plan::body`'s static blocks.
+    Generated {
+        kind: BodyKind,
+        size: u64,
+        /// HTTP/1.1 chunked transfer coding (then `size` may be 0: the last chunk alone).
+        chunked: bool,
+        /// Zero-copy paths (splice, tee, vmsplice) are allowed for this response.
+        zero_copy: bool,
+    },
+    /// A text/plain page.
+    Text(Cow<'static, str>),
+}
+
+/// What the engine must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
+    Continue,
+    /// Read the request body, reporting it with [`Exchange::body_bytes`] and then
+    /// [`Exchange::body_end`] or [`Exchange::body_failed`].
+    ReadBody,
+    /// Nothing to do until then (`t`); then ask again.
+    WaitUntil(Instant),
+    Head(Head),
+    Body(Body),
+    /// The exchange is over.
+    Done(Ending),
+}
+
+/// How an exchange ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Complete; HTTP/1.x keeps the connection for the next request (HTTP/2 and HTTP/3: the
+    /// stream ends, as for `Close`).
+    KeepAlive,
+    /// Complete; HTTP/1.x closes the connection.
+    Close,
+    /// A 1xx was asked for as the final status: it went out as the only head. HTTP/1.x closes,
+    /// HTTP/2 resets the stream with NO_ERROR, HTTP/3 ends it with no final response.
+    NoFinal,
+    /// The request broke (reset, connection gone): drop it without a word.
+    Abort,
+}
+
+/// Why reading the request body stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFailure {
+    /// Not received within the client timeout: 408.
+    Timeout,
+    /// Invalid framing (chunk syntax, early end of a delimited body): 400.
+    Malformed,
+    /// The stream was reset or the connection broke.
+    Broken,
+}
+
+/// The answer chosen for the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Dummy(Plan),
+    Help,
+    /// A text/plain page; the connection closes after it on HTTP/1.x.
+    Text { status: u16, text: Cow<'static, str> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Start,
+    /// Reading the body before answering.
+    Reading,
+    Delay,
+    Head,
+    Body,
+    /// After the response: read what is left of the body (`A=1`)?
+    After,
+    /// Reading the body after the response.
+    ReadingAfter,
+    Done(Ending),
+}
+
+/// One request/response exchange.
+#[derive(Debug)]
+pub struct Exchange {
+    answer: Answer,
+    version: Version,
+    is_head: bool,
+    expect_continue: bool,
+    conn_close: bool,
+    conn_keep_alive: bool,
+    /// A body is still to be read.
+    body_left: bool,
+    state: State,
+    t_first: Instant,
+    /// When the request was complete (or the response began, with `A=1`).
+    t_req: Option<Instant>,
+    req_bytes: u64,
+    /// HTTP/1.x: the connection stays open after this response (decided with the head).
+    keep_alive: bool,
+    /// HTTP/1.1: the body goes in the chunked coding (decided with the head).
+    chunked_te: bool,
+}
+
+impl Exchange {
+    /// Plan the answer to a request whose first byte arrived at `t_first`. `rng` feeds the
+    /// vocabulary's random suffixes.
+    pub fn new(req: &Request<'_>, rng: &mut Rng, t_first: Instant) -> Exchange {
+        let vocabulary = loadterm_plan::Request {
+            target: req.target,
+            control: req.control,
+            is_head: req.is_head,
+        };
+        let answer = match Plan::from_request(&vocabulary, rng) {
+            Outcome::Respond(plan) => Answer::Dummy(plan),
+            Outcome::Help => Answer::Help,
+            Outcome::Reject(e) => Answer::Text {
+                status: 400,
+                text: Cow::Owned(format!("400 Bad Request: {e}\n")),
+            },
+        };
+        Exchange {
+            answer,
+            version: req.version,
+            is_head: req.is_head,
+            expect_continue: req.expect_continue,
+            conn_close: req.conn_close,
+            conn_keep_alive: req.conn_keep_alive,
+            body_left: req.has_body,
+            state: State::Start,
+            t_first,
+            t_req: None,
+            req_bytes: req.head_bytes,
+            keep_alive: false,
+            chunked_te: false,
+        }
+    }
+
+    /// An error page for a request that could not be parsed or completed (no plan exists).
+    pub fn error(page: ErrorPage, version: Version, t_first: Instant) -> Exchange {
+        Exchange {
+            answer: Answer::Text {
+                status: page.status(),
+                text: Cow::Borrowed(page.body()),
+            },
+            version,
+            is_head: false,
+            expect_continue: false,
+            conn_close: true,
+            conn_keep_alive: false,
+            body_left: false,
+            state: State::Start,
+            t_first,
+            t_req: None,
+            req_bytes: 0,
+            keep_alive: false,
+            chunked_te: false,
+        }
+    }
+
+    /// The dummy response's plan, if that is the answer.
+    pub fn plan(&self) -> Option<&Plan> {
+        match &self.answer {
+            Answer::Dummy(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// Request body bytes received (and discarded).
+    pub fn body_bytes(&mut self, n: u64) {
+        self.req_bytes += n;
+    }
+
+    /// The request body ended.
+    pub fn body_end(&mut self) {
+        self.body_left = false;
+        self.state = match self.state {
+            State::Reading => State::Delay,
+            State::ReadingAfter => State::After,
+            other => other,
+        };
+    }
+
+    /// Reading the request body failed.
+    pub fn body_failed(&mut self, why: BodyFailure) {
+        self.body_left = false;
+        self.state = match (why, self.state) {
+            (BodyFailure::Broken, _) => State::Done(Ending::Abort),
+            // The response is out already: nothing more to say.
+            (_, State::ReadingAfter) => State::Done(Ending::Close),
+            (BodyFailure::Timeout | BodyFailure::Malformed, _) => {
+                let page = if why == BodyFailure::Timeout {
+                    ErrorPage::Timeout
+                } else {
+                    ErrorPage::BadRequest
+                };
+                self.answer = Answer::Text {
+                    status: page.status(),
+                    text: Cow::Borrowed(page.body()),
+                };
+                State::Head
+            }
+        };
+    }
+
+    /// The next thing to do, at `now`.
+    pub fn next(&mut self, now: Instant) -> Step {
+        loop {
+            match self.state {
+                State::Start => {
+                    let answers_body = !matches!(self.answer, Answer::Text { .. });
+                    let read_first = self.body_left
+                        && !matches!(&self.answer, Answer::Dummy(p) if p.drain_after);
+                    self.state = if !answers_body {
+                        State::Head
+                    } else if read_first {
+                        State::Reading
+                    } else {
+                        State::Delay
+                    };
+                    // RFC 9110 §10.1.1: 100 only when the body is still to come, never to an
+                    // HTTP/1.0 client (§15.2), and not before an error, which is final at once.
+                    if self.expect_continue
+                        && self.body_left
+                        && answers_body
+                        && self.version != Version::Http10
+                    {
+                        return Step::Continue;
+                    }
+                }
+                State::Reading | State::ReadingAfter => return Step::ReadBody,
+                State::Delay => {
+                    let t_req = *self.t_req.get_or_insert(now);
+                    self.state = State::Head;
+                    if let Answer::Dummy(plan) = &self.answer {
+                        if plan.delay_ms > 0 {
+                            return Step::WaitUntil(t_req + Duration::from_millis(plan.delay_ms));
+                        }
+                    }
+                }
+                State::Head => {
+                    self.state = State::Body;
+                    return Step::Head(self.head(now));
+                }
+                State::Body => {
+                    self.state = State::After;
+                    if let Some(body) = self.body() {
+                        return Step::Body(body);
+                    }
+                }
+                State::After => {
+                    let drain_after = matches!(&self.answer, Answer::Dummy(p) if p.drain_after);
+                    if self.body_left && drain_after {
+                        self.state = State::ReadingAfter;
+                        continue;
+                    }
+                    self.state = State::Done(self.ending());
+                }
+                State::Done(ending) => return Step::Done(ending),
+            }
+        }
+    }
+
+    fn ending(&self) -> Ending {
+        match &self.answer {
+            Answer::Dummy(plan) if plan.is_informational() => Ending::NoFinal,
+            Answer::Dummy(_) if self.keep_alive => Ending::KeepAlive,
+            Answer::Dummy(_) if !self.version.is_h1() => Ending::KeepAlive,
+            _ => Ending::Close,
+        }
+    }
+
+    fn head(&mut self, now: Instant) -> Head {
+        let h1 = self.version.is_h1();
+        match &self.answer {
+            Answer::Dummy(plan) => {
+                let t_req = *self.t_req.get_or_insert(now);
+                let timing = Timing {
+                    req_bytes: self.req_bytes,
+                    req_ms: t_req.duration_since(self.t_first).as_millis() as u64,
+                    real_ms: now.duration_since(t_req).as_millis() as u64,
+                };
+                let kind = Kind::Dummy {
+                    plan: *plan,
+                    timing,
+                };
+                if h1 {
+                    let req = h1::H1Request {
+                        is_11: self.version == Version::Http11,
+                        conn_close: self.conn_close,
+                        conn_keep_alive: self.conn_keep_alive,
+                        is_head: self.is_head,
+                    };
+                    let fr = h1::framing(&req, plan);
+                    self.keep_alive = fr.keep_alive;
+                    self.chunked_te = fr.chunked_te;
+                    return Head {
+                        status: plan.status,
+                        h1_11: fr.response_11,
+                        content_length: fr.content_length,
+                        no_cache: !plan.cacheable,
+                        kind,
+                        connection: fr.conn_header,
+                        chunked: fr.chunked_te,
+                        last: plan.size == 0 && !fr.chunked_te,
+                    };
+                }
+                if plan.is_informational() {
+                    // HTTP/2 and HTTP/3 interim heads carry the status alone.
+                    return Head {
+                        status: plan.status,
+                        h1_11: true,
+                        content_length: None,
+                        no_cache: false,
+                        kind: Kind::Bare,
+                        connection: None,
+                        chunked: false,
+                        last: false,
+                    };
+                }
+                // No connection or transfer-encoding fields here: C/K/k only drop the length.
+                let length = plan.has_length_header() && !plan.chunked && plan.conn != ConnForce::Close;
+                Head {
+                    status: plan.status,
+                    h1_11: true,
+                    content_length: length.then_some(plan.size),
+                    no_cache: !plan.cacheable,
+                    kind,
+                    connection: None,
+                    chunked: false,
+                    last: plan.size == 0 && !(self.body_left && plan.drain_after),
+                }
+            }
+            Answer::Help => Head {
+                status: 200,
+                // HTTP/1.x: an HTTP/1.0 close-delimited page, as haterm's.
+                h1_11: false,
+                content_length: (!h1).then_some(pages::help().len() as u64),
+                no_cache: true,
+                kind: Kind::Text,
+                connection: None,
+                chunked: false,
+                last: self.is_head,
+            },
+            Answer::Text { status, text } => Head {
+                status: *status,
+                h1_11: true,
+                content_length: Some(text.len() as u64),
+                no_cache: true,
+                kind: Kind::Text,
+                connection: h1.then_some(h1::ConnHeader::Close),
+                chunked: false,
+                last: self.is_head,
+            },
+        }
+    }
+
+    fn body(&self) -> Option<Body> {
+        match &self.answer {
+            Answer::Dummy(plan) => {
+                let chunked = self.chunked_te;
+                (plan.size > 0 || chunked).then_some(Body::Generated {
+                    kind: plan.body,
+                    size: plan.size,
+                    chunked,
+                    zero_copy: plan.zero_copy,
+                })
+            }
+            _ if self.is_head => None,
+            Answer::Help => Some(Body::Text(Cow::Borrowed(pages::help()))),
+            Answer::Text { text, .. } => Some(Body::Text(text.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

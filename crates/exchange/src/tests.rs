@@ -1,0 +1,292 @@
+//! The whole vocabulary through the state machine, without sockets: every row drives one
+//! exchange to its end and checks the steps an engine would carry out.
+
+use super::*;
+use std::fmt::Write;
+
+/// How the request body behaves when the exchange asks for it.
+#[derive(Clone, Copy)]
+enum Upload {
+    /// This many bytes, then the end.
+    Bytes(u64),
+    Fails(BodyFailure),
+}
+
+struct Row {
+    version: Version,
+    method: &'static str,
+    target: &'static str,
+    /// `Connection:` tokens (HTTP/1.x).
+    conn: &'static str,
+    expect: bool,
+    upload: Option<Upload>,
+}
+
+fn row(version: Version, target: &'static str) -> Row {
+    Row {
+        version,
+        method: "GET",
+        target,
+        conn: "",
+        expect: false,
+        upload: None,
+    }
+}
+
+/// Drive one exchange; render each step on a line. Time advances 3 ms per body read and to
+/// every wake-up, so the reported times are exact.
+fn trace(r: &Row) -> String {
+    let t0 = Instant::now();
+    let mut now = t0;
+    let req = Request {
+        version: r.version,
+        is_head: r.method == "HEAD",
+        target: r.target.as_bytes(),
+        control: None,
+        expect_continue: r.expect,
+        conn_close: r.conn.contains("close"),
+        conn_keep_alive: r.conn.contains("keep-alive"),
+        has_body: r.upload.is_some(),
+        head_bytes: 50,
+    };
+    let mut x = Exchange::new(&req, &mut Rng::new(1), t0);
+    let mut out = String::new();
+    for _ in 0..20 {
+        match x.next(now) {
+            Step::Continue => out.push_str("100; "),
+            Step::ReadBody => {
+                now += Duration::from_millis(3);
+                match r.upload.expect("read without a body") {
+                    Upload::Bytes(n) => {
+                        x.body_bytes(n);
+                        x.body_end();
+                        write!(out, "read {n}; ").unwrap();
+                    }
+                    Upload::Fails(f) => {
+                        x.body_failed(f);
+                        write!(out, "read {f:?}; ").unwrap();
+                    }
+                }
+            }
+            Step::WaitUntil(t) => {
+                write!(out, "wait {}ms; ", t.duration_since(now).as_millis()).unwrap();
+                now = t;
+            }
+            Step::Head(h) => {
+                let mut fields = String::new();
+                h.fields(&mut Vec::new(), |n, v| {
+                    write!(fields, " {n}={}", String::from_utf8_lossy(v)).unwrap()
+                });
+                let version = match (r.version.is_h1(), h.h1_11) {
+                    (false, _) => "",
+                    (true, true) => "1.1 ",
+                    (true, false) => "1.0 ",
+                };
+                let last = if h.last { " (last)" } else { "" };
+                write!(out, "head {version}{}{fields}{last}; ", h.status).unwrap();
+            }
+            Step::Body(Body::Generated {
+                kind,
+                size,
+                chunked,
+                zero_copy,
+            }) => {
+                let c = if chunked { " chunked" } else { "" };
+                let z = if zero_copy { "" } else { " copy" };
+                write!(out, "body {kind:?} {size}{c}{z}; ").unwrap();
+            }
+            Step::Body(Body::Text(t)) => {
+                write!(out, "text {}; ", t.lines().next().unwrap_or("")).unwrap()
+            }
+            Step::Done(e) => {
+                write!(out, "{e:?}").unwrap();
+                return out;
+            }
+        }
+    }
+    panic!("no end: {out}")
+}
+
+const H10: Version = Version::Http10;
+const H11: Version = Version::Http11;
+const H2: Version = Version::H2;
+const H3: Version = Version::H3;
+
+fn check(rows: &[(Row, &str)]) {
+    let mut failed = String::new();
+    for (r, want) in rows {
+        let got = trace(r);
+        if got != *want {
+            writeln!(
+                failed,
+                "{:?} {} {} conn={:?} expect={} upload={}:\n   got  {got}\n   want {want}",
+                r.version,
+                r.method,
+                r.target,
+                r.conn,
+                r.expect,
+                r.upload.is_some()
+            )
+            .unwrap();
+        }
+    }
+    assert!(failed.is_empty(), "\n{failed}");
+}
+
+const XREQ0: &str = "x-req=size=50, time=0 ms";
+
+#[test]
+fn dummy_responses_on_every_protocol() {
+    let x = |rest: &str| format!("{XREQ0} x-rsp=id=dummy, code={rest}");
+    check(&[
+        (row(H11, "/?s=10"), &format!("head 1.1 200 content-length=10 {}; body Pattern 10; KeepAlive", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (row(H2, "/?s=10"), &format!("head 200 content-length=10 {}; body Pattern 10; KeepAlive", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (row(H3, "/?s=10&R=1"), &format!("head 200 content-length=10 {}; body Random 10; KeepAlive", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (row(H11, "/"), &format!("head 1.1 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
+        (row(H3, "/"), &format!("head 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
+        (row(H11, "/?r=404&c=0&s=3"), &format!("head 1.1 404 content-length=3 cache-control=no-cache {}; body Pattern 3; KeepAlive", x("404, cache=0, size=3, time=0 ms (0 real)"))),
+        // S=0 forbids zero-copy for this response, on every protocol.
+        (row(H11, "/?s=256k&S=0"), &format!("head 1.1 200 content-length=262144 {}; body Pattern 262144 copy; KeepAlive", x("200, cache=1, size=262144, time=0 ms (0 real)"))),
+        (row(H2, "/?s=1&S=0"), &format!("head 200 content-length=1 {}; body Pattern 1 copy; KeepAlive", x("200, cache=1, size=1, time=0 ms (0 real)"))),
+        // Delays: after the request, reported in x-rsp.
+        (row(H11, "/?t=100"), &format!("wait 100ms; head 1.1 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=100 ms (100 real)"))),
+        (row(H3, "/?t=20&s=1"), &format!("wait 20ms; head 200 content-length=1 {}; body Pattern 1; KeepAlive", x("200, cache=1, size=1, time=20 ms (20 real)"))),
+        // Bodiless statuses and HEAD.
+        (row(H11, "/?r=204&s=5"), &format!("head 1.1 204 {} (last); KeepAlive", x("204, cache=1, size=0, time=0 ms (0 real)"))),
+        (row(H2, "/?r=304&s=5"), &format!("head 304 {} (last); KeepAlive", x("304, cache=1, size=0, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H11, "/?s=10") }, &format!("head 1.1 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H3, "/?s=10") }, &format!("head 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
+    ]);
+}
+
+#[test]
+fn http1_connection_and_framing() {
+    let x = |rest: &str| format!("{XREQ0} x-rsp=id=dummy, code=200, cache=1{rest}");
+    check(&[
+        (row(H10, "/?s=10"), &format!("head 1.0 200 {}; body Pattern 10; Close", x(", size=10, time=0 ms (0 real)"))),
+        (Row { conn: "keep-alive", ..row(H10, "/?s=10&K=1") }, &format!("head 1.0 200 content-length=10 {} connection=keep-alive; body Pattern 10; KeepAlive", x(", size=10, time=0 ms (0 real)"))),
+        (Row { conn: "close", ..row(H11, "/?s=10") }, &format!("head 1.1 200 content-length=10 {} connection=close; body Pattern 10; Close", x(", size=10, time=0 ms (0 real)"))),
+        (row(H11, "/?s=10&C=1"), &format!("head 1.1 200 {} connection=close; body Pattern 10; Close", x(", size=10, time=0 ms (0 real)"))),
+        (row(H11, "/?s=10&k=1"), &format!("head 1.1 200 {} transfer-encoding=chunked; body Ones 10 chunked; KeepAlive", x(", chunked, size=10, time=0 ms (0 real)"))),
+        (row(H11, "/?k=1"), &format!("head 1.1 200 {} transfer-encoding=chunked; body Ones 0 chunked; KeepAlive", x(", chunked, size=0, time=0 ms (0 real)"))),
+        // HTTP/1.0 cannot take chunks: close-delimited, and closed (haterm left it open).
+        (Row { conn: "keep-alive", ..row(H10, "/?s=10&k=1&K=1") }, &format!("head 1.0 200 {}; body Ones 10; Close", x(", chunked, size=10, time=0 ms (0 real)"))),
+        // On HTTP/2 and HTTP/3, C/K/k only drop the length.
+        (row(H2, "/?s=10&C=1"), &format!("head 200 {}; body Pattern 10; KeepAlive", x(", size=10, time=0 ms (0 real)"))),
+        (row(H3, "/?s=10&k=1"), &format!("head 200 {}; body Ones 10; KeepAlive", x(", chunked, size=10, time=0 ms (0 real)"))),
+    ]);
+}
+
+#[test]
+fn request_bodies_expect_and_drain_order() {
+    let up = Some(Upload::Bytes(10));
+    let x = |t: u32| format!("x-req=size=60, time={t} ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real)");
+    check(&[
+        (Row { upload: up, ..row(H11, "/?s=5") }, &format!("read 10; head 1.1 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
+        (Row { upload: up, expect: true, ..row(H11, "/?s=5") }, &format!("100; read 10; head 1.1 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
+        (Row { upload: up, expect: true, ..row(H2, "/?s=5") }, &format!("100; read 10; head 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
+        (Row { upload: up, expect: true, ..row(H3, "/?s=5") }, &format!("100; read 10; head 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
+        // No 100 to HTTP/1.0, nor without a body to come.
+        (Row { upload: up, expect: true, ..row(H10, "/?s=5&K=1") }, &format!("read 10; head 1.0 200 content-length=5 {}; body Pattern 5; Close", x(3))),
+        (Row { expect: true, ..row(H3, "/?s=5") }, "head 200 content-length=5 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real); body Pattern 5; KeepAlive"),
+        // A=1: respond first, then read the body.
+        (Row { upload: up, ..row(H11, "/?s=5&A=1") }, "head 1.1 200 content-length=5 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real); body Pattern 5; read 10; KeepAlive"),
+        (Row { upload: up, ..row(H2, "/?A=1") }, "head 200 content-length=0 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=0, time=0 ms (0 real); read 10; KeepAlive"),
+        // The delay counts from the complete request.
+        (Row { upload: up, ..row(H3, "/?t=7") }, "read 10; wait 7ms; head 200 content-length=0 x-req=size=60, time=3 ms x-rsp=id=dummy, code=200, cache=1, size=0, time=7 ms (7 real) (last); KeepAlive"),
+    ]);
+}
+
+#[test]
+fn body_failures() {
+    let page = |s: u16, h1: &str, text: &str, end: &str| {
+        format!("head {h1}{s} content-length={} cache-control=no-cache content-type=text/plain{}; text {text}; {end}",
+            text.len() + 1,
+            if h1.is_empty() { "" } else { " connection=close" })
+    };
+    let fails = |f| Some(Upload::Fails(f));
+    check(&[
+        (Row { upload: fails(BodyFailure::Timeout), ..row(H11, "/?s=5") }, &format!("read Timeout; {}", page(408, "1.1 ", "408 Request Timeout: the request was not received in time.", "Close"))),
+        (Row { upload: fails(BodyFailure::Malformed), ..row(H11, "/?s=5") }, &format!("read Malformed; {}", page(400, "1.1 ", "400 Bad Request: the request could not be parsed.", "Close"))),
+        (Row { upload: fails(BodyFailure::Timeout), ..row(H3, "/") }, &format!("read Timeout; {}", page(408, "", "408 Request Timeout: the request was not received in time.", "Close"))),
+        (Row { upload: fails(BodyFailure::Broken), ..row(H2, "/?s=5") }, "read Broken; Abort"),
+        // After the response, a failing body only ends the exchange.
+        (Row { upload: fails(BodyFailure::Timeout), ..row(H11, "/?A=1") }, "head 1.1 200 content-length=0 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=0, time=0 ms (0 real) (last); read Timeout; Close"),
+    ]);
+}
+
+#[test]
+fn informational_final_statuses() {
+    check(&[
+        (row(H11, "/?r=103"), "head 1.1 103 x-req=size=50, time=0 ms x-rsp=id=dummy, code=103, cache=1, size=0, time=0 ms (0 real) connection=close (last); NoFinal"),
+        (row(H2, "/?r=103"), "head 103; NoFinal"),
+        (row(H3, "/?r=100&t=5"), "wait 5ms; head 100; NoFinal"),
+    ]);
+}
+
+#[test]
+fn help_and_rejections() {
+    let help = pages::help().len();
+    let first = pages::help().lines().next().unwrap();
+    let reject = "400 Bad Request: r=1000: the status must be within 100..=999";
+    let rlen = reject.len() + 1;
+    check(&[
+        (row(H11, "/?"), &format!("head 1.0 200 cache-control=no-cache content-type=text/plain; text {first}; Close")),
+        (Row { method: "HEAD", ..row(H11, "/?h") }, "head 1.0 200 cache-control=no-cache content-type=text/plain (last); Close"),
+        (row(H2, "/?h"), &format!("head 200 content-length={help} cache-control=no-cache content-type=text/plain; text {first}; Close")),
+        (Row { upload: Some(Upload::Bytes(4)), expect: true, ..row(H3, "/x?") }, &format!("100; read 4; head 200 content-length={help} cache-control=no-cache content-type=text/plain; text {first}; Close")),
+        // Rejections answer at once: no 100, no body read; HTTP/1.x closes.
+        (Row { upload: Some(Upload::Bytes(4)), expect: true, ..row(H11, "/?r=1000") }, &format!("head 1.1 400 content-length={rlen} cache-control=no-cache content-type=text/plain connection=close; text {reject}; Close")),
+        (row(H3, "/?r=1000"), &format!("head 400 content-length={rlen} cache-control=no-cache content-type=text/plain; text {reject}; Close")),
+    ]);
+}
+
+#[test]
+fn error_pages_without_a_plan() {
+    let mut x = Exchange::error(pages::ErrorPage::HeadersTooLarge, Version::Http11, Instant::now());
+    let Step::Head(h) = x.next(Instant::now()) else { panic!() };
+    let mut buf = Vec::new();
+    h.write_h1(&mut buf, b"");
+    let body = pages::ErrorPage::HeadersTooLarge.body();
+    assert_eq!(
+        String::from_utf8(buf).unwrap(),
+        format!("HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n", body.len())
+    );
+    assert_eq!(x.next(Instant::now()), Step::Body(Body::Text(Cow::Borrowed(body))));
+    assert_eq!(x.next(Instant::now()), Step::Done(Ending::Close));
+}
+
+#[test]
+fn haterm_shaped_h1_heads() {
+    let head = |target: &str, extra: &[u8]| {
+        let req = Request {
+            version: Version::Http11,
+            is_head: false,
+            target: target.as_bytes(),
+            control: None,
+            expect_continue: false,
+            conn_close: false,
+            conn_keep_alive: false,
+            has_body: false,
+            head_bytes: 0,
+        };
+        let now = Instant::now();
+        let mut x = Exchange::new(&req, &mut Rng::new(1), now);
+        let Step::Head(h) = x.next(now) else { panic!() };
+        let mut buf = Vec::new();
+        h.write_h1(&mut buf, extra);
+        String::from_utf8(buf).unwrap()
+    };
+    assert_eq!(
+        head("/?s=100", b""),
+        "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nx-req: size=0, time=0 ms\r\n\
+         x-rsp: id=dummy, code=200, cache=1, size=100, time=0 ms (0 real)\r\n\r\n"
+    );
+    assert_eq!(
+        head("/?s=60&c=0&k=1", b"alt-svc: h3=\":1\"\r\n"),
+        "HTTP/1.1 200 OK\r\ncache-control: no-cache\r\nx-req: size=0, time=0 ms\r\n\
+         x-rsp: id=dummy, code=200, cache=0, chunked, size=60, time=0 ms (0 real)\r\n\
+         transfer-encoding: chunked\r\nalt-svc: h3=\":1\"\r\n\r\n"
+    );
+    assert!(head("/?r=999", b"").starts_with("HTTP/1.1 999 Other\r\n"));
+}
