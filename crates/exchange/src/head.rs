@@ -119,6 +119,20 @@ impl Sink for H1Lines<'_> {
 }
 
 impl Head {
+    /// An interim head on HTTP/2 or HTTP/3: the status alone.
+    pub fn interim(status: u16) -> Head {
+        Head {
+            status,
+            h1_11: true,
+            content_length: None,
+            no_cache: false,
+            kind: Kind::Bare,
+            connection: None,
+            chunked: false,
+            last: false,
+        }
+    }
+
     /// The fields in haterm's order: content-length, cache-control, content-type, x-req, x-rsp,
     /// then (HTTP/1.x) connection and transfer-encoding. `scratch` holds rendered values.
     pub fn fields(&self, scratch: &mut Vec<u8>, field: impl FnMut(&'static str, &[u8])) {

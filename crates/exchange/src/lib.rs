@@ -78,6 +78,8 @@ pub enum Body {
         chunked: bool,
         /// Zero-copy paths (splice, tee, vmsplice) are allowed for this response.
         zero_copy: bool,
+        /// Nothing follows (HTTP/2 and HTTP/3 end the stream with the body's last bytes).
+        last: bool,
     },
     /// A text/plain page.
     Text(Cow<'static, str>),
@@ -131,7 +133,10 @@ enum Answer {
     Dummy(Plan),
     Help,
     /// A text/plain page; the connection closes after it on HTTP/1.x.
-    Text { status: u16, text: Cow<'static, str> },
+    Text {
+        status: u16,
+        text: Cow<'static, str>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,20 +380,11 @@ impl Exchange {
                     };
                 }
                 if plan.is_informational() {
-                    // HTTP/2 and HTTP/3 interim heads carry the status alone.
-                    return Head {
-                        status: plan.status,
-                        h1_11: true,
-                        content_length: None,
-                        no_cache: false,
-                        kind: Kind::Bare,
-                        connection: None,
-                        chunked: false,
-                        last: false,
-                    };
+                    return Head::interim(plan.status);
                 }
                 // No connection or transfer-encoding fields here: C/K/k only drop the length.
-                let length = plan.has_length_header() && !plan.chunked && plan.conn != ConnForce::Close;
+                let length =
+                    plan.has_length_header() && !plan.chunked && plan.conn != ConnForce::Close;
                 Head {
                     status: plan.status,
                     h1_11: true,
@@ -433,6 +429,7 @@ impl Exchange {
                     size: plan.size,
                     chunked,
                     zero_copy: plan.zero_copy,
+                    last: !(self.body_left && plan.drain_after),
                 })
             }
             _ if self.is_head => None,

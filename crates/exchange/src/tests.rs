@@ -90,10 +90,12 @@ fn trace(r: &Row) -> String {
                 size,
                 chunked,
                 zero_copy,
+                last,
             }) => {
                 let c = if chunked { " chunked" } else { "" };
                 let z = if zero_copy { "" } else { " copy" };
-                write!(out, "body {kind:?} {size}{c}{z}; ").unwrap();
+                let more = if last { "" } else { " (more)" };
+                write!(out, "body {kind:?} {size}{c}{z}{more}; ").unwrap();
             }
             Step::Body(Body::Text(t)) => {
                 write!(out, "text {}; ", t.lines().next().unwrap_or("")).unwrap()
@@ -180,7 +182,9 @@ fn http1_connection_and_framing() {
 #[test]
 fn request_bodies_expect_and_drain_order() {
     let up = Some(Upload::Bytes(10));
-    let x = |t: u32| format!("x-req=size=60, time={t} ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real)");
+    let x = |t: u32| {
+        format!("x-req=size=60, time={t} ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real)")
+    };
     check(&[
         (Row { upload: up, ..row(H11, "/?s=5") }, &format!("read 10; head 1.1 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
         (Row { upload: up, expect: true, ..row(H11, "/?s=5") }, &format!("100; read 10; head 1.1 200 content-length=5 {}; body Pattern 5; KeepAlive", x(3))),
@@ -190,7 +194,7 @@ fn request_bodies_expect_and_drain_order() {
         (Row { upload: up, expect: true, ..row(H10, "/?s=5&K=1") }, &format!("read 10; head 1.0 200 content-length=5 {}; body Pattern 5; Close", x(3))),
         (Row { expect: true, ..row(H3, "/?s=5") }, "head 200 content-length=5 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real); body Pattern 5; KeepAlive"),
         // A=1: respond first, then read the body.
-        (Row { upload: up, ..row(H11, "/?s=5&A=1") }, "head 1.1 200 content-length=5 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real); body Pattern 5; read 10; KeepAlive"),
+        (Row { upload: up, ..row(H11, "/?s=5&A=1") }, "head 1.1 200 content-length=5 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=5, time=0 ms (0 real); body Pattern 5 (more); read 10; KeepAlive"),
         (Row { upload: up, ..row(H2, "/?A=1") }, "head 200 content-length=0 x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=0, time=0 ms (0 real); read 10; KeepAlive"),
         // The delay counts from the complete request.
         (Row { upload: up, ..row(H3, "/?t=7") }, "read 10; wait 7ms; head 200 content-length=0 x-req=size=60, time=3 ms x-rsp=id=dummy, code=200, cache=1, size=0, time=7 ms (7 real) (last); KeepAlive"),
@@ -243,8 +247,14 @@ fn help_and_rejections() {
 
 #[test]
 fn error_pages_without_a_plan() {
-    let mut x = Exchange::error(pages::ErrorPage::HeadersTooLarge, Version::Http11, Instant::now());
-    let Step::Head(h) = x.next(Instant::now()) else { panic!() };
+    let mut x = Exchange::error(
+        pages::ErrorPage::HeadersTooLarge,
+        Version::Http11,
+        Instant::now(),
+    );
+    let Step::Head(h) = x.next(Instant::now()) else {
+        panic!()
+    };
     let mut buf = Vec::new();
     h.write_h1(&mut buf, b"");
     let body = pages::ErrorPage::HeadersTooLarge.body();
@@ -252,7 +262,10 @@ fn error_pages_without_a_plan() {
         String::from_utf8(buf).unwrap(),
         format!("HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n", body.len())
     );
-    assert_eq!(x.next(Instant::now()), Step::Body(Body::Text(Cow::Borrowed(body))));
+    assert_eq!(
+        x.next(Instant::now()),
+        Step::Body(Body::Text(Cow::Borrowed(body)))
+    );
     assert_eq!(x.next(Instant::now()), Step::Done(Ending::Close));
 }
 

@@ -73,32 +73,6 @@ impl ErrorPage {
             }
         }
     }
-
-    /// The complete HTTP/1.1 response, closing the connection.
-    pub fn h1(self) -> &'static [u8] {
-        static PAGES: OnceLock<[Vec<u8>; 4]> = OnceLock::new();
-        let pages = PAGES.get_or_init(|| {
-            [
-                ErrorPage::BadRequest,
-                ErrorPage::Timeout,
-                ErrorPage::UriTooLong,
-                ErrorPage::HeadersTooLarge,
-            ]
-            .map(|p| h1_text_response(p.status(), p.body()))
-        });
-        &pages[self as usize]
-    }
-}
-
-/// An HTTP/1.1 text/plain response that closes the connection (errors, rejected plans).
-pub fn h1_text_response(status: u16, body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n\
-         content-type: text/plain\r\nconnection: close\r\n\r\n{body}",
-        crate::reason::phrase(status),
-        body.len()
-    )
-    .into_bytes()
 }
 
 #[cfg(test)]
@@ -112,14 +86,5 @@ mod tests {
         for key in ["s=", "r=", "t=", "c=", "A=", "C=", "K=", "k=", "S=", "R="] {
             assert!(h.contains(&format!("  {key}")), "help misses {key}");
         }
-    }
-
-    #[test]
-    fn error_pages_are_well_formed() {
-        let p = std::str::from_utf8(ErrorPage::Timeout.h1()).unwrap();
-        assert!(p.starts_with("HTTP/1.1 408 Request Time-out\r\n"));
-        let (head, body) = p.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains(&format!("content-length: {}", body.len())));
-        assert!(head.contains("connection: close"));
     }
 }

@@ -5,7 +5,6 @@ pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod listen;
-mod mapped;
 mod planner;
 mod shutdown;
 pub mod tls;

@@ -1,12 +1,14 @@
-//! The plan for a request, with the worker thread's own random generator (for the `r` suffix).
+//! Exchanges planned with the worker thread's own random generator (for the `r` suffix).
 
-use loadterm_plan::{Outcome, Plan, Request, Rng};
+use loadterm_exchange::{Exchange, Request};
+use loadterm_plan::Rng;
 use std::cell::RefCell;
+use std::time::Instant;
 
 thread_local! {
     static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
 }
 
-pub fn plan(req: &Request<'_>) -> Outcome {
-    RNG.with(|r| Plan::from_request(req, &mut r.borrow_mut()))
+pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
+    RNG.with(|r| Exchange::new(req, &mut r.borrow_mut(), t_first))
 }

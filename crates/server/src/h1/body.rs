@@ -144,6 +144,23 @@ impl Decoder {
     }
 }
 
+/// Append one chunk-size line (`<HEX>\r\n`) for a chunk of `len` bytes.
+pub fn chunk_size_line(buf: &mut Vec<u8>, len: usize) {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789ABCDEF"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
+    buf.extend_from_slice(b"\r\n");
+}
+
 fn after_size(value: u64) -> Chunk {
     if value == 0 {
         Chunk::TrailerStart

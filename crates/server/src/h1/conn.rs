@@ -2,15 +2,14 @@
 //! flushed only before the connection would wait (for the client or for a delay), so pipelined
 //! small responses leave in one write; large bodies go out as vectored writes of static slices.
 
-use super::body::{BodyError, Decoder};
+use super::body::{chunk_size_line, BodyError, Decoder};
 use super::head::{self, Head, Parsed};
 use crate::config::Config;
 use crate::h2::upgrade::{self, Rewound, Splice};
 use crate::shutdown::Shutdown;
-use loadterm_plan::h1::{framing, Framing, H1Request};
-use loadterm_plan::headers::{chunk_size_line, h1_head, Timing};
-use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome, Plan, Request};
+use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
+use loadterm_plan::body::{self, BodyKind};
+use loadterm_plan::pages::ErrorPage;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,10 +175,16 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Send an error page and close.
-    async fn fail(&mut self, page: ErrorPage) -> Stop {
-        self.out.extend_from_slice(page.h1());
-        Stop::Close
+    /// Answer with an error page (no request could be planned) and close.
+    fn fail(&mut self, page: ErrorPage, t_first: Instant) -> Stop {
+        let mut x = Exchange::error(page, Version::Http11, t_first);
+        loop {
+            match x.next(t_first) {
+                Step::Head(h) => h.write_h1(&mut self.out, &self.extra_head),
+                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                _ => return Stop::Close,
+            }
+        }
     }
 
     /// Flush, half-close, and discard what the client still sends for a short while.
@@ -239,11 +244,11 @@ impl<IO: Transport> Conn<IO> {
             self.head = head;
             match parsed {
                 Parsed::Complete => break,
-                Parsed::Error(page) => return Err(self.fail(page).await),
+                Parsed::Error(page) => return Err(self.fail(page, t_first)),
                 Parsed::Partial => match self.read_more().await {
                     Ok(0) => return Err(Stop::Abort),
                     Ok(_) => {}
-                    Err(None) => return Err(self.fail(ErrorPage::Timeout).await),
+                    Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
                     Err(Some(_)) => return Err(Stop::Abort),
                 },
             }
@@ -257,105 +262,106 @@ impl<IO: Transport> Conn<IO> {
             }
         }
         self.consume(head_len);
+        let framing = self.head.body.unwrap_or(head::BodyFraming::None);
         let req = Request {
+            version: if self.head.is_11 {
+                Version::Http11
+            } else {
+                Version::Http10
+            },
+            is_head: self.head.is_head,
             target: &self.head.target,
             control: self.head.control.as_deref(),
-            is_head: self.head.is_head,
-        };
-        let outcome = crate::planner::plan(&req);
-        let mut decoder = Decoder::new(self.head.body.unwrap_or(head::BodyFraming::None));
-        let mut req_bytes = head_len as u64;
-        if self.head.expect {
-            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        }
-        let plan = match outcome {
-            Outcome::Respond(plan) => plan,
-            Outcome::Reject(e) => {
-                self.out.extend_from_slice(&pages::h1_text_response(
-                    400,
-                    &format!("400 Bad Request: {e}\n"),
-                ));
-                return Err(Stop::Close);
-            }
-            Outcome::Help => {
-                self.drain(&mut decoder, &mut req_bytes).await?;
-                self.out.extend_from_slice(HELP_HEAD);
-                if !self.head.is_head {
-                    self.out.extend_from_slice(pages::help().as_bytes());
-                }
-                return Err(Stop::Close);
-            }
-        };
-        if !plan.drain_after {
-            self.drain(&mut decoder, &mut req_bytes).await?;
-        }
-        let t_req = Instant::now();
-        if plan.delay_ms > 0 {
-            self.flush().await?;
-            tokio::time::sleep(Duration::from_millis(plan.delay_ms)).await;
-        }
-        let h1req = H1Request {
-            is_11: self.head.is_11,
+            expect_continue: self.head.expect,
             conn_close: self.head.conn_close,
             conn_keep_alive: self.head.conn_keep_alive,
-            is_head: self.head.is_head,
+            has_body: framing != head::BodyFraming::None,
+            head_bytes: head_len as u64,
         };
-        let fr = framing(&h1req, &plan);
-        let timing = Timing {
-            req_bytes,
-            req_ms: t_req.duration_since(t_first).as_millis() as u64,
-            real_ms: t_req.elapsed().as_millis() as u64,
-        };
-        h1_head(&mut self.out, &plan, &fr, &timing, &self.extra_head);
-        self.body(&plan, &fr).await?;
-        if plan.drain_after {
-            self.drain(&mut decoder, &mut req_bytes).await?;
+        let mut x = crate::planner::exchange(&req, t_first);
+        let mut decoder = Decoder::new(framing);
+        // The clock is read again only after waiting: without a body or a delay, the request is
+        // complete and answered at the instant its head was.
+        let mut now = t_first;
+        loop {
+            match x.next(now) {
+                Step::Continue => self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n"),
+                Step::ReadBody => {
+                    match self.drain(&mut decoder).await {
+                        Ok(n) => {
+                            x.body_bytes(n);
+                            x.body_end();
+                        }
+                        Err((n, why)) => {
+                            x.body_bytes(n);
+                            x.body_failed(why);
+                        }
+                    }
+                    now = Instant::now();
+                }
+                Step::WaitUntil(t) => {
+                    self.flush().await?;
+                    tokio::time::sleep_until(t.into()).await;
+                    now = Instant::now();
+                }
+                Step::Head(h) => h.write_h1(&mut self.out, &self.extra_head),
+                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                Step::Body(Body::Generated {
+                    kind,
+                    size,
+                    chunked,
+                    zero_copy,
+                    ..
+                }) => self.body(kind, size, chunked, zero_copy).await?,
+                Step::Done(Ending::KeepAlive) => {
+                    if self.out.len() >= OUT_FLUSH {
+                        self.flush().await?;
+                    }
+                    return Ok(());
+                }
+                Step::Done(Ending::Close | Ending::NoFinal) => return Err(Stop::Close),
+                Step::Done(Ending::Abort) => return Err(Stop::Abort),
+            }
         }
-        if !fr.keep_alive {
-            return Err(Stop::Close);
-        }
-        if self.out.len() >= OUT_FLUSH {
-            self.flush().await?;
-        }
-        Ok(())
     }
 
-    /// Read and discard the request body. Timeout → 408, bad framing or early end → 400.
-    async fn drain(&mut self, dec: &mut Decoder, req_bytes: &mut u64) -> Result<(), Stop> {
+    /// Read and discard the request body: the bytes it took, or those and why it failed.
+    async fn drain(&mut self, dec: &mut Decoder) -> Result<u64, (u64, BodyFailure)> {
+        let mut n = 0u64;
         loop {
             if !self.buffered().is_empty() {
                 match dec.feed(self.buffered()) {
-                    Ok(n) => {
-                        self.consume(n);
-                        *req_bytes += n as u64;
+                    Ok(used) => {
+                        self.consume(used);
+                        n += used as u64;
                     }
-                    Err(BodyError::Malformed) => {
-                        return Err(self.fail(ErrorPage::BadRequest).await)
-                    }
+                    Err(BodyError::Malformed) => return Err((n, BodyFailure::Malformed)),
                 }
             }
             if dec.is_done() {
-                return Ok(());
+                return Ok(n);
             }
             match self.read_more().await {
-                Ok(0) => return Err(self.fail(ErrorPage::BadRequest).await),
+                // The connection ended inside the body.
+                Ok(0) => return Err((n, BodyFailure::Malformed)),
                 Ok(_) => {}
-                Err(None) => return Err(self.fail(ErrorPage::Timeout).await),
-                Err(Some(_)) => return Err(Stop::Abort),
+                Err(None) => return Err((n, BodyFailure::Timeout)),
+                Err(Some(_)) => return Err((n, BodyFailure::Broken)),
             }
         }
     }
 
-    async fn body(&mut self, plan: &Plan, fr: &Framing) -> io::Result<()> {
-        let size = plan.size;
-        if fr.chunked_te {
+    async fn body(
+        &mut self,
+        kind: BodyKind,
+        size: u64,
+        chunked: bool,
+        zero_copy: bool,
+    ) -> io::Result<()> {
+        if chunked {
             let mut off = 0u64;
             while off < size {
-                let data = body::slice(
-                    plan.body,
-                    off,
-                    (size - off).min(body::WINDOW as u64) as usize,
-                );
+                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
                 chunk_size_line(&mut self.out, data.len());
                 self.out.extend_from_slice(data);
                 self.out.extend_from_slice(b"\r\n");
@@ -368,14 +374,18 @@ impl<IO: Transport> Conn<IO> {
             Ok(())
         } else if size <= INLINE_BODY as u64 {
             self.out
-                .extend_from_slice(body::slice(plan.body, 0, size as usize));
+                .extend_from_slice(body::slice(kind, 0, size as usize));
             Ok(())
-        } else if self.splice && size >= super::splice::MIN_SIZE && self.io.tcp().is_some() {
+        } else if self.splice
+            && zero_copy
+            && size >= super::splice::MIN_SIZE
+            && self.io.tcp().is_some()
+        {
             self.flush().await?;
             let tcp = self.io.tcp().expect("checked above");
-            super::splice::send(tcp, plan.body, size, self.timeout).await
+            super::splice::send(tcp, kind, size, self.timeout).await
         } else {
-            self.large_body(plan.body, size).await
+            self.large_body(kind, size).await
         }
     }
 
@@ -411,7 +421,3 @@ impl<IO: Transport> Conn<IO> {
         Ok(())
     }
 }
-
-/// The help page head: HTTP/1.0, close-delimited, as haterm's.
-const HELP_HEAD: &[u8] =
-    b"HTTP/1.0 200 OK\r\ncache-control: no-cache\r\ncontent-type: text/plain\r\n\r\n";

@@ -77,13 +77,14 @@ where
     let active = Arc::new(AtomicUsize::new(0));
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some(exchange) = stream::Exchange::new(req, respond, alt_svc.clone()).try_now() else {
+        let Some((stream, step)) = stream::Stream::new(req, respond, alt_svc.clone()).try_now()
+        else {
             return;
         };
         let (cfg, active) = (cfg.clone(), active.clone());
         active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            exchange.run(&cfg).await;
+            stream.run(step, &cfg).await;
             active.fetch_sub(1, Ordering::Relaxed);
         });
     };

@@ -1,227 +1,273 @@
-//! One HTTP/2 request/response exchange.
+//! One HTTP/2 request/response exchange: carries out `loadterm_exchange`'s steps on an `h2`
+//! stream. Steps that need no waiting run at once, in the connection's task; the first that
+//! must wait (a request body, a delay, a large body) moves the exchange to a task of its own.
 
 use crate::config::Config;
-use crate::mapped::response_head;
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
+use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderValue, Request, Response};
-use loadterm_plan::headers::Timing;
-use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome};
+use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
+use loadterm_plan::body;
 use std::time::{Duration, Instant};
-
-enum Drain {
-    Timeout,
-    Broken,
-}
-
-/// Read and discard the request body, releasing flow-control capacity as it goes.
-async fn drain(body: &mut RecvStream, bytes: &mut u64, limit: Duration) -> Result<(), Drain> {
-    loop {
-        match tokio::time::timeout(limit, body.data()).await {
-            Err(_) => return Err(Drain::Timeout),
-            Ok(None) => return Ok(()),
-            Ok(Some(Ok(d))) => {
-                *bytes += d.len() as u64;
-                let _ = body.flow_control().release_capacity(d.len());
-            }
-            Ok(Some(Err(_))) => return Err(Drain::Broken),
-        }
-    }
-}
-
-fn text_response(respond: &mut SendResponse<Bytes>, status: u16, text: String) {
-    let resp = crate::mapped::text_head(status, text.len());
-    if let Ok(mut send) = respond.send_response(resp, false) {
-        let _ = send.send_data(Bytes::from(text), true);
-    }
-}
-
-/// A request, planned, with what answering it needs.
-pub struct Exchange {
-    body: RecvStream,
-    respond: SendResponse<Bytes>,
-    outcome: Outcome,
-    req_bytes: u64,
-    t_first: Instant,
-    is_head: bool,
-    expect: bool,
-    alt_svc: Option<HeaderValue>,
-}
 
 /// Bodies up to this size are queued whole by the inline path (h2 holds them until the
 /// flow-control window opens).
 const INLINE_BODY: u64 = 16 * 1024;
 
-impl Exchange {
+/// A request being answered.
+pub struct Stream {
+    x: Exchange,
+    body: RecvStream,
+    respond: SendResponse<Bytes>,
+    send: Option<SendStream<Bytes>>,
+    /// Our side of the stream has ended.
+    ended: bool,
+    alt_svc: Option<HeaderValue>,
+    /// The clock as last read: again only after waiting.
+    now: Instant,
+}
+
+/// What carrying out a step led to.
+enum Then {
+    Next,
+    /// This step must wait: run it on a task.
+    Wait(Step),
+    End,
+}
+
+impl Stream {
     pub fn new(
         req: Request<RecvStream>,
         respond: SendResponse<Bytes>,
         alt_svc: Option<HeaderValue>,
-    ) -> Exchange {
-        let t_first = Instant::now();
-        let req_bytes = crate::mapped::head_bytes(&req);
-        let is_head = req.method() == http::Method::HEAD;
-        let expect = req.headers().contains_key(http::header::EXPECT);
-        let outcome = crate::planner::plan(&loadterm_plan::Request {
-            target: req
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .as_bytes(),
-            control: req
-                .headers()
-                .get(loadterm_plan::CONTROL_HEADER)
-                .map(|v| v.as_bytes()),
-            is_head,
-        });
-        Exchange {
+    ) -> Stream {
+        let now = Instant::now();
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let fields: usize = req
+            .headers()
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum();
+        let x = crate::planner::exchange(
+            &loadterm_exchange::Request {
+                version: Version::H2,
+                is_head: req.method() == http::Method::HEAD,
+                target: target.as_bytes(),
+                control: req
+                    .headers()
+                    .get(loadterm_plan::CONTROL_HEADER)
+                    .map(|v| v.as_bytes()),
+                expect_continue: req
+                    .headers()
+                    .get(http::header::EXPECT)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
+                conn_close: false,
+                conn_keep_alive: false,
+                has_body: !req.body().is_end_stream(),
+                head_bytes: loadterm_exchange::head_bytes(
+                    req.method().as_str().len(),
+                    target.len(),
+                    fields,
+                ),
+            },
+            now,
+        );
+        Stream {
+            x,
             body: req.into_body(),
             respond,
-            outcome,
-            req_bytes,
-            t_first,
-            is_head,
-            expect,
+            send: None,
+            ended: false,
             alt_svc,
+            now,
         }
     }
 
-    /// Answer now, without a task of its own, when nothing in the exchange can wait: no request
-    /// body, no delay, a small response. The connection then flushes many responses with one
-    /// write instead of one write per stream (measured: docs/PERFORMANCE.md). Otherwise the
-    /// exchange is handed back, to be run on its own task.
-    pub fn try_now(mut self) -> Option<Exchange> {
-        let Outcome::Respond(plan) = &self.outcome else {
-            return Some(self);
-        };
-        if !self.body.is_end_stream()
-            || self.expect
-            || plan.delay_ms > 0
-            || plan.size > INLINE_BODY
-            || plan.is_informational()
-        {
-            return Some(self);
-        }
-        let timing = Timing {
-            req_bytes: self.req_bytes,
-            req_ms: 0,
-            real_ms: self.t_first.elapsed().as_millis() as u64,
-        };
-        let Ok(mut resp) = response_head(plan, &timing) else {
-            self.respond.send_reset(Reason::INTERNAL_ERROR);
-            return None;
-        };
-        if let Some(v) = self.alt_svc.take() {
-            resp.headers_mut().insert(http::header::ALT_SVC, v);
-        }
-        if let Ok(mut send) = self.respond.send_response(resp, plan.size == 0) {
-            if plan.size > 0 {
-                let data = body::slice(plan.body, 0, plan.size as usize);
-                let _ = send.send_data(Bytes::from_static(data), true);
+    /// Carry out every step that needs no waiting. Most requests (no body, no delay, a small
+    /// response) end here, so the connection flushes many responses with one write instead of
+    /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
+    /// with the step to run on its own task.
+    pub fn try_now(mut self) -> Option<(Stream, Step)> {
+        loop {
+            let step = self.x.next(self.now);
+            match self.now_step(step) {
+                Then::Next => {}
+                Then::Wait(step) => return Some((self, step)),
+                Then::End => return None,
             }
         }
-        None
     }
 
-    pub async fn run(self, cfg: &Config) {
-        let Exchange {
-            mut body,
-            mut respond,
-            outcome,
-            mut req_bytes,
-            t_first,
-            is_head,
-            expect,
-            alt_svc,
-        } = self;
-        if expect {
-            let _ =
-                respond.send_informational(Response::builder().status(100).body(()).expect("100"));
-        }
-        let plan = match outcome {
-            Outcome::Respond(plan) => plan,
-            Outcome::Reject(e) => {
-                return text_response(&mut respond, 400, format!("400 Bad Request: {e}\n"))
-            }
-            Outcome::Help => {
-                if drain(&mut body, &mut req_bytes, cfg.timeout).await.is_err() {
-                    return respond.send_reset(Reason::CANCEL);
+    pub async fn run(mut self, mut step: Step, cfg: &Config) {
+        loop {
+            match step {
+                Step::ReadBody => {
+                    let mut n = 0;
+                    match drain(&mut self.body, &mut n, cfg.timeout).await {
+                        Ok(()) => {
+                            self.x.body_bytes(n);
+                            self.x.body_end();
+                        }
+                        Err(why) => {
+                            self.x.body_bytes(n);
+                            self.x.body_failed(why);
+                        }
+                    }
+                    self.now = Instant::now();
                 }
-                let text = if is_head {
-                    String::new()
-                } else {
-                    pages::help().to_owned()
+                Step::WaitUntil(t) => {
+                    tokio::time::sleep_until(t.into()).await;
+                    self.now = Instant::now();
+                }
+                Step::Body(Body::Generated {
+                    kind, size, last, ..
+                }) => {
+                    if !self.large_body(kind, size, last, cfg.timeout).await {
+                        return;
+                    }
+                }
+                other => match self.now_step(other) {
+                    Then::Next => {}
+                    Then::Wait(step) => unreachable!("{step:?} is carried out above"),
+                    Then::End => return,
+                },
+            }
+            step = self.x.next(self.now);
+        }
+    }
+
+    /// Carry out a step that needs no waiting, or say that it does.
+    fn now_step(&mut self, step: Step) -> Then {
+        match step {
+            Step::Continue => {
+                let interim = Response::builder().status(100).body(()).expect("100");
+                let _ = self.respond.send_informational(interim);
+            }
+            Step::Head(head) if head.status < 200 => {
+                let interim = Response::builder()
+                    .status(head.status)
+                    .body(())
+                    .expect("1xx");
+                let _ = self.respond.send_informational(interim);
+            }
+            Step::Head(head) => {
+                let Ok(resp) = self.response(&head) else {
+                    self.respond.send_reset(Reason::INTERNAL_ERROR);
+                    return Then::End;
                 };
-                return text_response(&mut respond, 200, text);
-            }
-        };
-        if !plan.drain_after {
-            match drain(&mut body, &mut req_bytes, cfg.timeout).await {
-                Ok(()) => {}
-                Err(Drain::Timeout) => {
-                    let page = ErrorPage::Timeout;
-                    return text_response(&mut respond, page.status(), page.body().to_owned());
+                match self.respond.send_response(resp, head.last) {
+                    Ok(send) => self.send = Some(send),
+                    Err(_) => return Then::End,
                 }
-                Err(Drain::Broken) => return respond.send_reset(Reason::CANCEL),
+                self.ended = head.last;
             }
+            Step::Body(Body::Text(text)) => self.data(Bytes::from(text.into_owned()), true),
+            Step::Body(Body::Generated {
+                kind, size, last, ..
+            }) if size <= INLINE_BODY => {
+                let data = body::slice(kind, 0, size as usize);
+                self.data(Bytes::from_static(data), last);
+            }
+            Step::Done(ending) => {
+                match ending {
+                    Ending::KeepAlive | Ending::Close if !self.ended => {
+                        self.data(Bytes::new(), true)
+                    }
+                    Ending::KeepAlive | Ending::Close => {}
+                    // The 1xx went out as an interim head; a final one cannot follow.
+                    Ending::NoFinal => self.reset(Reason::NO_ERROR),
+                    Ending::Abort => self.reset(Reason::CANCEL),
+                }
+                return Then::End;
+            }
+            wait => return Then::Wait(wait),
         }
-        let t_req = Instant::now();
-        if plan.delay_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(plan.delay_ms)).await;
+        Then::Next
+    }
+
+    fn response(&self, head: &Head) -> Result<Response<()>, http::Error> {
+        let mut b = Response::builder().status(head.status);
+        head.fields(&mut Vec::with_capacity(96), |name, value| {
+            b = std::mem::take(&mut b).header(name, value);
+        });
+        if let Some(v) = &self.alt_svc {
+            b = b.header(http::header::ALT_SVC, v.clone());
         }
-        let timing = Timing {
-            req_bytes,
-            req_ms: t_req.duration_since(t_first).as_millis() as u64,
-            real_ms: t_req.elapsed().as_millis() as u64,
-        };
-        if plan.is_informational() {
-            // A 1xx cannot end a stream: send it as an interim response, then end the exchange.
-            let interim = Response::builder()
-                .status(plan.status)
-                .body(())
-                .expect("1xx");
-            let _ = respond.send_informational(interim);
-            return respond.send_reset(Reason::NO_ERROR);
+        b.body(())
+    }
+
+    fn data(&mut self, data: Bytes, last: bool) {
+        if let Some(send) = &mut self.send {
+            let _ = send.send_data(data, last);
         }
-        let Ok(mut resp) = response_head(&plan, &timing) else {
-            return respond.send_reset(Reason::INTERNAL_ERROR);
-        };
-        if let Some(v) = alt_svc {
-            resp.headers_mut().insert(http::header::ALT_SVC, v);
+        self.ended |= last;
+    }
+
+    fn reset(&mut self, reason: Reason) {
+        match &mut self.send {
+            Some(send) => send.send_reset(reason),
+            None => self.respond.send_reset(reason),
         }
-        let Ok(mut send) = respond.send_response(resp, plan.size == 0 && !plan.drain_after) else {
-            return;
+    }
+
+    /// A body sent as flow control allows, in static slices: any size in constant memory.
+    /// False if the stream is gone (reset by the client, a client that stopped reading).
+    async fn large_body(
+        &mut self,
+        kind: body::BodyKind,
+        size: u64,
+        last: bool,
+        timeout: Duration,
+    ) -> bool {
+        let Some(send) = &mut self.send else {
+            return false;
         };
         let mut off = 0u64;
-        while off < plan.size {
-            send.reserve_capacity((plan.size - off).min(1 << 20) as usize);
+        while off < size {
+            send.reserve_capacity((size - off).min(1 << 20) as usize);
             let cap = match tokio::time::timeout(
-                cfg.timeout,
+                timeout,
                 futures::future::poll_fn(|cx| send.poll_capacity(cx)),
             )
             .await
             {
                 Ok(Some(Ok(cap))) if cap > 0 => cap,
                 Ok(Some(Ok(_))) => continue,
-                // Reset by the client, connection gone, or a client that stopped reading.
-                _ => return send.send_reset(Reason::CANCEL),
+                _ => {
+                    send.send_reset(Reason::CANCEL);
+                    return false;
+                }
             };
             let mut left = cap as u64;
-            while left > 0 && off < plan.size {
-                let chunk = body::slice(plan.body, off, left.min(plan.size - off) as usize);
+            while left > 0 && off < size {
+                let chunk = body::slice(kind, off, left.min(size - off) as usize);
                 off += chunk.len() as u64;
                 left -= chunk.len() as u64;
-                let last = off == plan.size && !plan.drain_after;
-                if send.send_data(Bytes::from_static(chunk), last).is_err() {
-                    return;
+                if send
+                    .send_data(Bytes::from_static(chunk), last && off == size)
+                    .is_err()
+                {
+                    return false;
                 }
             }
         }
-        if plan.drain_after {
-            let _ = drain(&mut body, &mut req_bytes, cfg.timeout).await;
-            let _ = send.send_data(Bytes::new(), true);
+        self.ended = last;
+        true
+    }
+}
+
+/// Read and discard the request body, releasing flow-control capacity as it goes.
+async fn drain(body: &mut RecvStream, bytes: &mut u64, limit: Duration) -> Result<(), BodyFailure> {
+    loop {
+        match tokio::time::timeout(limit, body.data()).await {
+            Err(_) => return Err(BodyFailure::Timeout),
+            Ok(None) => return Ok(()),
+            Ok(Some(Ok(d))) => {
+                *bytes += d.len() as u64;
+                let _ = body.flow_control().release_capacity(d.len());
+            }
+            Ok(Some(Err(_))) => return Err(BodyFailure::Broken),
         }
     }
 }

@@ -4,13 +4,12 @@
 //! 13% of server CPU in memcpy).
 
 use crate::config::Config;
-use crate::mapped::{plan_fields, text_fields};
 use bytes::Bytes;
+use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
 use loadterm_h3::frame::{self, code, ReadError, Reader};
 use loadterm_h3::qpack::{self, QpackError};
-use loadterm_plan::headers::Timing;
-use loadterm_plan::pages::{self, ErrorPage};
-use loadterm_plan::{body, Outcome, Plan};
+use loadterm_plan::body::{self, BodyKind};
+use loadterm_plan::pages::ErrorPage;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ struct RequestHead {
     control: Option<Vec<u8>>,
     /// Regular fields as `name: value\r\n`, for the x-req size.
     field_bytes: u64,
-    /// An `expect` field (100-continue) was sent.
+    /// `expect: 100-continue` was sent.
     expect: bool,
 }
 
@@ -52,7 +51,7 @@ impl RequestHead {
                 if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
                     *control = Some(value.to_vec());
                 }
-                *expect |= n == b"expect";
+                *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
             }
         })
     }
@@ -65,17 +64,17 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::default();
 }
 
-/// A HEADERS frame, its field section made by `fields`, in one buffer: the section is written
-/// after room for the frame head (type and a 2-byte length), then the head is put just
-/// before it, its start returned.
-fn headers_frame(
-    out: &mut Vec<u8>,
-    status: u16,
-    fields: impl FnOnce(&mut dyn FnMut(&'static str, &[u8])),
-) -> usize {
+/// A HEADERS frame for `head` in one buffer: the section is written after room for the frame
+/// head (type and a 2-byte length), then the frame head is put just before it, its start
+/// returned.
+fn headers_frame(out: &mut Vec<u8>, head: &Head) -> usize {
     out.extend_from_slice(&[0; 3]);
-    qpack::begin_response(out, status);
-    fields(&mut |name, value| qpack::field(out, name, value));
+    qpack::begin_response(out, head.status);
+    SCRATCH.with(|s| {
+        head.fields(&mut s.borrow_mut(), |name, value| {
+            qpack::field(out, name, value)
+        })
+    });
     let len = out.len() - 3;
     let mut head = Vec::with_capacity(3);
     frame::put_frame_head(&mut head, frame::HEADERS, len as u64);
@@ -89,10 +88,16 @@ fn headers_frame(
     start
 }
 
-struct Exchange {
+/// A request stream being answered.
+struct Stream {
     send: quinn::SendStream,
     recv: Reader,
     timeout: Duration,
+    /// The request was read to its end.
+    read_all: bool,
+    /// A response head (its buffer, and where the frame starts in it) waiting to go out with
+    /// the body's first bytes.
+    pending: Option<(Vec<u8>, usize)>,
 }
 
 /// Why a request stream is abandoned.
@@ -114,7 +119,7 @@ impl From<ReadError> for Abort {
     }
 }
 
-impl Exchange {
+impl Stream {
     fn reset(&mut self, code: u32) {
         let _ = self.send.reset(code.into());
         self.recv.stop(code);
@@ -129,17 +134,8 @@ impl Exchange {
         )
     }
 
-    async fn text(&mut self, status: u16, text: &str) {
-        let mut out = Vec::with_capacity(256 + text.len());
-        let start = headers_frame(&mut out, status, |f| text_fields(text.len(), f));
-        frame::put_frame(&mut out, frame::DATA, text.as_bytes());
-        if self.write(&mut [Bytes::from(out).slice(start..)]).await {
-            let _ = self.send.finish();
-        }
-    }
-
     /// The request's field section, skipping unknown (grease) frames before its HEADERS.
-    async fn head(&mut self, max: u64) -> Result<Bytes, Abort> {
+    async fn request_head(&mut self, max: u64) -> Result<Bytes, Abort> {
         loop {
             let (ty, len) = self
                 .recv
@@ -174,9 +170,11 @@ impl Exchange {
             }
             Ok(())
         };
-        tokio::time::timeout(timeout, drain)
+        let r = tokio::time::timeout(timeout, drain)
             .await
-            .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))
+            .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)));
+        self.read_all = r.is_ok();
+        r
     }
 }
 
@@ -200,150 +198,170 @@ pub async fn serve(
     recv: quinn::RecvStream,
     cfg: &Config,
 ) -> Result<quinn::SendStream, u32> {
-    let mut x = Exchange {
+    let mut s = Stream {
         send,
         recv: Reader::new(recv),
         timeout: cfg.timeout,
+        read_all: false,
+        pending: None,
     };
-    match exchange(&mut x, cfg).await {
-        Ok(()) => {}
-        Err(Abort::Reset(code)) => x.reset(code),
-        Err(Abort::Connection(code)) => return Err(code),
-        Err(Abort::Status(page)) => {
-            x.text(page.status(), page.body()).await;
-            x.recv.stop(code::NO_ERROR);
+    let t_first = Instant::now();
+    let x = match request(&mut s, cfg, t_first).await {
+        Ok(x) => x,
+        Err(Abort::Reset(code)) => {
+            s.reset(code);
+            return Ok(s.send);
         }
+        Err(Abort::Connection(code)) => return Err(code),
+        Err(Abort::Status(page)) => Exchange::error(page, Version::H3, t_first),
+    };
+    match answer(&mut s, x, t_first).await {
+        Ok(()) => {}
+        Err(Abort::Reset(code)) => s.reset(code),
+        Err(Abort::Connection(code)) => return Err(code),
+        Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
     }
-    Ok(x.send)
+    Ok(s.send)
 }
 
-/// A request as planned.
-struct Planned {
-    outcome: Outcome,
-    is_head: bool,
-    expect: bool,
-    req_bytes: u64,
-}
-
-/// Decode a request's field section and plan its response.
-fn plan(section: &[u8], max: u64) -> Result<Planned, Abort> {
+/// Read the request's head, decode it and plan the exchange.
+async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
+    let max = cfg.h3.h3_max_header_list;
+    // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
+    let section = tokio::time::timeout(cfg.timeout, s.request_head(max))
+        .await
+        .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))?;
     HEAD.with(|h| {
         let head = &mut *h.borrow_mut();
-        head.decode(section, max).map_err(|e| match e {
+        head.decode(&section, max).map_err(|e| match e {
             QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
             QpackError::Decompression => Abort::Connection(code::QPACK_DECOMPRESSION_FAILED),
         })?;
         if head.method.is_empty() || head.path.is_empty() {
             return Err(Abort::Reset(code::MESSAGE_ERROR));
         }
-        let is_head = head.method == b"HEAD";
-        let request = loadterm_plan::Request {
+        let req = loadterm_exchange::Request {
+            version: Version::H3,
+            is_head: head.method == b"HEAD",
             target: &head.path,
             control: head.control.as_deref(),
-            is_head,
+            expect_continue: head.expect,
+            conn_close: false,
+            conn_keep_alive: false,
+            // Whether the stream ends after its HEADERS is only known by reading on.
+            has_body: true,
+            head_bytes: loadterm_exchange::head_bytes(
+                head.method.len(),
+                head.path.len(),
+                head.field_bytes as usize,
+            ),
         };
-        // As `mapped::head_bytes` counts the other protocols' requests.
-        Ok(Planned {
-            outcome: crate::planner::plan(&request),
-            is_head,
-            expect: head.expect,
-            req_bytes: (head.method.len() + head.path.len() + 12) as u64 + head.field_bytes,
-        })
+        Ok(crate::planner::exchange(&req, t_first))
     })
 }
 
-async fn exchange(x: &mut Exchange, cfg: &Config) -> Result<(), Abort> {
-    let t_first = Instant::now();
-    // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
-    let section = tokio::time::timeout(cfg.timeout, x.head(cfg.h3.h3_max_header_list))
-        .await
-        .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))?;
-    let Planned {
-        outcome,
-        is_head,
-        expect,
-        mut req_bytes,
-    } = plan(&section, cfg.h3.h3_max_header_list)?;
-    if expect {
-        // 100-continue, as on HTTP/2: an interim head before the body is read.
-        let mut interim = Vec::with_capacity(16);
-        let start = headers_frame(&mut interim, 100, |_| {});
-        if !x.write(&mut [Bytes::from(interim).slice(start..)]).await {
-            return Err(Abort::Reset(code::REQUEST_CANCELLED));
+/// Carry out the exchange's steps on the stream.
+async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(), Abort> {
+    // The clock is read again only after waiting.
+    let mut now = t_first;
+    loop {
+        match x.next(now) {
+            Step::Continue => {
+                s.response_head(&Head::interim(100));
+                s.flush().await?;
+            }
+            Step::ReadBody => {
+                let mut n = 0;
+                match s.drain(&mut n).await {
+                    Ok(()) => {
+                        x.body_bytes(n);
+                        x.body_end();
+                    }
+                    Err(Abort::Status(_)) => x.body_failed(BodyFailure::Timeout),
+                    Err(e) => return Err(e),
+                }
+                now = Instant::now();
+            }
+            Step::WaitUntil(t) => {
+                tokio::time::sleep_until(t.into()).await;
+                now = Instant::now();
+            }
+            Step::Head(head) => s.response_head(&head),
+            Step::Body(Body::Text(text)) => s.text(&text).await?,
+            Step::Body(Body::Generated { kind, size, .. }) => s.generated(kind, size).await?,
+            Step::Done(Ending::Abort) => return Err(Abort::Reset(code::REQUEST_CANCELLED)),
+            // Complete, or a 1xx as the only head: the stream ends with what was sent (a
+            // reset could overtake an interim head).
+            Step::Done(Ending::KeepAlive | Ending::Close | Ending::NoFinal) => {
+                s.flush().await?;
+                let _ = s.send.finish();
+                if !s.read_all {
+                    s.recv.stop(code::NO_ERROR);
+                }
+                return Ok(());
+            }
         }
     }
-    let plan = match outcome {
-        Outcome::Respond(plan) => plan,
-        Outcome::Reject(e) => {
-            x.text(400, &format!("400 Bad Request: {e}\n")).await;
-            x.recv.stop(code::NO_ERROR);
-            return Ok(());
-        }
-        Outcome::Help => {
-            x.drain(&mut req_bytes).await?;
-            x.text(200, if is_head { "" } else { pages::help() }).await;
-            return Ok(());
-        }
-    };
-    if !plan.drain_after {
-        x.drain(&mut req_bytes).await?;
-    }
-    let t_req = Instant::now();
-    if plan.delay_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(plan.delay_ms)).await;
-    }
-    if plan.is_informational() {
-        // An interim status cannot be the final answer: send it, then end the stream with no
-        // final response (a reset could overtake the interim head).
-        let mut interim = Vec::with_capacity(16);
-        let start = headers_frame(&mut interim, plan.status, |_| {});
-        if x.write(&mut [Bytes::from(interim).slice(start..)]).await {
-            let _ = x.send.finish();
-        }
-        x.recv.stop(code::NO_ERROR);
-        return Ok(());
-    }
-    let timing = Timing {
-        req_bytes,
-        req_ms: t_req.duration_since(t_first).as_millis() as u64,
-        real_ms: t_req.elapsed().as_millis() as u64,
-    };
-    respond(x, &plan, &timing).await?;
-    if plan.drain_after {
-        let _ = x.drain(&mut req_bytes).await;
-    }
-    let _ = x.send.finish();
-    Ok(())
 }
 
-/// The head, then the body as static slices (zero copy), up to 16 per write (1 MiB).
-async fn respond(x: &mut Exchange, plan: &Plan, timing: &Timing) -> Result<(), Abort> {
-    let mut first = Vec::with_capacity(256);
-    let start = SCRATCH.with(|s| {
-        let scratch = &mut *s.borrow_mut();
-        headers_frame(&mut first, plan.status, |f| {
-            plan_fields(plan, timing, scratch, f)
-        })
-    });
-    if plan.size > 0 {
-        frame::put_frame_head(&mut first, frame::DATA, plan.size);
+impl Stream {
+    /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
+    fn response_head(&mut self, head: &Head) {
+        let mut out = Vec::with_capacity(256);
+        let start = headers_frame(&mut out, head);
+        self.pending = Some((out, start));
     }
-    let mut chunks: [Bytes; 17] = Default::default();
-    chunks[0] = Bytes::from(first).slice(start..);
-    let (mut n, mut off) = (1, 0u64);
-    loop {
-        while off < plan.size && n < chunks.len() {
-            let len = (plan.size - off).min(body::WINDOW as u64) as usize;
-            chunks[n] = Bytes::from_static(body::slice(plan.body, off, len));
-            off += len as u64;
-            n += 1;
+
+    /// The pending head's buffer (and where the frame starts), to append frames to.
+    fn take_pending(&mut self) -> (Vec<u8>, usize) {
+        self.pending.take().unwrap_or_default()
+    }
+
+    async fn flush(&mut self) -> Result<(), Abort> {
+        match self.pending.take() {
+            Some((out, start)) => {
+                self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
+                    .await
+            }
+            None => Ok(()),
         }
-        if !x.write(&mut chunks[..n]).await {
-            return Err(Abort::Reset(code::REQUEST_CANCELLED));
+    }
+
+    async fn write_or_reset(&mut self, chunks: &mut [Bytes]) -> Result<(), Abort> {
+        if self.write(chunks).await {
+            Ok(())
+        } else {
+            Err(Abort::Reset(code::REQUEST_CANCELLED))
         }
-        n = 0;
-        if off == plan.size {
-            return Ok(());
+    }
+
+    async fn text(&mut self, text: &str) -> Result<(), Abort> {
+        let (mut out, start) = self.take_pending();
+        frame::put_frame(&mut out, frame::DATA, text.as_bytes());
+        self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
+            .await
+    }
+
+    /// The DATA frame head and the body as static slices (zero copy), up to 16 per write
+    /// (1 MiB), the first write with the pending head.
+    async fn generated(&mut self, kind: BodyKind, size: u64) -> Result<(), Abort> {
+        let (mut first, start) = self.take_pending();
+        frame::put_frame_head(&mut first, frame::DATA, size);
+        let mut chunks: [Bytes; 17] = Default::default();
+        chunks[0] = Bytes::from(first).slice(start..);
+        let (mut n, mut off) = (1, 0u64);
+        loop {
+            while off < size && n < chunks.len() {
+                let len = (size - off).min(body::WINDOW as u64) as usize;
+                chunks[n] = Bytes::from_static(body::slice(kind, off, len));
+                off += len as u64;
+                n += 1;
+            }
+            self.write_or_reset(&mut chunks[..n]).await?;
+            n = 0;
+            if off == size {
+                return Ok(());
+            }
         }
     }
 }
