@@ -10,6 +10,8 @@ command -v curl >/dev/null || missing_apt+=(curl)
 command -v h2load >/dev/null || missing_apt+=(nghttp2-client)
 command -v ss >/dev/null || missing_apt+=(iproute2)
 command -v openssl >/dev/null || missing_apt+=(openssl)
+command -v strace >/dev/null || missing_apt+=(strace)
+command -v pkill >/dev/null || missing_apt+=(procps)
 command -v go >/dev/null || missing_apt+=(golang-go)
 command -v python3 >/dev/null || missing_apt+=(python3 python3-pip python3-venv)
 if [ ${#missing_apt[@]} -gt 0 ]; then

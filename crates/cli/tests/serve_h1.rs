@@ -670,3 +670,48 @@ fn restart_with_connections_in_time_wait() {
     again.kill().unwrap();
     again.wait().unwrap();
 }
+
+/// The zero-copy system calls the server made while answering one request, seen by strace.
+fn zero_copy_calls(target: &str) -> usize {
+    let (clear, tls) = (common::free_port(), common::free_port());
+    let log = std::env::temp_dir().join(format!("loadterm-strace-{clear}.log"));
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=splice,tee,vmsplice", "-o"])
+        .arg(&log)
+        .arg(common::bin())
+        .args(["serve", "-t", "1", "--no-quic", "-L"])
+        .arg(format!("127.0.0.1:{clear}:{tls}"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("strace");
+    assert!(
+        common::wait_tcp(clear, Duration::from_secs(20)),
+        "server under strace did not start"
+    );
+    let r = get(clear, &format!("GET {target} HTTP/1.1\r\n\r\n"));
+    assert_eq!(r.body.len(), 256 << 10);
+    assert_body(&r.body, BodyKind::Pattern);
+    // Stop the traced server (strace's child) so that strace writes everything and exits.
+    let _ = std::process::Command::new("pkill")
+        .args(["-TERM", "-P", &strace.id().to_string()])
+        .status();
+    strace.wait().expect("strace exit");
+    let text = std::fs::read_to_string(&log).expect("strace log");
+    let _ = std::fs::remove_file(&log);
+    text.lines()
+        .filter(|l| l.contains("splice(") || l.contains("tee("))
+        .count()
+}
+
+#[test]
+fn s0_turns_zero_copy_off_for_that_response() {
+    if !common::have_tool("strace") {
+        return;
+    }
+    // The same body spliced by default (so the check below can see splicing when it happens).
+    assert!(
+        zero_copy_calls("/?s=256k") > 0,
+        "a 256 KiB body was not spliced"
+    );
+    assert_eq!(zero_copy_calls("/?s=256k&S=0"), 0, "S=0 still spliced");
+}
