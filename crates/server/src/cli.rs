@@ -100,9 +100,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "OPTS")]
     quic_bind_opts: Option<String>,
     #[command(flatten)]
-    h2: crate::h2::H2Args,
+    h2: crate::config::H2Args,
     #[command(flatten)]
-    h3: crate::h3::H3Args,
+    h3: crate::config::H3Args,
 }
 
 /// The client timeout: a positive duration.

@@ -1,4 +1,5 @@
-//! Settings shared by every listener and engine, built once from the command line.
+//! Settings shared by every listener and engine, built once from the command line; the engines'
+//! own settings (HTTP/2, HTTP/3) live here too, so that no engine module is imported back.
 
 use std::time::Duration;
 
@@ -19,6 +20,63 @@ pub struct Config {
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.
     pub grace: Duration,
     pub shutdown: crate::shutdown::Shutdown,
-    pub h2: crate::h2::H2Args,
-    pub h3: crate::h3::H3Args,
+    pub h2: H2Args,
+    pub h3: H3Args,
+}
+
+/// HTTP/2 settings exposed on the command line (flattened into `loadterm serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct H2Args {
+    /// Concurrent streams a client may open per connection.
+    #[arg(long = "h2-max-streams", default_value_t = 256, value_name = "N")]
+    pub max_streams: u32,
+    /// Initial receive window of each stream, bytes (request bodies).
+    #[arg(long = "h2-stream-window", default_value_t = 4 << 20, value_name = "BYTES")]
+    pub stream_window: u32,
+    /// Receive window of the whole connection, bytes.
+    #[arg(long = "h2-conn-window", default_value_t = 16 << 20, value_name = "BYTES")]
+    pub conn_window: u32,
+    /// Largest frame the server accepts (16384..=16777215).
+    #[arg(long = "h2-max-frame-size", default_value_t = 16384, value_name = "BYTES",
+          value_parser = clap::value_parser!(u32).range(16384..=16_777_215))]
+    pub max_frame_size: u32,
+    /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
+    #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
+    pub max_header_list: u32,
+}
+
+impl Default for H2Args {
+    fn default() -> Self {
+        H2Args {
+            max_streams: 256,
+            stream_window: 4 << 20,
+            conn_window: 16 << 20,
+            max_frame_size: 16384,
+            max_header_list: 64 << 10,
+        }
+    }
+}
+
+/// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct H3Args {
+    /// Concurrent request streams a client may open per QUIC connection.
+    #[arg(long = "h3-max-streams", default_value_t = 256, value_name = "N")]
+    pub max_streams: u32,
+    /// Receive window per stream and per connection (request bodies), bytes.
+    #[arg(long = "quic-window", default_value_t = 8 << 20, value_name = "BYTES")]
+    pub quic_window: u32,
+    /// Largest request header section, bytes (QPACK-decoded).
+    #[arg(long = "h3-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
+    pub max_header_list: u64,
+}
+
+impl Default for H3Args {
+    fn default() -> Self {
+        H3Args {
+            max_streams: 256,
+            quic_window: 8 << 20,
+            max_header_list: 64 << 10,
+        }
+    }
 }

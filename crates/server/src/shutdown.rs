@@ -2,6 +2,8 @@
 //! connections close, HTTP/2 and HTTP/3 connections get GOAWAY and finish their streams.
 //! A `watch` channel works across the workers' separate runtimes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 #[derive(Debug, Clone)]
@@ -21,5 +23,21 @@ impl Shutdown {
             // The trigger is gone without firing: the process is exiting anyway.
             std::future::pending::<()>().await;
         }
+    }
+}
+
+/// Counts a connection as open until dropped.
+pub struct ConnSlot(Arc<AtomicUsize>);
+
+impl ConnSlot {
+    pub fn new(conns: &Arc<AtomicUsize>) -> ConnSlot {
+        conns.fetch_add(1, Ordering::Relaxed);
+        ConnSlot(conns.clone())
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

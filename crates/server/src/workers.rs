@@ -2,9 +2,10 @@
 //! (bound up front by the caller), so nothing on the request path is shared.
 
 use crate::config::Config;
-use crate::h1;
 use crate::listen::{self, ListenSpec};
+use crate::shutdown::ConnSlot;
 use crate::tls::Identity;
+use crate::{h1, h2, h3};
 use anyhow::{Context, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -108,29 +109,13 @@ async fn worker(
         for s in sockets.udp {
             let (identity, cfg, conns) = (identity.clone(), cfg.clone(), conns.clone());
             tokio::spawn(async move {
-                if let Err(e) = crate::h3::run_endpoint(s, identity, cfg, conns).await {
+                if let Err(e) = h3::run_endpoint(s, identity, cfg, conns).await {
                     eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
                 }
             });
         }
     }
     std::future::pending::<()>().await;
-}
-
-/// Counts a connection as open until dropped.
-pub struct ConnSlot(Arc<AtomicUsize>);
-
-impl ConnSlot {
-    pub fn new(conns: &Arc<AtomicUsize>) -> ConnSlot {
-        conns.fetch_add(1, Ordering::Relaxed);
-        ConnSlot(conns.clone())
-    }
-}
-
-impl Drop for ConnSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 async fn accept_loop(
@@ -177,7 +162,7 @@ async fn accept_loop(
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
         Some(true) => {
-            let _ = crate::h2::serve_connection(sock, cfg, None).await;
+            let _ = h2::serve_connection(sock, cfg, None).await;
         }
         Some(false) => {
             let opts = h1::Options {
@@ -185,8 +170,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 alt_svc: None,
                 splice: cfg.splice,
             };
-            if let Ok(Some(upgraded)) = h1::serve(sock, cfg.clone(), opts).await {
-                let _ = crate::h2::serve_connection(upgraded, cfg, None).await;
+            if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
+                let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
             }
         }
         None => {}
@@ -203,7 +188,7 @@ async fn serve_tls(
         return;
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = crate::h2::serve_connection(stream, cfg, alt_svc).await;
+        let _ = h2::serve_connection(stream, cfg, alt_svc).await;
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {
@@ -228,10 +213,10 @@ async fn is_h2_preface(sock: &TcpStream) -> bool {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
-        if !crate::h2::upgrade::PREFACE.starts_with(&buf[..n]) {
+        if !h2::upgrade::PREFACE.starts_with(&buf[..n]) {
             return false;
         }
-        if n == crate::h2::upgrade::PREFACE.len() {
+        if n == h2::upgrade::PREFACE.len() {
             return true;
         }
         // A prefix of the preface: wait for the rest (rare: clients send it in one segment).

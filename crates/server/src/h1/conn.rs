@@ -4,8 +4,8 @@
 
 use super::body::{chunk_size_line, BodyError, Decoder};
 use super::head::{self, Head, Parsed};
+use super::Upgrade;
 use crate::config::Config;
-use crate::h2::upgrade::{self, Rewound, Splice};
 use crate::shutdown::Shutdown;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
@@ -29,13 +29,17 @@ const IOV: usize = 8;
 /// do not turn our close into a reset that destroys the response in flight.
 const LINGER: Duration = Duration::from_millis(500);
 
+/// The answer that switches the connection to HTTP/2 (`Upgrade: h2c`).
+const SWITCHING: &[u8] =
+    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
+
 #[derive(Debug)]
 enum Stop {
     /// Close the connection (after flushing what is buffered).
     Close,
     /// The peer went away or a write timed out: drop without further writes.
     Abort,
-    /// `Upgrade: h2c` accepted (the 101 is buffered): this HPACK block becomes stream 1.
+    /// `Upgrade: h2c` accepted (the 101 is buffered) for the request with this head.
     Upgrade(Vec<u8>),
 }
 
@@ -85,12 +89,12 @@ struct Conn<IO> {
 }
 
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
-/// `Upgrade: h2c`: then the stream to serve as HTTP/2 is returned.
+/// `Upgrade: h2c`: then what the HTTP/2 engine needs is returned.
 pub async fn serve<IO: Transport>(
     io: IO,
     cfg: Arc<Config>,
     opts: Options,
-) -> io::Result<Option<Rewound<IO>>> {
+) -> io::Result<Option<Upgrade<IO>>> {
     let mut c = Conn {
         io,
         rbuf: Vec::with_capacity(READ_CHUNK),
@@ -114,7 +118,15 @@ pub async fn serve<IO: Transport>(
                 return Ok(None);
             }
             Err(Stop::Abort) => return Ok(None),
-            Err(Stop::Upgrade(block)) => return Ok(c.upgrade(&block).await),
+            Err(Stop::Upgrade(head)) => {
+                c.flush().await?;
+                let buffered = c.buffered().to_vec();
+                return Ok(Some(Upgrade {
+                    io: c.io,
+                    buffered,
+                    head,
+                }));
+            }
         }
     }
 }
@@ -206,21 +218,6 @@ impl<IO: Transport> Conn<IO> {
         .await;
     }
 
-    /// Send the buffered 101, wait for the client's HTTP/2 preface and first SETTINGS, and hand
-    /// the connection over with stream 1 spliced in (`None`: the client did not follow up).
-    async fn upgrade(mut self, block: &[u8]) -> Option<Rewound<IO>> {
-        loop {
-            match upgrade::splice(self.buffered(), block) {
-                Splice::Ready(bytes) => return Some(Rewound::new(bytes, self.io)),
-                Splice::Invalid => return None,
-                Splice::Partial => match self.read_more().await {
-                    Ok(n) if n > 0 => {}
-                    _ => return None,
-                },
-            }
-        }
-    }
-
     /// Handle one request: wait for its head, answer it.
     async fn request(&mut self) -> Result<(), Stop> {
         // Idle keep-alive: no byte of a next request within the timeout → silent close; at
@@ -255,11 +252,10 @@ impl<IO: Transport> Conn<IO> {
         }
         let head_len = self.head.len;
         if self.h2c_upgrade && self.head.upgrade_h2c {
-            if let Some(block) = upgrade::request_block(&self.buffered()[..head_len]) {
-                self.consume(head_len);
-                self.out.extend_from_slice(upgrade::SWITCHING);
-                return Err(Stop::Upgrade(block));
-            }
+            let head = self.buffered()[..head_len].to_vec();
+            self.consume(head_len);
+            self.out.extend_from_slice(SWITCHING);
+            return Err(Stop::Upgrade(head));
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);

@@ -8,6 +8,10 @@ pub const MAX_HEAD: usize = 16 * 1024;
 pub const MAX_URI: usize = 8 * 1024;
 /// Most header fields accepted (431 beyond); haterm's limit is 101.
 pub const MAX_HEADERS: usize = 100;
+/// Largest head honoured for `Upgrade: h2c`: its fields, HPACK-coded as literals, must fit the
+/// single 16 KiB HEADERS frame of stream 1 (pseudo-fields and integer prefixes add well under
+/// 256 bytes to the head's own size).
+const MAX_UPGRADE_HEAD: usize = 16 * 1024 - 256;
 
 /// How the request body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +31,8 @@ pub struct Head {
     pub conn_close: bool,
     pub conn_keep_alive: bool,
     pub expect: bool,
+    /// `Upgrade: h2c` to honour (RFC 7540 §3.2): with `Connection: Upgrade` and
+    /// `HTTP2-Settings`, on a GET or HEAD (methods that carry no body), head small enough.
     pub upgrade_h2c: bool,
     pub target: Vec<u8>,
     pub control: Option<Vec<u8>>,
@@ -91,6 +97,7 @@ pub fn parse(buf: &[u8], head: &mut Head) -> Parsed {
     let mut chunked = false;
     let mut other_te = false;
     let mut upgrade = false;
+    let mut settings = false;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -123,11 +130,14 @@ pub fn parse(buf: &[u8], head: &mut Head) -> Parsed {
             head.expect = true;
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade_h2c = tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"h2c"));
+        } else if name.eq_ignore_ascii_case(b"http2-settings") {
+            settings = true;
         } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
             head.control = Some(h.value.to_vec());
         }
     }
-    head.upgrade_h2c &= upgrade;
+    head.upgrade_h2c &=
+        upgrade && settings && matches!(method, "GET" | "HEAD") && len <= MAX_UPGRADE_HEAD;
     // RFC 9112 §6.1: a transfer coding other than a final chunked cannot be framed; a request
     // with both Transfer-Encoding and Content-Length is a smuggling vector: refuse both.
     if other_te || (chunked && length.is_some()) {
@@ -232,11 +242,25 @@ mod tests {
     fn versions_and_upgrade() {
         assert!(!p("GET / HTTP/1.0\r\n\r\n").1.is_11);
         assert!(p("HEAD / HTTP/1.1\r\n\r\n").1.is_head);
+        let up = "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n";
+        assert!(p(&format!("GET / HTTP/1.1\r\n{up}\r\n")).1.upgrade_h2c);
+        assert!(p(&format!("HEAD / HTTP/1.1\r\n{up}\r\n")).1.upgrade_h2c);
+        // A body may follow a POST: served as HTTP/1.1.
+        assert!(!p(&format!("POST / HTTP/1.1\r\n{up}\r\n")).1.upgrade_h2c);
         assert!(
-            p("GET / HTTP/1.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n")
+            !p("GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
                 .1
                 .upgrade_h2c
         );
-        assert!(!p("GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n").1.upgrade_h2c);
+        assert!(
+            !p("GET / HTTP/1.1\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+                .1
+                .upgrade_h2c
+        );
+        let big = format!(
+            "GET / HTTP/1.1\r\n{up}x: {}\r\n\r\n",
+            "a".repeat(MAX_UPGRADE_HEAD)
+        );
+        assert!(!p(&big).1.upgrade_h2c);
     }
 }

@@ -8,3 +8,13 @@ pub mod head;
 mod splice;
 
 pub use conn::{serve, Options, Transport};
+
+/// A connection that switched to HTTP/2 with `Upgrade: h2c`: the `101` is out; the HTTP/2 engine
+/// takes it from here, the upgrading request becoming its stream 1.
+pub struct Upgrade<IO> {
+    pub io: IO,
+    /// What the client sent after the upgrading request (its preface, usually).
+    pub buffered: Vec<u8>,
+    /// The upgrading request's head.
+    pub head: Vec<u8>,
+}

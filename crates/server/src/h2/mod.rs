@@ -12,36 +12,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// HTTP/2 settings exposed on the command line (flattened into `loadterm serve`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct H2Args {
-    /// Concurrent streams a client may open per connection.
-    #[arg(long = "h2-max-streams", default_value_t = 256, value_name = "N")]
-    pub max_streams: u32,
-    /// Initial receive window of each stream, bytes (request bodies).
-    #[arg(long = "h2-stream-window", default_value_t = 4 << 20, value_name = "BYTES")]
-    pub stream_window: u32,
-    /// Receive window of the whole connection, bytes.
-    #[arg(long = "h2-conn-window", default_value_t = 16 << 20, value_name = "BYTES")]
-    pub conn_window: u32,
-    /// Largest frame the server accepts (16384..=16777215).
-    #[arg(long = "h2-max-frame-size", default_value_t = 16384, value_name = "BYTES",
-          value_parser = clap::value_parser!(u32).range(16384..=16_777_215))]
-    pub max_frame_size: u32,
-    /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
-    #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
-    pub max_header_list: u32,
-}
-
-impl Default for H2Args {
-    fn default() -> Self {
-        H2Args {
-            max_streams: 256,
-            stream_window: 4 << 20,
-            conn_window: 16 << 20,
-            max_frame_size: 16384,
-            max_header_list: 64 << 10,
-        }
+/// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
+/// is what the client sent after the upgrading request, whose head becomes stream 1.
+pub async fn serve_upgraded<IO>(
+    io: IO,
+    buffered: Vec<u8>,
+    head: &[u8],
+    cfg: Arc<crate::config::Config>,
+) -> anyhow::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match upgrade::rewind(io, buffered, head, cfg.timeout).await {
+        Some(io) => serve_connection(io, cfg, None).await,
+        None => Ok(()),
     }
 }
 

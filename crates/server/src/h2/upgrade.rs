@@ -1,18 +1,16 @@
 //! `Upgrade: h2c` (RFC 7540 §3.2). After the `101`, the request that carried the upgrade is
 //! stream 1 of the new HTTP/2 connection. The `h2` crate has no upgrade API, so (sans-I/O) we
-//! encode that request as a HEADERS frame and splice it into the client's bytes right after its
+//! encode that request as a HEADERS frame and insert it into the client's bytes right after its
 //! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
 //! connection whose first stream is already half-closed.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// The HTTP/1.1 answer that switches the connection.
-pub const SWITCHING: &[u8] =
-    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 /// Frame payloads above this need the peer's consent (SETTINGS_MAX_FRAME_SIZE), which a
 /// client's first frames cannot have given yet.
 const DEFAULT_MAX_FRAME: usize = 16_384;
@@ -32,23 +30,40 @@ const DROPPED: &[&str] = &[
     "host",
 ];
 
-/// The HPACK block of stream 1 for an upgrade request whose head is `head` (complete, parsed
-/// once already), or `None` when the upgrade must be ignored and the request served as
-/// HTTP/1.1: a method that may carry a body, no `HTTP2-Settings` (required by RFC 7540 §3.2),
-/// or fields too large for one frame.
-pub fn request_block(head: &[u8]) -> Option<Vec<u8>> {
-    let mut headers = [httparse::EMPTY_HEADER; crate::h1::head::MAX_HEADERS];
+/// After the `101`: wait for the client's preface and first SETTINGS (within `timeout`) and
+/// return the connection with stream 1, the upgrading request whose head is `head`, inserted.
+/// `None`: the client did not follow up with HTTP/2, or the head does not fit one frame (the
+/// HTTP/1 engine only upgrades heads that do).
+pub async fn rewind<IO: AsyncRead + Unpin>(
+    mut io: IO,
+    mut buffered: Vec<u8>,
+    head: &[u8],
+    timeout: Duration,
+) -> Option<Rewound<IO>> {
+    let block = request_block(head)?;
+    loop {
+        match insert_stream1(&buffered, &block) {
+            Preface::Ready(bytes) => return Some(Rewound::new(bytes, io)),
+            Preface::Invalid => return None,
+            Preface::Partial => {
+                buffered.reserve(4096);
+                match tokio::time::timeout(timeout, io.read_buf(&mut buffered)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return None,
+                }
+            }
+        }
+    }
+}
+
+/// The HPACK block of stream 1 for an upgrading request whose head is `head` (complete, parsed
+/// once already), or `None` if its fields do not fit one frame.
+fn request_block(head: &[u8]) -> Option<Vec<u8>> {
+    // More fields than the HTTP/1 engine accepts.
+    let mut headers = [httparse::EMPTY_HEADER; 128];
     let mut req = httparse::Request::new(&mut headers);
     req.parse(head).ok()?;
     let (method, path) = (req.method?, req.path?);
-    if !matches!(method, "GET" | "HEAD")
-        || !req
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case("http2-settings"))
-    {
-        return None;
-    }
     let mut block = Vec::with_capacity(head.len() + 32);
     literal(&mut block, b":method", method.as_bytes());
     literal(&mut block, b":scheme", b"http");
@@ -68,9 +83,9 @@ pub fn request_block(head: &[u8]) -> Option<Vec<u8>> {
     (block.len() <= DEFAULT_MAX_FRAME).then_some(block)
 }
 
-/// What the client has sent since the `101`, with stream 1 spliced in.
+/// What the client has sent since the `101`, with stream 1 inserted.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Splice {
+enum Preface {
     /// Need more bytes (the preface or the first SETTINGS frame is incomplete).
     Partial,
     /// Not an HTTP/2 connection preface followed by SETTINGS: close.
@@ -78,22 +93,22 @@ pub enum Splice {
     Ready(Vec<u8>),
 }
 
-pub fn splice(client: &[u8], block: &[u8]) -> Splice {
+fn insert_stream1(client: &[u8], block: &[u8]) -> Preface {
     let n = client.len().min(PREFACE.len());
     if client[..n] != PREFACE[..n] {
-        return Splice::Invalid;
+        return Preface::Invalid;
     }
     let at = PREFACE.len();
     let Some(frame) = client.get(at..at + 9) else {
-        return Splice::Partial;
+        return Preface::Partial;
     };
     let len = u32::from_be_bytes([0, frame[0], frame[1], frame[2]]) as usize;
     if frame[3] != FRAME_SETTINGS || len > DEFAULT_MAX_FRAME {
-        return Splice::Invalid;
+        return Preface::Invalid;
     }
     let end = at + 9 + len;
     if client.len() < end {
-        return Splice::Partial;
+        return Preface::Partial;
     }
     let mut out = Vec::with_capacity(client.len() + 9 + block.len());
     out.extend_from_slice(&client[..end]);
@@ -101,7 +116,7 @@ pub fn splice(client: &[u8], block: &[u8]) -> Splice {
     out.extend_from_slice(&[FRAME_HEADERS, END_STREAM_AND_HEADERS, 0, 0, 0, 1]);
     out.extend_from_slice(block);
     out.extend_from_slice(&client[end..]);
-    Splice::Ready(out)
+    Preface::Ready(out)
 }
 
 /// HPACK "literal header field without indexing — new name" (RFC 7541 §6.2.2), no Huffman.
@@ -129,7 +144,7 @@ fn integer(out: &mut Vec<u8>, mut v: usize, n: u32) {
     out.push(v as u8);
 }
 
-/// An I/O stream whose first reads return `prefix` (the spliced bytes), then the socket's.
+/// An I/O stream whose first reads return `prefix` (the rewritten bytes), then the socket's.
 pub struct Rewound<IO> {
     prefix: Vec<u8>,
     pos: usize,
@@ -278,10 +293,14 @@ mod tests {
         let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
         let client = [PREFACE, &settings, &ping].concat();
         for cut in 0..PREFACE.len() + settings.len() {
-            assert_eq!(splice(&client[..cut], b"blk"), Splice::Partial, "cut {cut}");
+            assert_eq!(
+                insert_stream1(&client[..cut], b"blk"),
+                Preface::Partial,
+                "cut {cut}"
+            );
         }
-        let Splice::Ready(out) = splice(&client, b"blk") else {
-            panic!("not spliced")
+        let Preface::Ready(out) = insert_stream1(&client, b"blk") else {
+            panic!("not inserted")
         };
         let headers = [0, 0, 3, FRAME_HEADERS, 5, 0, 0, 0, 1, b'b', b'l', b'k'];
         assert_eq!(out, [PREFACE, &settings, &headers, &ping].concat());
@@ -289,8 +308,8 @@ mod tests {
 
     #[test]
     fn anything_but_preface_then_settings_is_invalid() {
-        assert_eq!(splice(b"GET / HTTP/1.1\r\n", b""), Splice::Invalid);
+        assert_eq!(insert_stream1(b"GET / HTTP/1.1\r\n", b""), Preface::Invalid);
         let ping_first = [PREFACE, &[0, 0, 8, 6, 0, 0, 0, 0, 0][..]].concat();
-        assert_eq!(splice(&ping_first, b""), Splice::Invalid);
+        assert_eq!(insert_stream1(&ping_first, b""), Preface::Invalid);
     }
 }

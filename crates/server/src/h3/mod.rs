@@ -4,36 +4,12 @@
 
 mod stream;
 
-use crate::workers::ConnSlot;
+use crate::shutdown::ConnSlot;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::frame;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-
-/// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct H3Args {
-    /// Concurrent request streams a client may open per QUIC connection.
-    #[arg(long = "h3-max-streams", default_value_t = 256, value_name = "N")]
-    pub h3_max_streams: u32,
-    /// Receive window per stream and per connection (request bodies), bytes.
-    #[arg(long = "quic-window", default_value_t = 8 << 20, value_name = "BYTES")]
-    pub quic_window: u32,
-    /// Largest request header section, bytes (QPACK-decoded).
-    #[arg(long = "h3-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
-    pub h3_max_header_list: u64,
-}
-
-impl Default for H3Args {
-    fn default() -> Self {
-        H3Args {
-            h3_max_streams: 256,
-            quic_window: 8 << 20,
-            h3_max_header_list: 64 << 10,
-        }
-    }
-}
 
 fn server_config(
     identity: &crate::tls::Identity,
@@ -44,7 +20,7 @@ fn server_config(
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
-    t.max_concurrent_bidi_streams(cfg.h3.h3_max_streams.into())
+    t.max_concurrent_bidi_streams(cfg.h3.max_streams.into())
         .max_concurrent_uni_streams(16u32.into())
         .stream_receive_window(cfg.h3.quic_window.into())
         .receive_window(cfg.h3.quic_window.saturating_mul(4).into())
@@ -104,7 +80,7 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     let mut control = conn.open_uni().await?;
     let mut settings = Vec::new();
     frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
-    frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
+    frame::put_varint(&mut settings, cfg.h3.max_header_list);
     let mut out = vec![frame::STREAM_CONTROL as u8];
     frame::put_frame(&mut out, frame::SETTINGS, &settings);
     control.write_all(&out).await?;
