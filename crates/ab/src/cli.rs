@@ -80,9 +80,13 @@ pub struct AbArgs {
     svg: Option<PathBuf>,
 }
 
-fn usage_error(msg: impl std::fmt::Display) -> ! {
-    eprintln!("error: {msg}\n\nFor more information, try 'loadterm ab --help'.");
-    std::process::exit(2);
+/// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(msg.to_string()).into()
 }
 
 fn with_size(url: &str, size: &str) -> String {
@@ -102,7 +106,7 @@ pub fn run(a: AbArgs) -> Result<()> {
         for v in &a.variants {
             let (n, c) = v
                 .split_once('=')
-                .unwrap_or_else(|| usage_error(format!("--variant '{v}': expected NAME=CMD")));
+                .ok_or_else(|| usage_error(format!("--variant '{v}': expected NAME=CMD")))?;
             variants.push((n.to_owned(), c.to_owned()));
         }
     } else {
@@ -119,23 +123,29 @@ pub fn run(a: AbArgs) -> Result<()> {
                     (a.b_name.clone(), ca.clone()),
                 ]
             }
-            _ => usage_error("give --a CMD [--b CMD] or several --variant NAME=CMD"),
+            _ => {
+                return Err(usage_error(
+                    "give --a CMD [--b CMD] or several --variant NAME=CMD",
+                ))
+            }
         }
     }
     if variants.len() < 2 {
-        usage_error("at least two variants are needed");
+        return Err(usage_error("at least two variants are needed"));
     }
     let mut names: Vec<&str> = variants.iter().map(|v| v.0.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
-        usage_error("variant names must differ (use --a-name/--b-name)");
+        return Err(usage_error(
+            "variant names must differ (use --a-name/--b-name)",
+        ));
     }
     if a.rounds < 2 {
-        usage_error("--rounds must be at least 2");
+        return Err(usage_error("--rounds must be at least 2"));
     }
     for p in &a.proto {
         if !matches!(p.as_str(), "h1" | "h2" | "h3") {
-            usage_error(format!("unknown protocol '{p}' (h1, h2, h3)"));
+            return Err(usage_error(format!("unknown protocol '{p}' (h1, h2, h3)")));
         }
     }
     let environment = crate::env::capture();

@@ -51,16 +51,23 @@ fn argv() -> Vec<std::ffi::OsString> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(argv());
-    let result = match cli.cmd {
-        Cmd::Serve(a) => loadterm_server::cli::run(*a),
-        Cmd::Load(a) => loadterm_load::cli::run(*a),
-        Cmd::Ab(a) => loadterm_ab::cli::run(*a),
+    let (command, result) = match cli.cmd {
+        Cmd::Serve(a) => ("serve", loadterm_server::cli::run(*a)),
+        Cmd::Load(a) => ("load", loadterm_load::cli::run(*a)),
+        Cmd::Ab(a) => ("ab", loadterm_ab::cli::run(*a)),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("loadterm: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
+    let Err(e) = result else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    if is_usage_error(&e) {
+        // As clap reports its own usage errors.
+        eprintln!("error: {e}\n\nFor more information, try 'loadterm {command} --help'.");
+        return std::process::ExitCode::from(2);
     }
+    eprintln!("loadterm: {e:#}");
+    std::process::ExitCode::FAILURE
+}
+
+fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.is::<loadterm_server::cli::UsageError>() || e.is::<loadterm_ab::cli::UsageError>()
 }

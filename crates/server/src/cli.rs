@@ -113,10 +113,13 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// Usage errors are reported like clap's own: message on stderr, exit code 2.
-fn usage_error(msg: impl std::fmt::Display) -> ! {
-    eprintln!("error: {msg}\n\nFor more information, try 'loadterm serve --help'.");
-    std::process::exit(2);
+/// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(msg.to_string()).into()
 }
 
 fn cpus_available() -> usize {
@@ -126,25 +129,34 @@ fn cpus_available() -> usize {
 }
 
 /// Apply the understood subset of haterm's -G/-F lines.
-fn apply_haproxy_line(line: &str, threads: &mut Option<usize>, cfg: &mut Config) {
+fn apply_haproxy_line(line: &str, threads: &mut Option<usize>, cfg: &mut Config) -> Result<()> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let number = |w: Option<&&str>| w.and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
     match words.as_slice() {
         ["nbthread", rest @ ..] => match number(rest.first()) {
             Some(n) => *threads = Some(n),
-            None => usage_error(format!("'{line}': nbthread needs a positive number")),
+            None => {
+                return Err(usage_error(format!(
+                    "'{line}': nbthread needs a positive number"
+                )))
+            }
         },
         ["maxconn", rest @ ..] => match number(rest.first()) {
             Some(n) => cfg.maxconn = n,
-            None => usage_error(format!("'{line}': maxconn needs a positive number")),
+            None => {
+                return Err(usage_error(format!(
+                    "'{line}': maxconn needs a positive number"
+                )))
+            }
         },
         ["timeout", "client", v] => match parse_timeout(v) {
             Ok(d) => cfg.timeout = d,
-            Err(e) => usage_error(format!("'{line}': {e}")),
+            Err(e) => return Err(usage_error(format!("'{line}': {e}"))),
         },
         ["limited-quic"] | [] => {}
         _ => eprintln!("loadterm: warning: ignoring haterm configuration line '{line}'"),
     }
+    Ok(())
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -153,13 +165,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         return Ok(());
     }
     if a.daemon {
-        usage_error("-D (daemon mode) is not supported: run loadterm under a supervisor or in the background");
+        return Err(usage_error("-D (daemon mode) is not supported: run loadterm under a supervisor or in the background"));
     }
     if a.threads == Some(0) {
-        usage_error("--threads must be at least 1");
+        return Err(usage_error("--threads must be at least 1"));
     }
     if a.alt_svc && a.no_quic {
-        usage_error("--alt-svc advertises HTTP/3, which --no-quic turns off");
+        return Err(usage_error(
+            "--alt-svc advertises HTTP/3, which --no-quic turns off",
+        ));
     }
     let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
@@ -176,7 +190,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     let mut threads = a.threads;
     for line in a.global.iter().chain(&a.frontend) {
-        apply_haproxy_line(line, &mut threads, &mut cfg);
+        apply_haproxy_line(line, &mut threads, &mut cfg)?;
     }
     cfg.threads = threads.unwrap_or_else(cpus_available);
     for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {

@@ -62,21 +62,21 @@ impl Default for H2Args {
 pub struct H3Args {
     /// Concurrent request streams a client may open per QUIC connection.
     #[arg(long = "h3-max-streams", default_value_t = 256, value_name = "N")]
-    pub max_streams: u32,
+    pub h3_max_streams: u32,
     /// Receive window per stream and per connection (request bodies), bytes.
     #[arg(long = "quic-window", default_value_t = 8 << 20, value_name = "BYTES")]
     pub quic_window: u32,
     /// Largest request header section, bytes (QPACK-decoded).
     #[arg(long = "h3-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
-    pub max_header_list: u64,
+    pub h3_max_header_list: u64,
 }
 
 impl Default for H3Args {
     fn default() -> Self {
         H3Args {
-            max_streams: 256,
+            h3_max_streams: 256,
             quic_window: 8 << 20,
-            max_header_list: 64 << 10,
+            h3_max_header_list: 64 << 10,
         }
     }
 }

@@ -65,22 +65,10 @@ pub fn start(
             identity.clone(),
             conns.clone(),
         );
-        std::thread::Builder::new()
-            .name(format!("worker-{i}"))
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        eprintln!("loadterm: worker {i}: cannot start a runtime: {e}");
-                        std::process::exit(1);
-                    }
-                };
-                rt.block_on(worker(sockets, cfg, acceptor, identity, conns));
-            })
-            .context("cannot start a worker thread")?;
+        loadterm_runtime::spawn(format!("worker-{i}"), None, move || {
+            worker(sockets, cfg, acceptor, identity, conns)
+        })
+        .context("cannot start a worker thread")?;
     }
     Ok(conns)
 }

@@ -20,7 +20,7 @@ fn server_config(
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
-    t.max_concurrent_bidi_streams(cfg.h3.max_streams.into())
+    t.max_concurrent_bidi_streams(cfg.h3.h3_max_streams.into())
         .max_concurrent_uni_streams(16u32.into())
         .stream_receive_window(cfg.h3.quic_window.into())
         .receive_window(cfg.h3.quic_window.saturating_mul(4).into())
@@ -80,7 +80,7 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     let mut control = conn.open_uni().await?;
     let mut settings = Vec::new();
     frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
-    frame::put_varint(&mut settings, cfg.h3.max_header_list);
+    frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
     let mut out = vec![frame::STREAM_CONTROL as u8];
     frame::put_frame(&mut out, frame::SETTINGS, &settings);
     control.write_all(&out).await?;

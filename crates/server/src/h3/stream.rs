@@ -226,7 +226,7 @@ pub async fn serve(
 
 /// Read the request's head, decode it and plan the exchange.
 async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
-    let max = cfg.h3.max_header_list;
+    let max = cfg.h3.h3_max_header_list;
     // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
     let section = tokio::time::timeout(cfg.timeout, s.request_head(max))
         .await
