@@ -30,6 +30,7 @@ pub struct Head {
     pub is_head: bool,
     pub conn_close: bool,
     pub conn_keep_alive: bool,
+    /// `Expect: 100-continue`.
     pub expect: bool,
     /// `Upgrade: h2c` to honour (RFC 7540 §3.2): with `Connection: Upgrade` and
     /// `HTTP2-Settings`, on a GET or HEAD (methods that carry no body), head small enough.
@@ -127,7 +128,7 @@ pub fn parse(buf: &[u8], head: &mut Head) -> Parsed {
                 upgrade |= t.eq_ignore_ascii_case(b"upgrade");
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
-            head.expect = true;
+            head.expect = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade_h2c = tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"h2c"));
         } else if name.eq_ignore_ascii_case(b"http2-settings") {

@@ -263,19 +263,20 @@ mod tests {
         );
     }
 
+    /// The HTTP/1 engine upgrades heads of up to 16 KiB - 256 bytes; the worst case for their
+    /// HPACK coding (many fields with values long enough for 2-byte lengths) still fits one frame.
     #[test]
-    fn upgrade_is_ignored_without_settings_or_for_bodies() {
-        let no_settings = b"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
-        assert_eq!(request_block(no_settings), None);
-        let post = b"POST / HTTP/1.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
-            HTTP2-Settings: \r\n\r\n";
-        assert_eq!(request_block(post), None);
-        let huge = [
-            &b"GET / HTTP/1.1\r\nHTTP2-Settings: \r\nX: "[..],
-            &[b'a'; 17_000][..],
-            b"\r\n\r\n",
-        ]
-        .concat();
+    fn largest_upgraded_head_fits_one_frame() {
+        let mut head = b"GET /p HTTP/1.1\r\nHost: h\r\nHTTP2-Settings: \r\n".to_vec();
+        while head.len() < 16 * 1024 - 256 - 150 {
+            head.extend_from_slice(b"x: ");
+            head.extend_from_slice(&[b'v'; 128]);
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        let block = request_block(&head).expect("fits");
+        assert!(block.len() <= DEFAULT_MAX_FRAME);
+        let huge = [&head[..head.len() - 2], &[b'a'; 1000][..], b"\r\n\r\n"].concat();
         assert_eq!(request_block(&huge), None);
     }
 
