@@ -5,4 +5,5 @@
 //! (see docs/PERFORMANCE.md).
 
 pub mod frame;
+pub mod message;
 pub mod qpack;
