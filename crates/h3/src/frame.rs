@@ -1,5 +1,6 @@
 //! HTTP/3 framing (RFC 9114 §7) over QUIC streams: variable-length integers, frame and stream
-//! types, error codes, and a reader that walks a stream's frames over quinn's chunks, skipping
+//! types, error codes; sans-I/O decoders of integers and frame headers fed in any pieces; and
+//! [`Reader`], which drives them (and [`crate::message::Message`]) with quinn's chunks, skipping
 //! DATA without copying it.
 
 use bytes::{Buf, Bytes};
