@@ -1,5 +1,6 @@
 //! HTTP/3 framing (RFC 9114 §7) over QUIC streams: variable-length integers, frame and stream
-//! types, error codes, and a reader that walks a stream's frames over quinn's chunks, skipping
+//! types, error codes; sans-I/O decoders of integers and frame headers fed in any pieces; and
+//! [`Reader`], which drives them (and [`crate::message::Message`]) with quinn's chunks, skipping
 //! DATA without copying it.
 
 use bytes::{Buf, Bytes};
@@ -99,7 +100,92 @@ pub enum ReadError {
     Broken,
 }
 
-/// Reads frames off a receive stream.
+/// A variable-length integer read incrementally, across chunk boundaries (sans-I/O).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VarintDecoder {
+    value: u64,
+    /// Bytes still to come; 0 when no integer is under way.
+    left: u8,
+}
+
+impl VarintDecoder {
+    /// Consume `input` up to the end of the integer: the bytes taken, and the value once whole.
+    pub fn feed(&mut self, input: &[u8]) -> (usize, Option<u64>) {
+        let mut i = 0;
+        if self.left == 0 {
+            let Some(&first) = input.first() else {
+                return (0, None);
+            };
+            // Whole in `input`, as it nearly always is.
+            if let Some((v, n)) = get_varint(input) {
+                return (n, Some(v));
+            }
+            self.value = (first & 0x3f) as u64;
+            self.left = (1u8 << (first >> 6)) - 1;
+            i = 1;
+        }
+        for &b in &input[i..] {
+            self.value = self.value << 8 | b as u64;
+            self.left -= 1;
+            i += 1;
+            if self.left == 0 {
+                return (i, Some(self.value));
+            }
+        }
+        (i, None)
+    }
+
+    /// Part of an integer has been read.
+    pub fn is_partial(&self) -> bool {
+        self.left > 0
+    }
+}
+
+/// A frame header (type, length) read incrementally (sans-I/O).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadDecoder {
+    ty: Option<u64>,
+    int: VarintDecoder,
+}
+
+impl HeadDecoder {
+    /// Consume `input` up to the end of the header: the bytes taken, and (type, length) once
+    /// whole.
+    pub fn feed(&mut self, input: &[u8]) -> (usize, Option<(u64, u64)>) {
+        let mut used = 0;
+        let ty = match self.ty {
+            Some(ty) => ty,
+            None => {
+                let (n, ty) = self.int.feed(input);
+                used = n;
+                match ty {
+                    Some(ty) => ty,
+                    None => return (used, None),
+                }
+            }
+        };
+        let (n, len) = self.int.feed(&input[used..]);
+        used += n;
+        match len {
+            Some(len) => {
+                self.ty = None;
+                (used, Some((ty, len)))
+            }
+            None => {
+                self.ty = Some(ty);
+                (used, None)
+            }
+        }
+    }
+
+    /// Part of a header has been read.
+    pub fn is_partial(&self) -> bool {
+        self.ty.is_some() || self.int.is_partial()
+    }
+}
+
+/// Reads frames off a receive stream: drives the decoders above (and [`crate::message`]) with
+/// quinn's chunks.
 pub struct Reader {
     recv: quinn::RecvStream,
     chunk: Bytes,
@@ -130,33 +216,40 @@ impl Reader {
         Ok(true)
     }
 
-    async fn byte(&mut self) -> Result<u8, ReadError> {
-        if !self.fill().await? {
-            return Err(ReadError::Truncated);
-        }
-        Ok(self.chunk.get_u8())
-    }
-
     /// A variable-length integer; `None` if the stream ends cleanly before it.
     pub async fn varint(&mut self) -> Result<Option<u64>, ReadError> {
-        if !self.fill().await? {
-            return Ok(None);
+        let mut d = VarintDecoder::default();
+        loop {
+            if !self.fill().await? {
+                return match d.is_partial() {
+                    true => Err(ReadError::Truncated),
+                    false => Ok(None),
+                };
+            }
+            let (n, v) = d.feed(&self.chunk);
+            self.chunk.advance(n);
+            if v.is_some() {
+                return Ok(v);
+            }
         }
-        let first = self.chunk.get_u8();
-        let mut v = (first & 0x3f) as u64;
-        for _ in 1..(1usize << (first >> 6)) {
-            v = v << 8 | self.byte().await? as u64;
-        }
-        Ok(Some(v))
     }
 
     /// A frame header (type, length); `None` at a clean end of the stream.
     pub async fn frame_head(&mut self) -> Result<Option<(u64, u64)>, ReadError> {
-        let Some(ty) = self.varint().await? else {
-            return Ok(None);
-        };
-        let len = self.varint().await?.ok_or(ReadError::Truncated)?;
-        Ok(Some((ty, len)))
+        let mut d = HeadDecoder::default();
+        loop {
+            if !self.fill().await? {
+                return match d.is_partial() {
+                    true => Err(ReadError::Truncated),
+                    false => Ok(None),
+                };
+            }
+            let (n, head) = d.feed(&self.chunk);
+            self.chunk.advance(n);
+            if head.is_some() {
+                return Ok(head);
+            }
+        }
     }
 
     /// A frame payload, read whole (callers bound `len`); without a copy when it is all in
@@ -189,6 +282,24 @@ impl Reader {
         }
         Ok(())
     }
+
+    /// The next event of a request or response stream parsed by `m`: DATA is counted in
+    /// place (one event per chunk), never copied.
+    pub async fn event(
+        &mut self,
+        m: &mut crate::message::Message,
+    ) -> Result<crate::message::Event, crate::message::MessageError> {
+        use crate::message::MessageError;
+        loop {
+            let fin = !self.fill().await.map_err(|_| MessageError::Broken)?;
+            let (n, event) = m.poll(&self.chunk, fin)?;
+            self.chunk.advance(n);
+            // At the end of the stream `poll` always has an event or an error.
+            if let Some(event) = event {
+                return Ok(event);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +324,58 @@ mod tests {
             assert_eq!(get_varint(bytes), Some((v, bytes.len())));
         }
         assert_eq!(get_varint(&[0x7b]), None);
+    }
+
+    #[test]
+    fn incremental_varints_and_heads_at_every_split() {
+        let mut stream = Vec::new();
+        let values = [0, 37, 63, 64, 15_293, 16_384, 494_878_333, (1 << 62) - 1];
+        for v in values {
+            put_varint(&mut stream, v);
+        }
+        for split in 0..=stream.len() {
+            let (mut d, mut got, mut at) = (VarintDecoder::default(), Vec::new(), 0);
+            for piece in [&stream[..split], &stream[split..]] {
+                let mut i = 0;
+                while i < piece.len() {
+                    let (n, v) = d.feed(&piece[i..]);
+                    assert!(n > 0);
+                    i += n;
+                    got.extend(v);
+                }
+                at += piece.len();
+                let decoded: usize = got
+                    .iter()
+                    .map(|&v| {
+                        let mut b = Vec::new();
+                        put_varint(&mut b, v);
+                        b.len()
+                    })
+                    .sum();
+                assert_eq!(d.is_partial(), decoded < at, "split at {split}");
+            }
+            assert_eq!(got, values, "split at {split}");
+        }
+        let mut heads = Vec::new();
+        put_frame_head(&mut heads, 0x1f * 1000 + 0x21, 70_000);
+        put_frame_head(&mut heads, HEADERS, 5);
+        for split in 0..=heads.len() {
+            let mut d = HeadDecoder::default();
+            let (n, a) = d.feed(&heads[..split]);
+            assert_eq!(n, split.min(8));
+            let mut got: Vec<_> = a.into_iter().collect();
+            let mut rest = &heads[n..];
+            while !rest.is_empty() {
+                let (n, h) = d.feed(rest);
+                got.extend(h);
+                rest = &rest[n..];
+            }
+            assert!(!d.is_partial());
+            assert_eq!(got, [(0x1f * 1000 + 0x21, 70_000), (HEADERS, 5)], "{split}");
+        }
+        let mut d = HeadDecoder::default();
+        assert_eq!(d.feed(&[0x01]), (1, None));
+        assert!(d.is_partial(), "a type without its length");
     }
 
     #[test]

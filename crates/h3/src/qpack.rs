@@ -200,6 +200,47 @@ impl Decoder {
     }
 }
 
+/// The `:status` of a response field section, read from its first field line alone (a
+/// response's only pseudo-header, and pseudo-headers come first): `None` if that line is not a
+/// three-digit `:status`. `scratch` holds literal strings while they are read.
+pub fn status(section: &[u8], scratch: &mut Vec<u8>) -> Option<u16> {
+    let (ric, n) = get_int(section, 8)?;
+    let (_, m) = get_int(section.get(n..)?, 7)?;
+    let line = &section[n + m..];
+    let b = *line.first()?;
+    let value: &[u8] = if ric != 0 {
+        return None;
+    } else if b & 0xc0 == 0xc0 {
+        let (name, value) = STATIC.get(get_int(line, 6)?.0)?;
+        if *name != ":status" {
+            return None;
+        }
+        value.as_bytes()
+    } else if b & 0xd0 == 0x50 {
+        let (i, n) = get_int(line, 4)?;
+        if STATIC.get(i)?.0 != ":status" {
+            return None;
+        }
+        get_string(&line[n..], 7, scratch)?;
+        scratch
+    } else if b & 0xe0 == 0x20 {
+        let n = get_string(line, 3, scratch)?;
+        if scratch != b":status" {
+            return None;
+        }
+        get_string(&line[n..], 7, scratch)?;
+        scratch
+    } else {
+        return None;
+    };
+    match *value {
+        [a, b, c] if value.iter().all(u8::is_ascii_digit) => {
+            Some((a - b'0') as u16 * 100 + (b - b'0') as u16 * 10 + (c - b'0') as u16)
+        }
+        _ => None,
+    }
+}
+
 /// Static entries of one name: the first index with it, and every (value, index).
 type Named = (usize, Vec<(&'static str, usize)>);
 
@@ -355,6 +396,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn status_from_the_first_line() {
+        let mut scratch = Vec::new();
+        for st in [100, 103, 200, 404, 599] {
+            let mut s = Vec::new();
+            begin_response(&mut s, st);
+            field(&mut s, "x-rsp", b"1");
+            assert_eq!(status(&s, &mut scratch), Some(st), "{st}");
+        }
+        // A literal name, Huffman-coded value.
+        let mut s = vec![0, 0, 0x27, 0];
+        s.extend(b":status");
+        let v = huffman::encode(b"101");
+        put_int(&mut s, 0x80, 7, v.len());
+        s.extend(&v);
+        assert_eq!(status(&s, &mut scratch), Some(101));
+        let mut s = Vec::new();
+        begin(&mut s);
+        field(&mut s, "x-rsp", b"200");
+        assert_eq!(status(&s, &mut scratch), None, "first line not :status");
+        let mut s = Vec::new();
+        begin(&mut s);
+        field(&mut s, ":status", b"2000");
+        assert_eq!(status(&s, &mut scratch), None, "four digits");
+        assert_eq!(status(&[0, 0], &mut scratch), None, "empty section");
+        assert_eq!(status(&[1, 0, 0xd9], &mut scratch), None, "dynamic table");
+    }
+
     /// Random sections and mutated valid ones: errors are fine, panics are not.
     #[test]
     fn random_and_mutated_sections_never_panic() {
@@ -385,6 +454,7 @@ mod tests {
                 v
             };
             let _ = d.decode(&input, 4096, |_, _| {});
+            let _ = status(&input, &mut d.value);
         }
     }
 }

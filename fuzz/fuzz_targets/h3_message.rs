@@ -1,0 +1,36 @@
+//! Arbitrary bytes as an HTTP/3 request stream and as a response stream, fed in two pieces, the
+//! field sections QPACK-decoded as the server and the load client do. Must never panic, and
+//! must always end in an event or an error at the end of the stream.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loadterm_h3::message::{Event, Message};
+use loadterm_h3::qpack;
+
+fuzz_target!(|data: &[u8]| {
+    let split = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
+    let (a, b) = data.split_at(split);
+    let mut decoder = qpack::Decoder::default();
+    for mut m in [Message::request(4096), Message::response(4096)] {
+        'pieces: for (piece, fin) in [(a, false), (b, true)] {
+            let mut at = 0;
+            loop {
+                let Ok((n, event)) = m.poll(&piece[at..], fin) else {
+                    break 'pieces;
+                };
+                at += n;
+                match event {
+                    None => {
+                        assert!(!fin && at == piece.len());
+                        break;
+                    }
+                    Some(Event::Headers | Event::Trailers | Event::Interim(_)) => {
+                        let _ = decoder.decode(m.section(), 4096, |_, _| {});
+                    }
+                    Some(Event::End | Event::TooLarge) => break 'pieces,
+                    Some(Event::Data(_)) => {}
+                }
+            }
+        }
+    }
+});
