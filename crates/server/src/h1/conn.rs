@@ -2,11 +2,12 @@
 //! flushed only before the connection would wait (for the client or for a delay), so pipelined
 //! small responses leave in one write; large bodies go out as vectored writes of static slices.
 
-use super::body::{chunk_size_line, BodyError, Decoder};
+use super::body::Decoder;
 use super::head::{self, Head, Parsed};
 use super::Upgrade;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
+use loadterm_codec::chunked;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
@@ -331,7 +332,7 @@ impl<IO: Transport> Conn<IO> {
                         self.consume(used);
                         n += used as u64;
                     }
-                    Err(BodyError::Malformed) => return Err((n, BodyFailure::Malformed)),
+                    Err(_) => return Err((n, BodyFailure::Malformed)),
                 }
             }
             if dec.is_done() {
@@ -358,7 +359,7 @@ impl<IO: Transport> Conn<IO> {
             let mut off = 0u64;
             while off < size {
                 let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
-                chunk_size_line(&mut self.out, data.len());
+                chunked::put_size_line(&mut self.out, data.len());
                 self.out.extend_from_slice(data);
                 self.out.extend_from_slice(b"\r\n");
                 off += data.len() as u64;
@@ -366,7 +367,7 @@ impl<IO: Transport> Conn<IO> {
                     self.flush().await?;
                 }
             }
-            self.out.extend_from_slice(b"0\r\n\r\n");
+            self.out.extend_from_slice(chunked::LAST_CHUNK);
             Ok(())
         } else if size <= INLINE_BODY as u64 {
             self.out

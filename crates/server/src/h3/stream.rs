@@ -6,7 +6,8 @@
 use crate::config::Config;
 use bytes::Bytes;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
-use loadterm_h3::frame::{self, code, ReadError, Reader};
+use loadterm_h3::frame::{self, code, Reader};
+use loadterm_h3::message::{Event, Message, MessageError};
 use loadterm_h3::qpack::{self, QpackError};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
@@ -93,6 +94,8 @@ struct Stream {
     send: quinn::SendStream,
     recv: Reader,
     timeout: Duration,
+    /// The request's frames.
+    msg: Message,
     /// The request was read to its end.
     read_all: bool,
     /// A response head (its buffer, and where the frame starts in it) waiting to go out with
@@ -110,11 +113,12 @@ enum Abort {
     Status(ErrorPage),
 }
 
-impl From<ReadError> for Abort {
-    fn from(e: ReadError) -> Abort {
-        match e {
-            ReadError::Truncated => Abort::Reset(code::REQUEST_INCOMPLETE),
-            ReadError::Broken => Abort::Reset(code::REQUEST_CANCELLED),
+impl From<MessageError> for Abort {
+    fn from(e: MessageError) -> Abort {
+        if e.is_connection_error() {
+            Abort::Connection(e.code())
+        } else {
+            Abort::Reset(e.code())
         }
     }
 }
@@ -134,24 +138,14 @@ impl Stream {
         )
     }
 
-    /// The request's field section, skipping unknown (grease) frames before its HEADERS.
-    async fn request_head(&mut self, max: u64) -> Result<Bytes, Abort> {
-        loop {
-            let (ty, len) = self
-                .recv
-                .frame_head()
-                .await?
-                .ok_or(Abort::Reset(code::REQUEST_INCOMPLETE))?;
-            match ty {
-                frame::HEADERS if len > max => {
-                    return Err(Abort::Status(ErrorPage::HeadersTooLarge))
-                }
-                frame::HEADERS => return Ok(self.recv.payload(len as usize).await?),
-                t if is_unexpected(t) || t == frame::DATA => {
-                    return Err(Abort::Connection(code::FRAME_UNEXPECTED))
-                }
-                _ => self.recv.skip(len).await?,
-            }
+    /// Read up to the request's field section (then in `self.msg.section()`), skipping unknown
+    /// (grease) frames before its HEADERS.
+    async fn request_head(&mut self) -> Result<(), Abort> {
+        match self.recv.event(&mut self.msg).await? {
+            Event::Headers => Ok(()),
+            Event::TooLarge => Err(Abort::Status(ErrorPage::HeadersTooLarge)),
+            // Not produced before a request's HEADERS (`Message` errors instead).
+            _ => Err(Abort::Reset(code::REQUEST_INCOMPLETE)),
         }
     }
 
@@ -159,16 +153,13 @@ impl Stream {
     async fn drain(&mut self, bytes: &mut u64) -> Result<(), Abort> {
         let timeout = self.timeout;
         let drain = async {
-            while let Some((ty, len)) = self.recv.frame_head().await? {
-                if is_unexpected(ty) {
-                    return Err(Abort::Connection(code::FRAME_UNEXPECTED));
+            loop {
+                match self.recv.event(&mut self.msg).await? {
+                    Event::Data(n) => *bytes += n,
+                    Event::End => return Ok(()),
+                    _ => {}
                 }
-                if ty == frame::DATA {
-                    *bytes += len;
-                }
-                self.recv.skip(len).await?;
             }
-            Ok(())
         };
         let r = tokio::time::timeout(timeout, drain)
             .await
@@ -176,18 +167,6 @@ impl Stream {
         self.read_all = r.is_ok();
         r
     }
-}
-
-/// Frames that have no place on a request stream.
-fn is_unexpected(ty: u64) -> bool {
-    matches!(
-        ty,
-        frame::CANCEL_PUSH
-            | frame::SETTINGS
-            | frame::PUSH_PROMISE
-            | frame::GOAWAY
-            | frame::MAX_PUSH_ID
-    ) || frame::is_h2_only(ty)
 }
 
 /// Serve one request stream. Returns its send side (finished or reset; a connection that
@@ -202,6 +181,7 @@ pub async fn serve(
         send,
         recv: Reader::new(recv),
         timeout: cfg.timeout,
+        msg: Message::request(cfg.h3.h3_max_header_list),
         read_all: false,
         pending: None,
     };
@@ -226,14 +206,14 @@ pub async fn serve(
 
 /// Read the request's head, decode it and plan the exchange.
 async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
-    let max = cfg.h3.h3_max_header_list;
     // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
-    let section = tokio::time::timeout(cfg.timeout, s.request_head(max))
+    tokio::time::timeout(cfg.timeout, s.request_head())
         .await
         .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))?;
     HEAD.with(|h| {
         let head = &mut *h.borrow_mut();
-        head.decode(&section, max).map_err(|e| match e {
+        let max = cfg.h3.h3_max_header_list;
+        head.decode(s.msg.section(), max).map_err(|e| match e {
             QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
             QpackError::Decompression => Abort::Connection(code::QPACK_DECOMPRESSION_FAILED),
         })?;
