@@ -158,7 +158,12 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 return End::Reconnect;
             }
             Ok(Err(_)) | Ok(Ok(0)) => {
-                if let (Some(done), Some(f)) = (parser.eof(), inflight.pop_front()) {
+                // A close-delimited body ends here; any other request in flight is lost (the
+                // front one too: it must not be popped unless it completes).
+                if let Some(done) = parser.eof() {
+                    let f = inflight
+                        .pop_front()
+                        .expect("a response in progress has a request");
                     finish(
                         w,
                         f,
@@ -181,13 +186,20 @@ async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 w.error(ErrorKind::Protocol);
                 return End::Reconnect;
             };
-            front.first_byte.get_or_insert(now);
+            // The first byte of the final head, not of an interim one before it.
+            if parser.idle() {
+                front.first_byte = Some(now);
+            }
             match parser.feed(rest, setup.is_head) {
                 Err(_) => {
                     lose(w, inflight.drain(..), ErrorKind::Protocol);
                     return End::Reconnect;
                 }
                 Ok(Event::More) => break,
+                Ok(Event::Interim { consumed }) => {
+                    rest = &rest[consumed..];
+                    w.interim();
+                }
                 Ok(Event::Response { done, consumed }) => {
                     rest = &rest[consumed..];
                     let f = inflight.pop_front().expect("front exists");

@@ -14,6 +14,9 @@ pub struct Done {
 pub enum Event {
     /// Need more bytes (everything given was consumed or kept).
     More,
+    /// An interim (1xx, not 101) response head ended after `consumed` bytes of the input: it
+    /// is not the answer, the final response follows.
+    Interim { consumed: usize },
     /// A response completed after `consumed` bytes of the input.
     Response { done: Done, consumed: usize },
 }
@@ -72,6 +75,9 @@ impl Parser {
             used = end - before;
             let (done, body) = parse_head(&self.head[..end], head_request)?;
             self.head.clear();
+            if is_interim(done.status) {
+                return Ok(Event::Interim { consumed: used });
+            }
             if matches!(body, Body::Length(0)) {
                 return Ok(Event::Response {
                     done,
@@ -165,6 +171,11 @@ impl Parser {
         Event::Response { done, consumed }
     }
 
+    /// Between responses: the next byte fed starts a response head (interim or final).
+    pub fn idle(&self) -> bool {
+        self.state.is_none() && self.head.is_empty()
+    }
+
     /// The connection ended: completes a close-delimited response, if one is in progress.
     pub fn eof(&mut self) -> Option<Done> {
         match self.state.take() {
@@ -172,6 +183,12 @@ impl Parser {
             _ => None,
         }
     }
+}
+
+/// 1xx heads precede the final response, except 101, after which the connection speaks
+/// another protocol.
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
 }
 
 fn after_size(v: u64) -> Chunk {
@@ -215,7 +232,8 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         status,
         head_bytes: head.len() as u64,
         body_bytes: 0,
-        close,
+        // After a 101 the bytes are no longer HTTP/1.1: nothing more to read on it.
+        close: close || status == 101,
     };
     let body = if head_request || status < 200 || status == 204 || status == 304 {
         Body::Length(0)
@@ -242,48 +260,86 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
 mod tests {
     use super::*;
 
-    fn all(stream: &[u8], split: usize) -> Vec<Done> {
+    /// What `stream` parses into when fed in the given pieces: each response as (status,
+    /// body bytes, close), each interim head as `None`.
+    fn parse<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<Option<(u16, u64, bool)>> {
         let mut p = Parser::default();
         let mut out = Vec::new();
-        for part in [&stream[..split], &stream[split..]] {
+        for part in pieces {
             let mut rest = part;
-            loop {
+            while !rest.is_empty() {
                 match p.feed(rest, false).unwrap() {
                     Event::More => break,
-                    Event::Response { done, consumed } => {
-                        out.push(done);
+                    Event::Interim { consumed } => {
+                        assert!(p.idle(), "an interim head leaves the parser between heads");
+                        out.push(None);
                         rest = &rest[consumed..];
-                        if rest.is_empty() {
-                            break;
-                        }
+                    }
+                    Event::Response { done, consumed } => {
+                        out.push(Some((done.status, done.body_bytes, done.close)));
+                        rest = &rest[consumed..];
                     }
                 }
             }
         }
-        out.extend(p.eof());
+        out.extend(p.eof().map(|d| Some((d.status, d.body_bytes, d.close))));
         out
+    }
+
+    /// Split in two at every point, and fed one byte at a time.
+    fn every_split(stream: &[u8], want: &[Option<(u16, u64, bool)>]) {
+        for split in 0..=stream.len() {
+            let (a, b) = stream.split_at(split);
+            assert_eq!(parse([a, b]), want, "split {split}");
+        }
+        assert_eq!(parse(stream.chunks(1)), want, "byte by byte");
     }
 
     #[test]
     fn every_split_point() {
         let stream = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n.1234HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\n111\r\n0\r\n\r\nHTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nconnection: close\r\n\r\nabc";
-        for split in 0..=stream.len() {
-            let got = all(stream, split);
-            let summary: Vec<_> = got
-                .iter()
-                .map(|d| (d.status, d.body_bytes, d.close))
-                .collect();
-            assert_eq!(
-                summary,
-                [
-                    (200, 5, false),
-                    (404, 3, false),
-                    (204, 0, false),
-                    (200, 3, true)
-                ],
-                "split {split}"
-            );
-        }
+        every_split(
+            stream,
+            &[
+                Some((200, 5, false)),
+                Some((404, 3, false)),
+                Some((204, 0, false)),
+                Some((200, 3, true)),
+            ],
+        );
+    }
+
+    #[test]
+    fn continue_then_the_final_response() {
+        // 100 Continue (as answered to `Expect: 100-continue`) and 103 Early Hints are not
+        // the answer: the response that follows is.
+        let stream = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcHTTP/1.1 103 Early Hints\r\nlink: </s.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\nno";
+        every_split(
+            stream,
+            &[
+                None,
+                Some((200, 3, false)),
+                None,
+                None,
+                Some((404, 2, false)),
+            ],
+        );
+    }
+
+    #[test]
+    fn interim_then_close_has_no_final_response() {
+        // `?r=103`: the server sends the 1xx as its only answer and closes.
+        let stream = b"HTTP/1.1 103 Early Hints\r\nconnection: close\r\n\r\n";
+        every_split(stream, &[None]);
+    }
+
+    #[test]
+    fn switching_protocols_is_final() {
+        // After a 101 the connection is no longer HTTP/1.1.
+        every_split(
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n",
+            &[Some((101, 0, true))],
+        );
     }
 
     #[test]

@@ -87,6 +87,9 @@ enum Fail {
     Stream,
     /// The server broke the protocol.
     Protocol,
+    /// The server ended the stream after interim (1xx) heads only: no answer, but no reason
+    /// to drop the connection.
+    NoFinal,
 }
 
 impl From<ReadError> for Fail {
@@ -124,7 +127,7 @@ async fn stream_loop(
         let sent = Instant::now();
         w.rec.borrow_mut().sent(intended, sent);
         let request = setup.target(i).h3_request.clone();
-        let exchange = exchange(conn, request, &setup.data, &mut decoder);
+        let exchange = exchange(w, conn, request, &setup.data, &mut decoder);
         match tokio::time::timeout(setup.timeout, exchange).await {
             Ok(Ok(r)) => w.done(&Sample {
                 intended,
@@ -135,6 +138,7 @@ async fn stream_loop(
                 head_bytes: r.head_bytes,
                 body_bytes: r.body_bytes,
             }),
+            Ok(Err(Fail::NoFinal)) => w.error(ErrorKind::Reset),
             Ok(Err(Fail::Stream)) => {
                 w.error(ErrorKind::Reset);
                 if conn.close_reason().is_some() {
@@ -155,6 +159,7 @@ async fn stream_loop(
 }
 
 async fn exchange(
+    w: &WorkerRef,
     conn: &quinn::Connection,
     request: bytes::Bytes,
     data: &bytes::Bytes,
@@ -168,13 +173,14 @@ async fn exchange(
         .map_err(|_| Fail::Stream)?;
     let _ = send.finish();
     let mut r = Reader::new(recv);
+    // When the final head began to arrive (an interim one's arrival is not the answer's).
     let mut first_byte = None;
     let mut status = None;
-    let (mut head_bytes, mut body_bytes) = (0u64, 0u64);
+    let (mut head_bytes, mut body_bytes, mut interim) = (0u64, 0u64, false);
     while let Some((ty, len)) = r.frame_head().await? {
-        first_byte.get_or_insert_with(Instant::now);
         match ty {
             frame::HEADERS => {
+                let at = status.is_none().then(Instant::now);
                 if len > MAX_FIELD_SECTION {
                     return Err(Fail::Protocol);
                 }
@@ -192,10 +198,16 @@ async fn exchange(
                     })
                     .map_err(|_| Fail::Protocol)?;
                 match (status, st) {
+                    // 101 has no place in HTTP/3 (RFC 9114 §4.5).
+                    (None, Some(101)) => return Err(Fail::Protocol),
                     // Interim (1xx): the final head follows.
-                    (None, Some(s)) if s < 200 => {}
+                    (None, Some(s)) if s < 200 => {
+                        interim = true;
+                        w.interim();
+                    }
                     (None, Some(s)) => {
                         status = Some(s);
+                        first_byte = at;
                         // As HTTP/1.1 would spell the status line, so that head bytes compare.
                         head_bytes = fields + 12;
                     }
@@ -218,9 +230,16 @@ async fn exchange(
             _ => r.skip(len).await?,
         }
     }
+    let Some(status) = status else {
+        return Err(if interim {
+            Fail::NoFinal
+        } else {
+            Fail::Protocol
+        });
+    };
     Ok(Response {
         first_byte: first_byte.unwrap_or_else(Instant::now),
-        status: status.ok_or(Fail::Protocol)?,
+        status,
         head_bytes,
         body_bytes,
     })

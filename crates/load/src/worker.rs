@@ -74,6 +74,11 @@ impl Worker {
         }
     }
 
+    /// An interim (1xx) response head arrived; the request still waits for its final one.
+    pub fn interim(&self) {
+        self.rec.borrow_mut().interim(Instant::now());
+    }
+
     pub fn done(&self, s: &crate::record::Sample) {
         self.rec.borrow_mut().done(s);
         if let Some(p) = &self.progress {

@@ -52,7 +52,10 @@ pub enum Event {
         head_bytes: u64,
         body_bytes: u64,
     },
-    /// The stream was reset by the server, or left unprocessed by its GOAWAY.
+    /// An interim (1xx) response head arrived; the final one is still to come.
+    Interim { slot: usize },
+    /// The stream was reset by the server, left unprocessed by its GOAWAY, or ended by it
+    /// without a final response.
     Reset { slot: usize },
 }
 
@@ -481,8 +484,16 @@ impl Client {
             let status = head
                 .status
                 .ok_or(ProtocolError("response without :status"))?;
+            if status == 101 {
+                return Err(ProtocolError("101 on HTTP/2"));
+            }
             if (100..200).contains(&status) {
-                // Interim response: the final one follows.
+                // Interim response: the final one follows, unless the server ends the stream
+                // here, which leaves the request without an answer.
+                self.events.push(Event::Interim { slot: s.slot });
+                if end_stream {
+                    self.abandon(id);
+                }
                 return Ok(());
             }
             s.status = Some(status);
@@ -538,8 +549,7 @@ impl Client {
             return;
         };
         if s.upload.is_some() {
-            frame_head(&mut self.out, 4, RST_STREAM, 0, id);
-            self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
+            self.rst_stream(id);
         }
         self.events.push(Event::Done {
             slot: s.slot,
@@ -547,6 +557,23 @@ impl Client {
             head_bytes: s.head_bytes,
             body_bytes: s.body_bytes,
         });
+    }
+
+    /// The server ended a stream without a final response: report it as reset, and stop an
+    /// upload still in progress.
+    fn abandon(&mut self, id: u32) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        if s.upload.is_some() {
+            self.rst_stream(id);
+        }
+        self.events.push(Event::Reset { slot: s.slot });
+    }
+
+    fn rst_stream(&mut self, id: u32) {
+        frame_head(&mut self.out, 4, RST_STREAM, 0, id);
+        self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
     }
 
     fn unblock(&mut self) {
@@ -743,7 +770,7 @@ mod tests {
         // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
         c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103"))
             .unwrap();
-        assert_eq!(events(&mut c), []);
+        assert_eq!(events(&mut c), [Event::Interim { slot: 0 }]);
         c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200()))
             .unwrap();
         c.feed(&frame(DATA, 0, 1, b"abc")).unwrap();
@@ -756,6 +783,30 @@ mod tests {
             *head_bytes += 4 + 1 + 4;
         }
         assert_eq!(events(&mut c), [Event::Head { slot: 0 }, want]);
+    }
+
+    #[test]
+    fn an_interim_response_that_ends_the_stream_is_no_answer() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
+        c.start(b"\x83", &Bytes::from_static(b"body"), 0);
+        sent(&mut c);
+        // `?r=103` with END_STREAM: no final response will come; the upload stops.
+        c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x08\x03103"))
+            .unwrap();
+        assert_eq!(
+            events(&mut c),
+            [Event::Interim { slot: 0 }, Event::Reset { slot: 0 }]
+        );
+        assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0; 4])]);
+        assert_eq!(c.in_flight(), 0);
+        // 101 has no place in HTTP/2 (RFC 9113 §8.6).
+        let mut c = Client::new();
+        c.start(b"\x82", &Bytes::new(), 0);
+        assert!(c
+            .feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03101"))
+            .is_err());
     }
 
     #[test]

@@ -152,6 +152,7 @@ where
                             free.push(slot);
                             finish(w, f, status, head_bytes, body_bytes, now);
                         }
+                        Event::Interim { .. } => w.interim(),
                         Event::Reset { slot } => {
                             slots[slot] = None;
                             free.push(slot);
