@@ -59,6 +59,11 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            // Worded and numbered as clap's own usage errors.
+            if let Some(u) = e.downcast_ref::<loadterm_load::cli::UsageError>() {
+                eprintln!("error: {u}\n\nFor more information, try 'loadterm load --help'.");
+                return std::process::ExitCode::from(2);
+            }
             eprintln!("loadterm: {e:#}");
             std::process::ExitCode::FAILURE
         }

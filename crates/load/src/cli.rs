@@ -186,33 +186,37 @@ fn assign(
         .collect()
 }
 
-fn usage_error(msg: impl std::fmt::Display) -> ! {
-    eprintln!("error: {msg}\n\nFor more information, try 'loadterm load --help'.");
-    std::process::exit(2);
+/// Invalid options: the binary prints it as clap prints its own and exits with status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(msg.to_string()).into()
 }
 
 pub fn run(a: LoadArgs) -> Result<()> {
     if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
-        usage_error("-c, -m and -t must be at least 1");
+        return Err(usage_error("-c, -m and -t must be at least 1"));
     }
     if a.requests == Some(0) {
-        usage_error("-n must be at least 1");
+        return Err(usage_error("-n must be at least 1"));
     }
     if a.rate
         .or(a.rate_per_conn)
         .is_some_and(|r| !(r > 0.0 && r.is_finite()))
     {
-        usage_error("--rate must be a positive number");
+        return Err(usage_error("--rate must be a positive number"));
     }
     let data = match (&a.data, a.data_size) {
-        (Some(_), Some(_)) => usage_error("use either -d or --data-size"),
+        (Some(_), Some(_)) => return Err(usage_error("use either -d or --data-size")),
         (Some(f), None) => bytes::Bytes::from(
             std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?,
         ),
         (None, Some(n)) => bytes::Bytes::from(vec![b'x'; n]),
         (None, None) => bytes::Bytes::new(),
     };
-    let proto = proto(&a).unwrap_or_else(|e| usage_error(e));
+    let proto = proto(&a).map_err(usage_error)?;
     let setup = Setup::new(&Options {
         urls: &a.urls,
         proto,
@@ -226,14 +230,14 @@ pub fn run(a: LoadArgs) -> Result<()> {
         streams: a.streams,
         timeout: a.timeout,
     })
-    .unwrap_or_else(|e| usage_error(format!("{e:#}")));
+    .map_err(|e| usage_error(format!("{e:#}")))?;
     let setup = Arc::new(setup);
     let cpus = a
         .cpus
         .as_deref()
         .map(parse_cpus)
         .transpose()
-        .unwrap_or_else(|e| usage_error(format!("--cpus: {e:#}")));
+        .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = a
         .threads
@@ -241,7 +245,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .min(a.connections)
         .max(1);
     let requests = match (a.requests, a.duration) {
-        (Some(_), Some(_)) => usage_error("use either -n or -D"),
+        (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
         (n, None) => Some(n.unwrap_or(1000)),
         (None, Some(_)) => None,
     };
@@ -482,6 +486,21 @@ mod tests {
     fn args(argv: &[&str]) -> Result<LoadArgs, clap::Error> {
         use clap::Parser;
         Cmd::try_parse_from(std::iter::once("load").chain(argv.iter().copied())).map(|c| c.load)
+    }
+
+    #[test]
+    fn invalid_options_are_usage_errors() {
+        for argv in [
+            &["-c", "0", "http://127.0.0.1:9/"][..],
+            &["--rate=-1", "http://127.0.0.1:9/"],
+            &["--alpn-list", "spdy/3", "http://127.0.0.1:9/"],
+            &["ftp://127.0.0.1:9/"],
+            &["--cpus", "3-1", "http://127.0.0.1:9/"],
+            &["-n", "1", "-D", "1s", "http://127.0.0.1:9/"],
+        ] {
+            let e = run(args(argv).unwrap()).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{argv:?}: {e:#}");
+        }
     }
 
     #[test]
