@@ -1,6 +1,8 @@
 //! Header compression primitives shared by HPACK (RFC 7541, the HTTP/2 client) and QPACK
 //! (RFC 9204, the HTTP/3 server): the Huffman code and prefixed integers.
 
+pub mod h2;
+pub mod hpack;
 pub mod huffman;
 
 /// Append `v` as a prefixed integer (RFC 7541 §5.1) whose first byte carries `flags` above a

@@ -1,15 +1,16 @@
-//! `loadterm load` command line and the run itself: worker threads, each with a current-thread
-//! runtime and its share of the connections; results merged at the end.
+//! `loadterm load` command line and the run itself: the connections and the request budget
+//! shared out to worker threads (`worker`), their results merged and reported.
 
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
+use crate::sched::Pace;
 use crate::setup::{Options, Proto, Setup};
-use crate::worker::{Pace, Progress, Worker};
+use crate::shared::Progress;
+use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -266,72 +267,21 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .into_iter()
         .enumerate()
     {
-        let (setup, progress, hdr) = (setup.clone(), progress.clone(), a.hdr_log.is_some());
-        let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("load-{i}"))
-                .spawn(move || -> Result<Recorder> {
-                    if let Some(cpu) = cpu {
-                        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                    }
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    let local = tokio::task::LocalSet::new();
-                    local.block_on(&rt, async move {
-                        // Without it open-loop sends fall back to tokio's 1 ms timer.
-                        if let Err(e) = crate::timer::start() {
-                            eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
-                        }
-                        let endpoint = if setup.proto == Proto::H3 {
-                            let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
-                                "[::]:0".parse()?
-                            } else {
-                                "0.0.0.0:0".parse()?
-                            };
-                            Some(quinn::Endpoint::client(bind).context("QUIC client socket")?)
-                        } else {
-                            None
-                        };
-                        let rec = Recorder::new(t0, from, until, hdr);
-                        let w = Rc::new(Worker {
-                            setup,
-                            rec: std::cell::RefCell::new(rec),
-                            tickets: share.map(std::cell::Cell::new),
-                            deadline: until,
-                            pace,
-                            start: t0,
-                            progress,
-                            endpoint,
-                            counter: std::cell::Cell::new(0),
-                        });
-                        tokio::time::sleep_until(t0.into()).await;
-                        let tasks: Vec<_> = conns
-                            .iter()
-                            .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
-                            .collect();
-                        let all = futures::future::join_all(tasks);
-                        match until {
-                            Some(end) => {
-                                tokio::select! {
-                                    _ = all => {}
-                                    _ = tokio::time::sleep_until(end.into()) => {}
-                                }
-                            }
-                            None => {
-                                all.await;
-                            }
-                        }
-                        if let Some(e) = &w.endpoint {
-                            e.close(0u32.into(), b"done");
-                        }
-                        let rec = w.rec.borrow().clone();
-                        Ok(rec)
-                    })
-                })
-                .context("cannot start a worker thread")?,
-        );
+        handles.push(worker::spawn(
+            i,
+            Job {
+                setup: setup.clone(),
+                conns,
+                share,
+                pace,
+                t0,
+                from,
+                until,
+                hdr_log: a.hdr_log.is_some(),
+                progress: progress.clone(),
+                cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+            },
+        )?);
     }
     let ticker = progress.clone().map(|p| {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

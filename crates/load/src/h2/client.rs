@@ -2,8 +2,14 @@
 //! read and takes the bytes to write; it reports per-request outcomes as events. It counts
 //! response bodies without copying them, and sends prebuilt request header blocks.
 
-use super::hpack;
 use bytes::Bytes;
+use loadterm_codec::h2::flag::{ACK, END_HEADERS, END_STREAM, PADDED, PRIORITY};
+use loadterm_codec::h2::setting;
+use loadterm_codec::h2::{
+    CONTINUATION, DATA, GOAWAY, HEADERS, PING, PREFACE, PUSH_PROMISE, RST_STREAM, SETTINGS,
+    WINDOW_UPDATE,
+};
+use loadterm_codec::hpack;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -17,22 +23,6 @@ const MAX_BLOCK: usize = 256 * 1024;
 /// Concurrent streams assumed before the server's SETTINGS arrive (RFC 9113 §6.5.2 advises
 /// servers to allow at least 100).
 const ASSUMED_STREAMS: usize = 100;
-
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const PUSH_PROMISE: u8 = 5;
-const PING: u8 = 6;
-const GOAWAY: u8 = 7;
-const WINDOW_UPDATE: u8 = 8;
-const CONTINUATION: u8 = 9;
-
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("HTTP/2 protocol error: {0}")]
@@ -150,10 +140,12 @@ impl Client {
             data: None,
             block: None,
         };
-        c.out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        c.out.extend_from_slice(PREFACE);
         frame_head(&mut c.out, 12, SETTINGS, 0, 0);
-        c.out.extend_from_slice(&[0, 2, 0, 0, 0, 0]); // ENABLE_PUSH 0
-        c.out.extend_from_slice(&[0, 4]); // INITIAL_WINDOW_SIZE
+        c.out.extend_from_slice(&setting::ENABLE_PUSH.to_be_bytes());
+        c.out.extend_from_slice(&0u32.to_be_bytes());
+        c.out
+            .extend_from_slice(&setting::INITIAL_WINDOW_SIZE.to_be_bytes());
         c.out.extend_from_slice(&WINDOW.to_be_bytes());
         c.window_update(0, WINDOW - 65_535);
         c
@@ -518,8 +510,8 @@ impl Client {
         for s in payload.chunks(6) {
             let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
             match u16::from_be_bytes([s[0], s[1]]) {
-                3 => self.max_streams = value as usize,
-                4 => {
+                setting::MAX_CONCURRENT_STREAMS => self.max_streams = value as usize,
+                setting::INITIAL_WINDOW_SIZE => {
                     if value > i32::MAX as u32 {
                         return Err(ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE too large"));
                     }
@@ -529,7 +521,7 @@ impl Client {
                         s.send_window += delta;
                     }
                 }
-                5 => {
+                setting::MAX_FRAME_SIZE => {
                     if !(16_384..=16_777_215).contains(&value) {
                         return Err(ProtocolError("bad SETTINGS_MAX_FRAME_SIZE"));
                     }
@@ -638,8 +630,6 @@ fn unpad(p: &[u8]) -> Result<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
     /// A frame as the server would send it.
     fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
