@@ -69,5 +69,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn is_usage_error(e: &anyhow::Error) -> bool {
-    e.is::<loadterm_server::cli::UsageError>() || e.is::<loadterm_ab::cli::UsageError>()
+    e.is::<loadterm_server::cli::UsageError>()
+        || e.is::<loadterm_load::cli::UsageError>()
+        || e.is::<loadterm_ab::cli::UsageError>()
 }

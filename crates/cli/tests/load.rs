@@ -26,6 +26,16 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
+/// The report of a run that may have failed (it is written all the same).
+fn report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 fn u(v: &Value, path: &[&str]) -> u64 {
     path.iter()
         .fold(v, |v, k| &v[*k])
@@ -382,4 +392,111 @@ fn agrees_with_h2load() {
             r["rps"]
         );
     }
+}
+
+/// `Expect: 100-continue` with a 2 KiB upload against a server that answers after 100 ms: it
+/// sends `100 Continue` at once, the final 200 after the delay. The 100 is counted as interim,
+/// never as the answer; time to first byte runs to the final head. (The HTTP/1.1 client used
+/// to take the 100 as the response: statuses {"100": 3, "200": 2}, p50 ~1 ms; the HTTP/3 one
+/// timed the first byte from the interim head: TTFB 0.2 ms, latency 101 ms.)
+fn expect_continue(proto: &str, base: &str) {
+    let data = std::env::temp_dir().join(format!(
+        "loadterm-load-2k-{}{}.bin",
+        std::process::id(),
+        proto.trim_start_matches('-')
+    ));
+    std::fs::write(&data, vec![b'u'; 2048]).unwrap();
+    let r = json(&load(&[
+        proto,
+        "-k",
+        "-H",
+        "Expect: 100-continue",
+        "-d",
+        data.to_str().unwrap(),
+        "-n",
+        "5",
+        "-c",
+        "1",
+        &format!("{base}/?t=100"),
+    ]));
+    let _ = std::fs::remove_file(&data);
+    assert_eq!(r["status"], serde_json::json!({"200": 5}), "{proto}: {r}");
+    assert_eq!(u(&r, &["interim"]), 5, "{proto}");
+    assert_eq!(u(&r, &["requests", "succeeded"]), 5, "{proto}");
+    let ttfb = u(&r, &["ttfb_us", "p50"]);
+    assert!(ttfb >= 100_000, "{proto}: TTFB p50 {ttfb} µs");
+    assert!(u(&r, &["latency_us", "p50"]) >= ttfb, "{proto}");
+}
+
+#[test]
+fn expect_continue_h1() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    expect_continue("--h1", &format!("http://127.0.0.1:{}", s.clear_port));
+}
+
+#[test]
+fn expect_continue_h2() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    expect_continue("--h2", &format!("https://127.0.0.1:{}", s.tls_port));
+}
+
+#[test]
+fn expect_continue_h2c() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    expect_continue("--h2c", &format!("http://127.0.0.1:{}", s.clear_port));
+}
+
+#[test]
+fn expect_continue_h3() {
+    let s = Server::start(&["-t", "1"]);
+    expect_continue("--h3", &format!("https://127.0.0.1:{}", s.tls_port));
+}
+
+/// `?r=103`: the server sends the 1xx as its only answer, then closes the connection (HTTP/1.1),
+/// resets the stream (HTTP/2) or ends it (HTTP/3). Each request ends without a final response:
+/// a `reset` error, no status; the 103 counts as interim where it arrives. (The HTTP/2 server
+/// loses it today: the h2 crate's reset clears the stream's unsent frames, so only the
+/// RST_STREAM reaches the client; `interim` may then be 0.)
+fn interim_only(proto: &str, base: &str, interim_arrives: bool) {
+    let out = load(&[proto, "-k", "-n", "3", "-c", "1", &format!("{base}/?r=103")]);
+    assert_eq!(out.status.code(), Some(1), "{proto}: no request completed");
+    let r = report(&out);
+    assert_eq!(u(&r, &["errors", "reset"]), 3, "{proto}: {r}");
+    assert_eq!(u(&r, &["requests", "completed"]), 0, "{proto}");
+    assert_eq!(u(&r, &["requests", "failed"]), 3, "{proto}");
+    assert_eq!(r["status"], serde_json::json!({}), "{proto}");
+    let interim = u(&r, &["interim"]);
+    if interim_arrives {
+        assert_eq!(interim, 3, "{proto}: {r}");
+    } else {
+        assert!(interim <= 3, "{proto}: {r}");
+    }
+}
+
+#[test]
+fn interim_only_h1() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    interim_only("--h1", &format!("http://127.0.0.1:{}", s.clear_port), true);
+}
+
+#[test]
+fn interim_only_h2() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    interim_only("--h2", &format!("https://127.0.0.1:{}", s.tls_port), false);
+}
+
+#[test]
+fn interim_only_h2c() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    interim_only(
+        "--h2c",
+        &format!("http://127.0.0.1:{}", s.clear_port),
+        false,
+    );
+}
+
+#[test]
+fn interim_only_h3() {
+    let s = Server::start(&["-t", "1"]);
+    interim_only("--h3", &format!("https://127.0.0.1:{}", s.tls_port), true);
 }

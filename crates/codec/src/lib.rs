@@ -1,7 +1,10 @@
-//! Header compression primitives shared by HPACK (RFC 7541, the HTTP/2 client) and QPACK
-//! (RFC 9204, the HTTP/3 server): the Huffman code and prefixed integers.
+//! Wire codecs the server and the load generator share (sans-I/O): the strict chunked coding,
+//! HPACK (RFC 7541) and HTTP/2 frame constants, and the header-compression primitives HPACK and
+//! QPACK (RFC 9204) have in common: the Huffman code and prefixed integers.
 
 pub mod chunked;
+pub mod h2;
+pub mod hpack;
 pub mod huffman;
 
 /// Append `v` as a prefixed integer (RFC 7541 §5.1) whose first byte carries `flags` above a

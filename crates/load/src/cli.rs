@@ -1,15 +1,16 @@
-//! `loadterm load` command line and the run itself: worker threads, each with a current-thread
-//! runtime and its share of the connections; results merged at the end.
+//! `loadterm load` command line and the run itself: the connections and the request budget
+//! shared out to worker threads (`worker`), their results merged and reported.
 
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
+use crate::sched::Pace;
 use crate::setup::{Options, Proto, Setup};
-use crate::worker::{Pace, Progress, Worker};
+use crate::shared::Progress;
+use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,33 +187,37 @@ fn assign(
         .collect()
 }
 
-fn usage_error(msg: impl std::fmt::Display) -> ! {
-    eprintln!("error: {msg}\n\nFor more information, try 'loadterm load --help'.");
-    std::process::exit(2);
+/// Invalid options: the binary prints it as clap prints its own and exits with status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(msg.to_string()).into()
 }
 
 pub fn run(a: LoadArgs) -> Result<()> {
     if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
-        usage_error("-c, -m and -t must be at least 1");
+        return Err(usage_error("-c, -m and -t must be at least 1"));
     }
     if a.requests == Some(0) {
-        usage_error("-n must be at least 1");
+        return Err(usage_error("-n must be at least 1"));
     }
     if a.rate
         .or(a.rate_per_conn)
         .is_some_and(|r| !(r > 0.0 && r.is_finite()))
     {
-        usage_error("--rate must be a positive number");
+        return Err(usage_error("--rate must be a positive number"));
     }
     let data = match (&a.data, a.data_size) {
-        (Some(_), Some(_)) => usage_error("use either -d or --data-size"),
+        (Some(_), Some(_)) => return Err(usage_error("use either -d or --data-size")),
         (Some(f), None) => bytes::Bytes::from(
             std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?,
         ),
         (None, Some(n)) => bytes::Bytes::from(vec![b'x'; n]),
         (None, None) => bytes::Bytes::new(),
     };
-    let proto = proto(&a).unwrap_or_else(|e| usage_error(e));
+    let proto = proto(&a).map_err(usage_error)?;
     let setup = Setup::new(&Options {
         urls: &a.urls,
         proto,
@@ -226,14 +231,14 @@ pub fn run(a: LoadArgs) -> Result<()> {
         streams: a.streams,
         timeout: a.timeout,
     })
-    .unwrap_or_else(|e| usage_error(format!("{e:#}")));
+    .map_err(|e| usage_error(format!("{e:#}")))?;
     let setup = Arc::new(setup);
     let cpus = a
         .cpus
         .as_deref()
         .map(parse_cpus)
         .transpose()
-        .unwrap_or_else(|e| usage_error(format!("--cpus: {e:#}")));
+        .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = a
         .threads
@@ -241,7 +246,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .min(a.connections)
         .max(1);
     let requests = match (a.requests, a.duration) {
-        (Some(_), Some(_)) => usage_error("use either -n or -D"),
+        (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
         (n, None) => Some(n.unwrap_or(1000)),
         (None, Some(_)) => None,
     };
@@ -262,72 +267,21 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .into_iter()
         .enumerate()
     {
-        let (setup, progress, hdr) = (setup.clone(), progress.clone(), a.hdr_log.is_some());
-        let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("load-{i}"))
-                .spawn(move || -> Result<Recorder> {
-                    if let Some(cpu) = cpu {
-                        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                    }
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    let local = tokio::task::LocalSet::new();
-                    local.block_on(&rt, async move {
-                        // Without it open-loop sends fall back to tokio's 1 ms timer.
-                        if let Err(e) = crate::timer::start() {
-                            eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
-                        }
-                        let endpoint = if setup.proto == Proto::H3 {
-                            let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
-                                "[::]:0".parse()?
-                            } else {
-                                "0.0.0.0:0".parse()?
-                            };
-                            Some(quinn::Endpoint::client(bind).context("QUIC client socket")?)
-                        } else {
-                            None
-                        };
-                        let rec = Recorder::new(t0, from, until, hdr);
-                        let w = Rc::new(Worker {
-                            setup,
-                            rec: std::cell::RefCell::new(rec),
-                            tickets: share.map(std::cell::Cell::new),
-                            deadline: until,
-                            pace,
-                            start: t0,
-                            progress,
-                            endpoint,
-                            counter: std::cell::Cell::new(0),
-                        });
-                        tokio::time::sleep_until(t0.into()).await;
-                        let tasks: Vec<_> = conns
-                            .iter()
-                            .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
-                            .collect();
-                        let all = futures::future::join_all(tasks);
-                        match until {
-                            Some(end) => {
-                                tokio::select! {
-                                    _ = all => {}
-                                    _ = tokio::time::sleep_until(end.into()) => {}
-                                }
-                            }
-                            None => {
-                                all.await;
-                            }
-                        }
-                        if let Some(e) = &w.endpoint {
-                            e.close(0u32.into(), b"done");
-                        }
-                        let rec = w.rec.borrow().clone();
-                        Ok(rec)
-                    })
-                })
-                .context("cannot start a worker thread")?,
-        );
+        handles.push(worker::spawn(
+            i,
+            Job {
+                setup: setup.clone(),
+                conns,
+                share,
+                pace,
+                t0,
+                from,
+                until,
+                hdr_log: a.hdr_log.is_some(),
+                progress: progress.clone(),
+                cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+            },
+        )?);
     }
     let ticker = progress.clone().map(|p| {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -482,6 +436,21 @@ mod tests {
     fn args(argv: &[&str]) -> Result<LoadArgs, clap::Error> {
         use clap::Parser;
         Cmd::try_parse_from(std::iter::once("load").chain(argv.iter().copied())).map(|c| c.load)
+    }
+
+    #[test]
+    fn invalid_options_are_usage_errors() {
+        for argv in [
+            &["-c", "0", "http://127.0.0.1:9/"][..],
+            &["--rate=-1", "http://127.0.0.1:9/"],
+            &["--alpn-list", "spdy/3", "http://127.0.0.1:9/"],
+            &["ftp://127.0.0.1:9/"],
+            &["--cpus", "3-1", "http://127.0.0.1:9/"],
+            &["-n", "1", "-D", "1s", "http://127.0.0.1:9/"],
+        ] {
+            let e = run(args(argv).unwrap()).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{argv:?}: {e:#}");
+        }
     }
 
     #[test]

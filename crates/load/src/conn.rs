@@ -1,26 +1,17 @@
-//! Connection slots: (re)connecting over TCP (+TLS) or QUIC, and the HTTP/1.1 request loop
-//! (HTTP/2 in `h2`, HTTP/3 in `h3`).
+//! Connection slots: dialing TCP (and TLS, where ALPN picks the protocol) or QUIC, reconnecting
+//! as needed, each connection handed to the client of its protocol (`h1`, `h2`, `h3`).
 
-use crate::h1parse::{Event, Parser};
-use crate::record::{ErrorKind, Sample};
+use crate::inflight::End;
+use crate::record::ErrorKind;
+use crate::sched::Schedules;
 use crate::setup::Proto;
-use crate::worker::{Schedule, Schedules, WorkerRef};
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-/// How a connection ended.
-pub(crate) enum End {
-    /// No more work for it.
-    Finished,
-    /// Closed by the server or broken: open a new one if work remains.
-    Reconnect,
-}
+use crate::shared::WorkerRef;
+use std::time::Duration;
 
 /// Run one connection slot until the worker runs out of work, reconnecting as needed.
 pub async fn run(w: WorkerRef, slot: u64) {
     let mut failures = 0u32;
-    let mut scheds = Schedules::new(&w, slot);
+    let mut scheds = Schedules::new(w.pace, w.start, slot, w.setup.streams as u64);
     while w.more() {
         let end = match w.setup.proto {
             Proto::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
@@ -52,7 +43,7 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
         None if setup.proto == Proto::H2c => {
             Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await)
         }
-        None => Ok(h1_connection(w, tcp, &mut scheds.h1).await),
+        None => Ok(crate::h1::connection(w, tcp, &mut scheds.h1).await),
         Some(cfg) => {
             let connector = tokio_rustls::TlsConnector::from(cfg.clone());
             let tls = tokio::time::timeout(
@@ -67,170 +58,8 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Er
             } else if setup.proto == Proto::H2 {
                 Err(ErrorKind::Tls)
             } else {
-                Ok(h1_connection(w, tls, &mut scheds.h1).await)
+                Ok(crate::h1::connection(w, tls, &mut scheds.h1).await)
             }
         }
-    }
-}
-
-pub(crate) struct InFlight {
-    pub intended: Option<Instant>,
-    pub sent: Instant,
-    pub first_byte: Option<Instant>,
-}
-
-/// HTTP/1.1 with up to `streams` pipelined requests; responses matched in order.
-async fn h1_connection<IO: AsyncRead + AsyncWrite + Unpin>(
-    w: &WorkerRef,
-    mut io: IO,
-    sched: &mut Schedule,
-) -> End {
-    let setup = w.setup.clone();
-    let mut parser = Parser::default();
-    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
-    let mut out = Vec::with_capacity(4096);
-    let mut buf = vec![0u8; 64 * 1024];
-    // The next open-loop send while reading; kept across reads (a new one per read would leave
-    // a stale entry in the timer's heap each time), replaced when the due time changes.
-    let mut wake: Option<crate::timer::Sleep> = None;
-    loop {
-        // Top up the pipeline: closed loop to `streams`, open loop with what is due.
-        let now = Instant::now();
-        let mut queued = Vec::new();
-        while inflight.len() + queued.len() < setup.streams {
-            let intended = match sched.peek() {
-                Some(t) if t > now => break,
-                Some(_) => sched.advance(),
-                None => None,
-            };
-            let Some(i) = w.take() else { break };
-            out.extend_from_slice(&setup.target(i).h1_request);
-            out.extend_from_slice(&setup.data);
-            queued.push(intended);
-        }
-        if !out.is_empty() {
-            if tokio::time::timeout(setup.timeout, io.write_all(&out))
-                .await
-                .map(|r| r.is_ok())
-                != Ok(true)
-            {
-                lose(w, inflight.drain(..), ErrorKind::Reset);
-                for _ in queued {
-                    w.error(ErrorKind::Reset);
-                }
-                return End::Reconnect;
-            }
-            let _ = io.flush().await;
-            out.clear();
-            let sent = Instant::now();
-            let mut rec = w.rec.borrow_mut();
-            for intended in queued {
-                rec.sent(intended, sent);
-                inflight.push_back(InFlight {
-                    intended,
-                    sent,
-                    first_byte: None,
-                });
-            }
-        }
-        if inflight.is_empty() {
-            match sched.peek() {
-                Some(next) if w.more() => {
-                    crate::timer::sleep_until(next).await;
-                    continue;
-                }
-                _ => return End::Finished,
-            }
-        }
-        // Read, but wake up for the next open-loop send if the pipeline has room.
-        let room = inflight.len() < setup.streams;
-        let due = sched.peek().filter(|_| room && w.more());
-        if due != wake.as_ref().map(crate::timer::Sleep::deadline) {
-            wake = due.map(crate::timer::sleep_until);
-        }
-        let read = tokio::select! {
-            r = tokio::time::timeout(setup.timeout, io.read(&mut buf)) => r,
-            _ = sleep_opt(&mut wake) => continue,
-        };
-        let n = match read {
-            Err(_) => {
-                lose(w, inflight.drain(..), ErrorKind::Timeout);
-                return End::Reconnect;
-            }
-            Ok(Err(_)) | Ok(Ok(0)) => {
-                if let (Some(done), Some(f)) = (parser.eof(), inflight.pop_front()) {
-                    finish(
-                        w,
-                        f,
-                        done.status,
-                        done.head_bytes,
-                        done.body_bytes,
-                        Instant::now(),
-                    );
-                }
-                lose(w, inflight.drain(..), ErrorKind::Reset);
-                return End::Reconnect;
-            }
-            Ok(Ok(n)) => n,
-        };
-        let now = Instant::now();
-        let mut rest = &buf[..n];
-        while !rest.is_empty() {
-            let Some(front) = inflight.front_mut() else {
-                // Bytes nobody asked for.
-                w.error(ErrorKind::Protocol);
-                return End::Reconnect;
-            };
-            front.first_byte.get_or_insert(now);
-            match parser.feed(rest, setup.is_head) {
-                Err(_) => {
-                    lose(w, inflight.drain(..), ErrorKind::Protocol);
-                    return End::Reconnect;
-                }
-                Ok(Event::More) => break,
-                Ok(Event::Response { done, consumed }) => {
-                    rest = &rest[consumed..];
-                    let f = inflight.pop_front().expect("front exists");
-                    finish(w, f, done.status, done.head_bytes, done.body_bytes, now);
-                    if done.close {
-                        lose(w, inflight.drain(..), ErrorKind::Reset);
-                        return End::Reconnect;
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn sleep_opt(s: &mut Option<crate::timer::Sleep>) {
-    match s {
-        Some(s) => s.await,
-        None => std::future::pending().await,
-    }
-}
-
-pub(crate) fn finish(
-    w: &WorkerRef,
-    f: InFlight,
-    status: u16,
-    head_bytes: u64,
-    body_bytes: u64,
-    done: Instant,
-) {
-    w.done(&Sample {
-        intended: f.intended,
-        sent: f.sent,
-        first_byte: f.first_byte.unwrap_or(done),
-        done,
-        status,
-        head_bytes,
-        body_bytes,
-    });
-}
-
-/// Requests that will get no response, each counted as an error of `kind`.
-pub(crate) fn lose(w: &WorkerRef, lost: impl Iterator<Item = InFlight>, kind: ErrorKind) {
-    for _ in lost {
-        w.error(kind);
     }
 }

@@ -1,12 +1,22 @@
 //! See the crate description.
+//!
+//! Layers, each using only those below it: `cli` (options, the run, the report) → `worker`
+//! (one thread and runtime) → `conn` (dialing: TCP, TLS, ALPN, QUIC) → the protocol clients
+//! `h1`, `h2`, `h3` → `inflight` (requests in flight and their outcomes), with `shared` (a
+//! worker's state), `sched` (pacing), `record`, `timer` and `setup` (with `request`, `tls`)
+//! beneath.
 pub mod cli;
 mod conn;
-mod h1parse;
+mod h1;
 mod h2;
 mod h3;
+mod inflight;
 pub mod record;
 pub mod report;
+mod request;
+mod sched;
 mod setup;
+mod shared;
 mod timer;
 mod tls;
 mod worker;

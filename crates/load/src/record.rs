@@ -65,7 +65,11 @@ pub struct Recorder {
     pub latency: Histogram<u64>,
     pub ttfb: Histogram<u64>,
     pub corrected: Histogram<u64>,
+    /// Final statuses only.
     pub status: BTreeMap<u16, u64>,
+    /// Interim (1xx) response heads, which precede a final one (or take its place when the
+    /// server ends the exchange after one: that request is then an error).
+    pub interim: u64,
     pub errors: Errors,
     pub started: u64,
     pub completed: u64,
@@ -98,6 +102,7 @@ impl Recorder {
             ttfb: histogram(),
             corrected: histogram(),
             status: BTreeMap::new(),
+            interim: 0,
             errors: Errors::default(),
             started: 0,
             completed: 0,
@@ -165,6 +170,12 @@ impl Recorder {
         }
     }
 
+    pub fn interim(&mut self, at: Instant) {
+        if self.in_window(at) {
+            self.interim += 1;
+        }
+    }
+
     pub fn error(&mut self, kind: ErrorKind, at: Instant) {
         if !self.in_window(at) {
             return;
@@ -187,6 +198,7 @@ impl Recorder {
         for (k, v) in &o.status {
             *self.status.entry(*k).or_default() += v;
         }
+        self.interim += o.interim;
         self.errors.add(&o.errors);
         self.started += o.started;
         self.completed += o.completed;

@@ -91,6 +91,8 @@ pub struct Report {
     pub bytes: Bytes,
     pub bytes_per_s: f64,
     pub status: BTreeMap<String, u64>,
+    /// Interim (1xx) response heads received; not in `status`, which holds final statuses.
+    pub interim: u64,
     pub errors: ErrorCounts,
     pub latency_us: Option<Percentiles>,
     pub ttfb_us: Option<Percentiles>,
@@ -153,6 +155,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         },
         bytes_per_s: total as f64 / d,
         status: r.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        interim: r.interim,
         errors: ErrorCounts {
             transport: r.errors,
             non_2xx,
@@ -225,6 +228,12 @@ pub fn text(r: &Report) -> String {
         class(4),
         class(5)
     );
+    if r.interim > 0 {
+        s += &format!(
+            "interim responses: {} (1xx heads before a final response)\n",
+            r.interim
+        );
+    }
     s += &format!(
         "errors: {} connect, {} tls, {} timeout, {} reset, {} protocol; {} non-2xx/3xx responses\n",
         e.connect, e.tls, e.timeout, e.reset, e.protocol, r.errors.non_2xx
@@ -327,6 +336,9 @@ mod tests {
                 body_bytes: 1000,
             });
         }
+        // Two answered after a 100 Continue.
+        r.interim(at(2));
+        r.interim(at(102));
         r.error(ErrorKind::Reset, at(1500));
         r.error(ErrorKind::Reset, at(1600));
         r
@@ -364,6 +376,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("  corrected (CO)"), "{text}");
+        // Interim heads are counted apart from the final statuses.
+        assert_eq!(rep.interim, 2);
+        assert_eq!(rep.status.values().sum::<u64>(), 6);
+        assert!(
+            text.contains("interim responses: 2 (1xx heads before a final response)\n"),
+            "{text}"
+        );
+        let none = Recorder::new(Instant::now(), Instant::now(), None, false);
+        assert!(!super::text(&build(&none, info(None))).contains("interim"));
         // Sending more than the rate asked for is not a negative miss.
         let rep = build(&recorder(), info(Some(5.0)));
         assert_eq!(rep.open_loop.unwrap().missed, 0);

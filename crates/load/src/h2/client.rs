@@ -2,8 +2,14 @@
 //! read and takes the bytes to write; it reports per-request outcomes as events. It counts
 //! response bodies without copying them, and sends prebuilt request header blocks.
 
-use super::hpack;
 use bytes::Bytes;
+use loadterm_codec::h2::flag::{ACK, END_HEADERS, END_STREAM, PADDED, PRIORITY};
+use loadterm_codec::h2::setting;
+use loadterm_codec::h2::{
+    CONTINUATION, DATA, GOAWAY, HEADERS, PING, PREFACE, PUSH_PROMISE, RST_STREAM, SETTINGS,
+    WINDOW_UPDATE,
+};
+use loadterm_codec::hpack;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -17,22 +23,6 @@ const MAX_BLOCK: usize = 256 * 1024;
 /// Concurrent streams assumed before the server's SETTINGS arrive (RFC 9113 §6.5.2 advises
 /// servers to allow at least 100).
 const ASSUMED_STREAMS: usize = 100;
-
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const PUSH_PROMISE: u8 = 5;
-const PING: u8 = 6;
-const GOAWAY: u8 = 7;
-const WINDOW_UPDATE: u8 = 8;
-const CONTINUATION: u8 = 9;
-
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("HTTP/2 protocol error: {0}")]
@@ -52,7 +42,10 @@ pub enum Event {
         head_bytes: u64,
         body_bytes: u64,
     },
-    /// The stream was reset by the server, or left unprocessed by its GOAWAY.
+    /// An interim (1xx) response head arrived; the final one is still to come.
+    Interim { slot: usize },
+    /// The stream was reset by the server, left unprocessed by its GOAWAY, or ended by it
+    /// without a final response.
     Reset { slot: usize },
 }
 
@@ -147,10 +140,12 @@ impl Client {
             data: None,
             block: None,
         };
-        c.out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        c.out.extend_from_slice(PREFACE);
         frame_head(&mut c.out, 12, SETTINGS, 0, 0);
-        c.out.extend_from_slice(&[0, 2, 0, 0, 0, 0]); // ENABLE_PUSH 0
-        c.out.extend_from_slice(&[0, 4]); // INITIAL_WINDOW_SIZE
+        c.out.extend_from_slice(&setting::ENABLE_PUSH.to_be_bytes());
+        c.out.extend_from_slice(&0u32.to_be_bytes());
+        c.out
+            .extend_from_slice(&setting::INITIAL_WINDOW_SIZE.to_be_bytes());
         c.out.extend_from_slice(&WINDOW.to_be_bytes());
         c.window_update(0, WINDOW - 65_535);
         c
@@ -481,8 +476,16 @@ impl Client {
             let status = head
                 .status
                 .ok_or(ProtocolError("response without :status"))?;
+            if status == 101 {
+                return Err(ProtocolError("101 on HTTP/2"));
+            }
             if (100..200).contains(&status) {
-                // Interim response: the final one follows.
+                // Interim response: the final one follows, unless the server ends the stream
+                // here, which leaves the request without an answer.
+                self.events.push(Event::Interim { slot: s.slot });
+                if end_stream {
+                    self.abandon(id);
+                }
                 return Ok(());
             }
             s.status = Some(status);
@@ -507,8 +510,8 @@ impl Client {
         for s in payload.chunks(6) {
             let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
             match u16::from_be_bytes([s[0], s[1]]) {
-                3 => self.max_streams = value as usize,
-                4 => {
+                setting::MAX_CONCURRENT_STREAMS => self.max_streams = value as usize,
+                setting::INITIAL_WINDOW_SIZE => {
                     if value > i32::MAX as u32 {
                         return Err(ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE too large"));
                     }
@@ -518,7 +521,7 @@ impl Client {
                         s.send_window += delta;
                     }
                 }
-                5 => {
+                setting::MAX_FRAME_SIZE => {
                     if !(16_384..=16_777_215).contains(&value) {
                         return Err(ProtocolError("bad SETTINGS_MAX_FRAME_SIZE"));
                     }
@@ -538,8 +541,7 @@ impl Client {
             return;
         };
         if s.upload.is_some() {
-            frame_head(&mut self.out, 4, RST_STREAM, 0, id);
-            self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
+            self.rst_stream(id);
         }
         self.events.push(Event::Done {
             slot: s.slot,
@@ -547,6 +549,23 @@ impl Client {
             head_bytes: s.head_bytes,
             body_bytes: s.body_bytes,
         });
+    }
+
+    /// The server ended a stream without a final response: report it as reset, and stop an
+    /// upload still in progress.
+    fn abandon(&mut self, id: u32) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        if s.upload.is_some() {
+            self.rst_stream(id);
+        }
+        self.events.push(Event::Reset { slot: s.slot });
+    }
+
+    fn rst_stream(&mut self, id: u32) {
+        frame_head(&mut self.out, 4, RST_STREAM, 0, id);
+        self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
     }
 
     fn unblock(&mut self) {
@@ -611,8 +630,6 @@ fn unpad(p: &[u8]) -> Result<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
     /// A frame as the server would send it.
     fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
@@ -743,7 +760,7 @@ mod tests {
         // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
         c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103"))
             .unwrap();
-        assert_eq!(events(&mut c), []);
+        assert_eq!(events(&mut c), [Event::Interim { slot: 0 }]);
         c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200()))
             .unwrap();
         c.feed(&frame(DATA, 0, 1, b"abc")).unwrap();
@@ -756,6 +773,30 @@ mod tests {
             *head_bytes += 4 + 1 + 4;
         }
         assert_eq!(events(&mut c), [Event::Head { slot: 0 }, want]);
+    }
+
+    #[test]
+    fn an_interim_response_that_ends_the_stream_is_no_answer() {
+        let mut c = Client::new();
+        sent(&mut c);
+        c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
+        c.start(b"\x83", &Bytes::from_static(b"body"), 0);
+        sent(&mut c);
+        // `?r=103` with END_STREAM: no final response will come; the upload stops.
+        c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x08\x03103"))
+            .unwrap();
+        assert_eq!(
+            events(&mut c),
+            [Event::Interim { slot: 0 }, Event::Reset { slot: 0 }]
+        );
+        assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0; 4])]);
+        assert_eq!(c.in_flight(), 0);
+        // 101 has no place in HTTP/2 (RFC 9113 §8.6).
+        let mut c = Client::new();
+        c.start(b"\x82", &Bytes::new(), 0);
+        assert!(c
+            .feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03101"))
+            .is_err());
     }
 
     #[test]

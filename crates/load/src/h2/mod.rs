@@ -6,14 +6,12 @@
 //! request plus a connection task, with wakeups and locking between them.
 
 mod client;
-mod hpack;
 
-pub use hpack::encode as encode_request;
-
-use crate::conn::{finish, lose, End, InFlight};
+use crate::inflight::{finish, lose, End, InFlight};
 use crate::record::ErrorKind;
+use crate::sched::Schedule;
+use crate::shared::WorkerRef;
 use crate::timer;
-use crate::worker::{Schedule, WorkerRef};
 use client::{Client, Event};
 use std::future::Future;
 use std::pin::Pin;
@@ -152,6 +150,7 @@ where
                             free.push(slot);
                             finish(w, f, status, head_bytes, body_bytes, now);
                         }
+                        Event::Interim { .. } => w.interim(),
                         Event::Reset { slot } => {
                             slots[slot] = None;
                             free.push(slot);

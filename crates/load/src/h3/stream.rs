@@ -1,85 +1,17 @@
-//! HTTP/3 load: quinn for QUIC, HTTP/3 from `loadterm-h3` (the wire code the server uses too):
-//! one task per stream slot, requests prebuilt per URL and written as `Bytes` without copies,
-//! response bodies counted from quinn's chunks, never copied. No grease (oha's client sends
-//! some, the `h3` crate's by default).
+//! One HTTP/3 stream slot: requests one after another, each on a new bidirectional stream;
+//! the response's frames read as they come, bodies counted, never copied.
 
-use crate::conn::End;
+use crate::inflight::End;
 use crate::record::{ErrorKind, Sample};
-use crate::worker::{Schedule, WorkerRef};
+use crate::sched::Schedule;
+use crate::shared::WorkerRef;
 use loadterm_h3::frame::{self, code, ReadError, Reader};
 use loadterm_h3::qpack;
 use std::cell::Cell;
-use std::rc::Rc;
 use std::time::Instant;
 
 /// Largest response field section we take.
 const MAX_FIELD_SECTION: u64 = 1 << 20;
-
-/// One HTTP/3 connection: `scheds` holds one schedule per concurrent stream slot.
-pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
-    let setup = w.setup.clone();
-    let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
-    let config = setup
-        .quic_config
-        .clone()
-        .expect("H3 setup has a QUIC config");
-    let name = setup.server_name.to_str();
-    let connecting = endpoint
-        .connect_with(config, setup.addr, &name)
-        .map_err(|_| ErrorKind::Connect)?;
-    let conn = tokio::time::timeout(setup.timeout, connecting)
-        .await
-        .map_err(|_| ErrorKind::Connect)?
-        .map_err(|e| match e {
-            quinn::ConnectionError::TransportError(_)
-            | quinn::ConnectionError::ConnectionClosed(_) => ErrorKind::Tls,
-            _ => ErrorKind::Connect,
-        })?;
-    // Our control stream, with empty SETTINGS; open as long as the connection.
-    let mut hello = vec![frame::STREAM_CONTROL as u8];
-    frame::put_frame(&mut hello, frame::SETTINGS, &[]);
-    let mut control = conn.open_uni().await.map_err(|_| ErrorKind::Connect)?;
-    control
-        .write_all(&hello)
-        .await
-        .map_err(|_| ErrorKind::Connect)?;
-    let goaway = Rc::new(Cell::new(false));
-    let peer = tokio::task::spawn_local(server_streams(conn.clone(), goaway.clone()));
-    let loops = scheds
-        .iter_mut()
-        .map(|sched| stream_loop(w, &conn, sched, &goaway));
-    let ends = futures::future::join_all(loops).await;
-    peer.abort();
-    conn.close(code::NO_ERROR.into(), b"done");
-    Ok(if ends.iter().all(|e| matches!(e, End::Finished)) {
-        End::Finished
-    } else {
-        End::Reconnect
-    })
-}
-
-/// The server's unidirectional streams: its control stream (watched for GOAWAY) and the rest
-/// (QPACK streams, grease), drained.
-async fn server_streams(conn: quinn::Connection, goaway: Rc<Cell<bool>>) {
-    while let Ok(recv) = conn.accept_uni().await {
-        let goaway = goaway.clone();
-        tokio::task::spawn_local(async move {
-            let mut r = Reader::new(recv);
-            if let Ok(Some(frame::STREAM_CONTROL)) = r.varint().await {
-                while let Ok(Some((ty, len))) = r.frame_head().await {
-                    if ty == frame::GOAWAY {
-                        goaway.set(true);
-                    }
-                    if r.skip(len).await.is_err() {
-                        return;
-                    }
-                }
-            } else {
-                while let Ok(Some(_)) = r.varint().await {}
-            }
-        });
-    }
-}
 
 /// Why an exchange failed.
 enum Fail {
@@ -87,6 +19,9 @@ enum Fail {
     Stream,
     /// The server broke the protocol.
     Protocol,
+    /// The server ended the stream after interim (1xx) heads only: no answer, but no reason
+    /// to drop the connection.
+    NoFinal,
 }
 
 impl From<ReadError> for Fail {
@@ -105,7 +40,7 @@ struct Response {
     body_bytes: u64,
 }
 
-async fn stream_loop(
+pub(super) async fn stream_loop(
     w: &WorkerRef,
     conn: &quinn::Connection,
     sched: &mut Schedule,
@@ -124,7 +59,7 @@ async fn stream_loop(
         let sent = Instant::now();
         w.rec.borrow_mut().sent(intended, sent);
         let request = setup.target(i).h3_request.clone();
-        let exchange = exchange(conn, request, &setup.data, &mut decoder);
+        let exchange = exchange(w, conn, request, &setup.data, &mut decoder);
         match tokio::time::timeout(setup.timeout, exchange).await {
             Ok(Ok(r)) => w.done(&Sample {
                 intended,
@@ -135,6 +70,7 @@ async fn stream_loop(
                 head_bytes: r.head_bytes,
                 body_bytes: r.body_bytes,
             }),
+            Ok(Err(Fail::NoFinal)) => w.error(ErrorKind::Reset),
             Ok(Err(Fail::Stream)) => {
                 w.error(ErrorKind::Reset);
                 if conn.close_reason().is_some() {
@@ -155,6 +91,7 @@ async fn stream_loop(
 }
 
 async fn exchange(
+    w: &WorkerRef,
     conn: &quinn::Connection,
     request: bytes::Bytes,
     data: &bytes::Bytes,
@@ -168,13 +105,14 @@ async fn exchange(
         .map_err(|_| Fail::Stream)?;
     let _ = send.finish();
     let mut r = Reader::new(recv);
+    // When the final head began to arrive (an interim one's arrival is not the answer's).
     let mut first_byte = None;
     let mut status = None;
-    let (mut head_bytes, mut body_bytes) = (0u64, 0u64);
+    let (mut head_bytes, mut body_bytes, mut interim) = (0u64, 0u64, false);
     while let Some((ty, len)) = r.frame_head().await? {
-        first_byte.get_or_insert_with(Instant::now);
         match ty {
             frame::HEADERS => {
+                let at = status.is_none().then(Instant::now);
                 if len > MAX_FIELD_SECTION {
                     return Err(Fail::Protocol);
                 }
@@ -192,10 +130,16 @@ async fn exchange(
                     })
                     .map_err(|_| Fail::Protocol)?;
                 match (status, st) {
+                    // 101 has no place in HTTP/3 (RFC 9114 §4.5).
+                    (None, Some(101)) => return Err(Fail::Protocol),
                     // Interim (1xx): the final head follows.
-                    (None, Some(s)) if s < 200 => {}
+                    (None, Some(s)) if s < 200 => {
+                        interim = true;
+                        w.interim();
+                    }
                     (None, Some(s)) => {
                         status = Some(s);
+                        first_byte = at;
                         // As HTTP/1.1 would spell the status line, so that head bytes compare.
                         head_bytes = fields + 12;
                     }
@@ -218,9 +162,16 @@ async fn exchange(
             _ => r.skip(len).await?,
         }
     }
+    let Some(status) = status else {
+        return Err(if interim {
+            Fail::NoFinal
+        } else {
+            Fail::Protocol
+        });
+    };
     Ok(Response {
         first_byte: first_byte.unwrap_or_else(Instant::now),
-        status: status.ok_or(Fail::Protocol)?,
+        status,
         head_bytes,
         body_bytes,
     })

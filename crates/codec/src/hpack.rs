@@ -1,8 +1,9 @@
-//! HPACK (RFC 7541) for a load generator: requests are encoded once per URL, statelessly;
-//! responses are decoded only as far as a load generator needs (status and sizes), with the
-//! dynamic table kept in step by entry size, so that no header string is stored.
+//! HPACK (RFC 7541) without encoder state: header blocks encoded as literals that are never
+//! indexed (so one block serves every connection and stream), and a decoder that keeps only
+//! what a load generator needs of a response (status and sizes), with the dynamic table kept
+//! in step by entry size, so that no header string is stored.
 
-use loadterm_codec::{get_int, get_string, put_int};
+use crate::{get_int, get_string, put_int};
 use std::collections::VecDeque;
 
 /// RFC 7541 Appendix A.
@@ -73,35 +74,49 @@ const STATIC: [(&str, &str); 61] = [
 /// The dynamic table size we allow the server (SETTINGS_HEADER_TABLE_SIZE default).
 pub const TABLE_SIZE: usize = 4096;
 
-/// Encode a header list as literals without indexing, names from the static table where it has
-/// them: no encoder state, so one block serves every connection and stream.
-pub fn encode<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, value) in fields {
-        if let Some(i) = STATIC
-            .iter()
-            .position(|&(n, v)| n == name && v.as_bytes() == value)
-        {
-            put_int(&mut out, 0x80, 7, i + 1);
-            continue;
-        }
-        match STATIC.iter().position(|&(n, _)| n == name) {
-            Some(i) => put_int(&mut out, 0x00, 4, i + 1),
-            None => {
-                out.push(0x00);
-                put_int(&mut out, 0x00, 7, name.len());
-                out.extend_from_slice(name.as_bytes());
-            }
-        }
-        put_int(&mut out, 0x00, 7, value.len());
-        out.extend_from_slice(value);
+/// Append a field: fully indexed when the static table has it, else a literal without
+/// indexing, with the static table's name when it has the name (no Huffman coding).
+pub fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if let Some(i) = STATIC
+        .iter()
+        .position(|&(n, v)| n.as_bytes() == name && v.as_bytes() == value)
+    {
+        put_int(out, 0x80, 7, i + 1);
+        return;
     }
-    out
+    match STATIC.iter().position(|&(n, _)| n.as_bytes() == name) {
+        Some(i) => {
+            put_int(out, 0x00, 4, i + 1);
+            put_raw_string(out, value);
+        }
+        None => put_literal(out, name, value),
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("invalid HPACK header block")]
+/// Append a literal header field without indexing, new name (RFC 7541 §6.2.2), both strings
+/// raw (no Huffman coding).
+pub fn put_literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.push(0x00);
+    put_raw_string(out, name);
+    put_raw_string(out, value);
+}
+
+/// A string literal, not Huffman coded (RFC 7541 §5.2).
+fn put_raw_string(out: &mut Vec<u8>, s: &[u8]) {
+    put_int(out, 0x00, 7, s.len());
+    out.extend_from_slice(s);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Invalid;
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("invalid HPACK header block")
+    }
+}
+
+impl std::error::Error for Invalid {}
 
 /// What is kept of a header field: enough to answer later references to it.
 #[derive(Debug, Clone, Copy)]
@@ -307,16 +322,37 @@ mod tests {
 
     #[test]
     fn request_blocks_decode_back() {
-        let block = encode([
+        let mut block = Vec::new();
+        for (n, v) in [
             (":method", &b"GET"[..]),
             (":path", b"/?s=1k"),
             ("user-agent", b"loadterm"),
             ("x-custom", b"v"),
-        ]);
+        ] {
+            put_field(&mut block, n.as_bytes(), v);
+        }
         assert_eq!(block[0], 0x82); // :method GET, fully indexed
+                                    // :path with the static name (index 4), 6 raw bytes.
+        assert_eq!(block[1..3], [0x04, 0x06]);
         let head = Decoder::default().decode(&block).unwrap();
         assert_eq!(head.field_bytes, (10 + 8 + 4) + (8 + 1 + 4));
         assert_eq!(head.status, None);
+    }
+
+    #[test]
+    fn literals_without_indexing_new_name() {
+        // RFC 7541 C.2.2, "password: secret", then a long value whose length takes two bytes.
+        let mut out = Vec::new();
+        put_literal(&mut out, b"password", b"secret");
+        assert_eq!(out, hex("0008 7061 7373 776f 7264 0673 6563 7265 74"));
+        out.clear();
+        put_literal(&mut out, b"x", &[b'v'; 200]);
+        assert_eq!(out[..5], [0x00, 0x01, b'x', 0x7f, 200 - 127]);
+        assert_eq!(out.len(), 5 + 200);
+        // Decoded as a field of these sizes, not entered in the table.
+        let mut d = Decoder::default();
+        assert_eq!(d.decode(&out).unwrap().field_bytes, 1 + 200 + 4);
+        assert_eq!(d.size, 0);
     }
 
     #[test]

@@ -1,0 +1,155 @@
+//! HTTP/1.1 client: prebuilt requests pipelined up to `-m` deep, responses matched in order and
+//! parsed by the sans-I/O [`response::Parser`], bodies counted, never copied.
+
+mod response;
+
+use crate::inflight::{finish, lose, End, InFlight};
+use crate::record::ErrorKind;
+use crate::sched::Schedule;
+use crate::shared::WorkerRef;
+use response::{Event, Parser};
+use std::collections::VecDeque;
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// HTTP/1.1 with up to `streams` pipelined requests; responses matched in order.
+pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
+    w: &WorkerRef,
+    mut io: IO,
+    sched: &mut Schedule,
+) -> End {
+    let setup = w.setup.clone();
+    let mut parser = Parser::default();
+    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
+    let mut out = Vec::with_capacity(4096);
+    let mut buf = vec![0u8; 64 * 1024];
+    // The next open-loop send while reading; kept across reads (a new one per read would leave
+    // a stale entry in the timer's heap each time), replaced when the due time changes.
+    let mut wake: Option<crate::timer::Sleep> = None;
+    loop {
+        // Top up the pipeline: closed loop to `streams`, open loop with what is due.
+        let now = Instant::now();
+        let mut queued = Vec::new();
+        while inflight.len() + queued.len() < setup.streams {
+            let intended = match sched.peek() {
+                Some(t) if t > now => break,
+                Some(_) => sched.advance(),
+                None => None,
+            };
+            let Some(i) = w.take() else { break };
+            out.extend_from_slice(&setup.target(i).h1_request);
+            out.extend_from_slice(&setup.data);
+            queued.push(intended);
+        }
+        if !out.is_empty() {
+            if tokio::time::timeout(setup.timeout, io.write_all(&out))
+                .await
+                .map(|r| r.is_ok())
+                != Ok(true)
+            {
+                lose(w, inflight.drain(..), ErrorKind::Reset);
+                for _ in queued {
+                    w.error(ErrorKind::Reset);
+                }
+                return End::Reconnect;
+            }
+            let _ = io.flush().await;
+            out.clear();
+            let sent = Instant::now();
+            let mut rec = w.rec.borrow_mut();
+            for intended in queued {
+                rec.sent(intended, sent);
+                inflight.push_back(InFlight {
+                    intended,
+                    sent,
+                    first_byte: None,
+                });
+            }
+        }
+        if inflight.is_empty() {
+            match sched.peek() {
+                Some(next) if w.more() => {
+                    crate::timer::sleep_until(next).await;
+                    continue;
+                }
+                _ => return End::Finished,
+            }
+        }
+        // Read, but wake up for the next open-loop send if the pipeline has room.
+        let room = inflight.len() < setup.streams;
+        let due = sched.peek().filter(|_| room && w.more());
+        if due != wake.as_ref().map(crate::timer::Sleep::deadline) {
+            wake = due.map(crate::timer::sleep_until);
+        }
+        let read = tokio::select! {
+            r = tokio::time::timeout(setup.timeout, io.read(&mut buf)) => r,
+            _ = sleep_opt(&mut wake) => continue,
+        };
+        let n = match read {
+            Err(_) => {
+                lose(w, inflight.drain(..), ErrorKind::Timeout);
+                return End::Reconnect;
+            }
+            Ok(Err(_)) | Ok(Ok(0)) => {
+                // A close-delimited body ends here; any other request in flight is lost (the
+                // front one too: it must not be popped unless it completes).
+                if let Some(done) = parser.eof() {
+                    let f = inflight
+                        .pop_front()
+                        .expect("a response in progress has a request");
+                    finish(
+                        w,
+                        f,
+                        done.status,
+                        done.head_bytes,
+                        done.body_bytes,
+                        Instant::now(),
+                    );
+                }
+                lose(w, inflight.drain(..), ErrorKind::Reset);
+                return End::Reconnect;
+            }
+            Ok(Ok(n)) => n,
+        };
+        let now = Instant::now();
+        let mut rest = &buf[..n];
+        while !rest.is_empty() {
+            let Some(front) = inflight.front_mut() else {
+                // Bytes nobody asked for.
+                w.error(ErrorKind::Protocol);
+                return End::Reconnect;
+            };
+            // The first byte of the final head, not of an interim one before it.
+            if parser.idle() {
+                front.first_byte = Some(now);
+            }
+            match parser.feed(rest, setup.is_head) {
+                Err(_) => {
+                    lose(w, inflight.drain(..), ErrorKind::Protocol);
+                    return End::Reconnect;
+                }
+                Ok(Event::More) => break,
+                Ok(Event::Interim { consumed }) => {
+                    rest = &rest[consumed..];
+                    w.interim();
+                }
+                Ok(Event::Response { done, consumed }) => {
+                    rest = &rest[consumed..];
+                    let f = inflight.pop_front().expect("front exists");
+                    finish(w, f, done.status, done.head_bytes, done.body_bytes, now);
+                    if done.close {
+                        lose(w, inflight.drain(..), ErrorKind::Reset);
+                        return End::Reconnect;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_opt(s: &mut Option<crate::timer::Sleep>) {
+    match s {
+        Some(s) => s.await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,80 @@
+//! HTTP/3 load: quinn for QUIC, HTTP/3 from `loadterm-h3` (the wire code the server uses too):
+//! one task per stream slot, requests prebuilt per URL and written as `Bytes` without copies,
+//! response bodies counted from quinn's chunks, never copied. No grease (oha's client sends
+//! some, the `h3` crate's by default).
+
+mod stream;
+
+use crate::inflight::End;
+use crate::record::ErrorKind;
+use crate::sched::Schedule;
+use crate::shared::WorkerRef;
+use loadterm_h3::frame::{self, code, Reader};
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// One HTTP/3 connection: `scheds` holds one schedule per concurrent stream slot.
+pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
+    let setup = w.setup.clone();
+    let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
+    let config = setup
+        .quic_config
+        .clone()
+        .expect("H3 setup has a QUIC config");
+    let name = setup.server_name.to_str();
+    let connecting = endpoint
+        .connect_with(config, setup.addr, &name)
+        .map_err(|_| ErrorKind::Connect)?;
+    let conn = tokio::time::timeout(setup.timeout, connecting)
+        .await
+        .map_err(|_| ErrorKind::Connect)?
+        .map_err(|e| match e {
+            quinn::ConnectionError::TransportError(_)
+            | quinn::ConnectionError::ConnectionClosed(_) => ErrorKind::Tls,
+            _ => ErrorKind::Connect,
+        })?;
+    // Our control stream, with empty SETTINGS; open as long as the connection.
+    let mut hello = vec![frame::STREAM_CONTROL as u8];
+    frame::put_frame(&mut hello, frame::SETTINGS, &[]);
+    let mut control = conn.open_uni().await.map_err(|_| ErrorKind::Connect)?;
+    control
+        .write_all(&hello)
+        .await
+        .map_err(|_| ErrorKind::Connect)?;
+    let goaway = Rc::new(Cell::new(false));
+    let peer = tokio::task::spawn_local(server_streams(conn.clone(), goaway.clone()));
+    let loops = scheds
+        .iter_mut()
+        .map(|sched| stream::stream_loop(w, &conn, sched, &goaway));
+    let ends = futures::future::join_all(loops).await;
+    peer.abort();
+    conn.close(code::NO_ERROR.into(), b"done");
+    Ok(if ends.iter().all(|e| matches!(e, End::Finished)) {
+        End::Finished
+    } else {
+        End::Reconnect
+    })
+}
+
+/// The server's unidirectional streams: its control stream (watched for GOAWAY) and the rest
+/// (QPACK streams, grease), drained.
+async fn server_streams(conn: quinn::Connection, goaway: Rc<Cell<bool>>) {
+    while let Ok(recv) = conn.accept_uni().await {
+        let goaway = goaway.clone();
+        tokio::task::spawn_local(async move {
+            let mut r = Reader::new(recv);
+            if let Ok(Some(frame::STREAM_CONTROL)) = r.varint().await {
+                while let Ok(Some((ty, len))) = r.frame_head().await {
+                    if ty == frame::GOAWAY {
+                        goaway.set(true);
+                    }
+                    if r.skip(len).await.is_err() {
+                        return;
+                    }
+                }
+            } else {
+                while let Ok(Some(_)) = r.varint().await {}
+            }
+        });
+    }
+}

@@ -1,0 +1,134 @@
+//! What one worker thread's tasks share: the setup, the recorder, the request budget (`-n`) or
+//! deadline (`-D`), the pace. Shared between this worker's tasks only (Rc/RefCell), never across
+//! threads (but for the progress counters).
+
+use crate::record::{ErrorKind, Recorder};
+use crate::sched::Pace;
+use crate::setup::Setup;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Live counters for the progress line (shared across workers; relaxed atomics).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// One worker thread's state, shared by its connection tasks.
+pub struct Worker {
+    pub setup: Arc<Setup>,
+    pub rec: RefCell<Recorder>,
+    /// Requests this worker may still start (`-n`), or unlimited until `deadline` (`-D`).
+    pub tickets: Option<Cell<u64>>,
+    pub deadline: Option<Instant>,
+    pub pace: Pace,
+    pub start: Instant,
+    pub progress: Option<Arc<Progress>>,
+    pub endpoint: Option<quinn::Endpoint>,
+    pub counter: Cell<u64>,
+}
+
+impl Worker {
+    /// Whether more requests may start now.
+    pub fn more(&self) -> bool {
+        match &self.tickets {
+            Some(t) => t.get() > 0,
+            None => self.deadline.is_none_or(|d| Instant::now() < d),
+        }
+    }
+
+    /// Take the right to send one request; returns its index (for round-robin URLs).
+    pub fn take(&self) -> Option<u64> {
+        if let Some(t) = &self.tickets {
+            if t.get() == 0 {
+                return None;
+            }
+            t.set(t.get() - 1);
+        } else if !self.more() {
+            return None;
+        }
+        let i = self.counter.get();
+        self.counter.set(i + 1);
+        Some(i)
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.rec.borrow_mut().error(kind, Instant::now());
+        if let Some(p) = &self.progress {
+            p.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An interim (1xx) response head arrived; the request still waits for its final one.
+    pub fn interim(&self) {
+        self.rec.borrow_mut().interim(Instant::now());
+    }
+
+    pub fn done(&self, s: &crate::record::Sample) {
+        self.rec.borrow_mut().done(s);
+        if let Some(p) = &self.progress {
+            p.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub type WorkerRef = Rc<Worker>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::setup::{Options, Setup};
+    use std::time::Duration;
+
+    fn worker(tickets: Option<u64>, deadline: Option<Instant>) -> Worker {
+        let setup = Setup::new(&Options {
+            urls: &["http://127.0.0.1:9/".to_owned()],
+            proto: None,
+            connect_to: None,
+            sni: None,
+            insecure: false,
+            cacert: None,
+            method: None,
+            headers: &[],
+            data: bytes::Bytes::new(),
+            streams: 1,
+            timeout: Duration::from_secs(1),
+        })
+        .unwrap();
+        let now = Instant::now();
+        Worker {
+            setup: Arc::new(setup),
+            rec: RefCell::new(Recorder::new(now, now, None, false)),
+            tickets: tickets.map(Cell::new),
+            deadline,
+            pace: Pace::Closed,
+            start: now,
+            progress: None,
+            endpoint: None,
+            counter: Cell::new(0),
+        }
+    }
+
+    #[test]
+    fn tickets_run_out() {
+        let w = worker(Some(3), None);
+        assert!(w.more());
+        let taken: Vec<_> = std::iter::from_fn(|| w.take()).collect();
+        assert_eq!(taken, [0, 1, 2]);
+        assert!(!w.more());
+        assert_eq!(w.take(), None);
+    }
+
+    #[test]
+    fn duration_runs_stop_at_the_deadline() {
+        let w = worker(None, Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!((w.take(), w.take()), (Some(0), Some(1)));
+        let w = worker(None, Some(Instant::now()));
+        assert!(!w.more());
+        assert_eq!(w.take(), None);
+    }
+}
