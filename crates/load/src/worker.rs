@@ -33,71 +33,59 @@ pub struct Job {
 
 /// Start worker thread `i`.
 pub fn spawn(i: usize, job: Job) -> Result<JoinHandle<Result<Recorder>>> {
-    std::thread::Builder::new()
-        .name(format!("load-{i}"))
-        .spawn(move || run(job))
+    loadterm_runtime::spawn(format!("load-{i}"), job.cpu, move || run(job))
         .context("cannot start a worker thread")
 }
 
-fn run(job: Job) -> Result<Recorder> {
-    if let Some(cpu) = job.cpu {
-        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+async fn run(job: Job) -> Result<Recorder> {
+    // Without it open-loop sends fall back to tokio's 1 ms timer.
+    if let Err(e) = crate::timer::start() {
+        eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("worker runtime")?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        // Without it open-loop sends fall back to tokio's 1 ms timer.
-        if let Err(e) = crate::timer::start() {
-            eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
-        }
-        let setup = job.setup;
-        let endpoint = if setup.proto == Proto::H3 {
-            let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
-                "[::]:0".parse()?
-            } else {
-                "0.0.0.0:0".parse()?
-            };
-            Some(quinn::Endpoint::client(bind).context("QUIC client socket")?)
+    let setup = job.setup;
+    let endpoint = if setup.proto == Proto::H3 {
+        let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
+            "[::]:0".parse()?
         } else {
-            None
+            "0.0.0.0:0".parse()?
         };
-        let rec = Recorder::new(job.t0, job.from, job.until, job.hdr_log);
-        let w = Rc::new(Worker {
-            setup,
-            rec: RefCell::new(rec),
-            tickets: job.share.map(Cell::new),
-            deadline: job.until,
-            pace: job.pace,
-            start: job.t0,
-            progress: job.progress,
-            endpoint,
-            counter: Cell::new(0),
-        });
-        tokio::time::sleep_until(job.t0.into()).await;
-        let tasks: Vec<_> = job
-            .conns
-            .iter()
-            .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
-            .collect();
-        let all = futures::future::join_all(tasks);
-        match job.until {
-            Some(end) => {
-                tokio::select! {
-                    _ = all => {}
-                    _ = tokio::time::sleep_until(end.into()) => {}
-                }
-            }
-            None => {
-                all.await;
+        Some(quinn::Endpoint::client(bind).context("QUIC client socket")?)
+    } else {
+        None
+    };
+    let rec = Recorder::new(job.t0, job.from, job.until, job.hdr_log);
+    let w = Rc::new(Worker {
+        setup,
+        rec: RefCell::new(rec),
+        tickets: job.share.map(Cell::new),
+        deadline: job.until,
+        pace: job.pace,
+        start: job.t0,
+        progress: job.progress,
+        endpoint,
+        counter: Cell::new(0),
+    });
+    tokio::time::sleep_until(job.t0.into()).await;
+    let tasks: Vec<_> = job
+        .conns
+        .iter()
+        .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
+        .collect();
+    let all = futures::future::join_all(tasks);
+    match job.until {
+        Some(end) => {
+            tokio::select! {
+                _ = all => {}
+                _ = tokio::time::sleep_until(end.into()) => {}
             }
         }
-        if let Some(e) = &w.endpoint {
-            e.close(0u32.into(), b"done");
+        None => {
+            all.await;
         }
-        let rec = w.rec.borrow().clone();
-        Ok(rec)
-    })
+    }
+    if let Some(e) = &w.endpoint {
+        e.close(0u32.into(), b"done");
+    }
+    let rec = w.rec.borrow().clone();
+    Ok(rec)
 }

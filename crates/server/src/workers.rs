@@ -201,10 +201,10 @@ async fn is_h2_preface(sock: &TcpStream) -> bool {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
-        if !h2::upgrade::PREFACE.starts_with(&buf[..n]) {
+        if !loadterm_codec::h2::PREFACE.starts_with(&buf[..n]) {
             return false;
         }
-        if n == h2::upgrade::PREFACE.len() {
+        if n == loadterm_codec::h2::PREFACE.len() {
             return true;
         }
         // A prefix of the preface: wait for the rest (rare: clients send it in one segment).

@@ -1,5 +1,8 @@
 //! HTTP/1.1 response parsing for the client (sans-I/O): feed bytes, get completed responses.
-//! Bodies are counted, never copied.
+//! Bodies are counted, never copied; chunked ones go through the codec's strict decoder, the one
+//! the server reads requests with.
+
+use loadterm_codec::chunked;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Done {
@@ -27,7 +30,7 @@ pub struct ParseError;
 #[derive(Debug)]
 enum Body {
     Length(u64),
-    Chunked(Chunked),
+    Chunked(chunked::Decoder),
     /// Until the connection closes.
     Eof,
 }
@@ -170,7 +173,7 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
     let body = if head_request || status < 200 || status == 204 || status == 304 {
         Body::Length(0)
     } else if chunked {
-        Body::Chunked(Chunked::new())
+        Body::Chunked(chunked::Decoder::new())
     } else if let Some(n) = length {
         Body::Length(n)
     } else {
@@ -186,116 +189,6 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         ));
     }
     Ok((done, body))
-}
-
-/// A chunked body (RFC 9112 §7.1) as it streams by: payload counted, never copied; chunk
-/// extensions and trailers skipped. Same interface as `loadterm_codec::chunked::Decoder`, for
-/// which it is meant to be swapped.
-#[derive(Debug)]
-struct Chunked {
-    state: Chunk,
-    data: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// Size digits so far: value and count.
-    Size(u64, u8),
-    Ext(u64),
-    SizeLf(u64),
-    Data(u64),
-    DataCr,
-    DataLf,
-    Trailer,
-    TrailerLine,
-    TrailerLf(bool),
-    Done,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ChunkError;
-
-impl Chunked {
-    fn new() -> Chunked {
-        Chunked {
-            state: Chunk::Size(0, 0),
-            data: 0,
-        }
-    }
-
-    /// Consume what `input` holds of the body; returns how many bytes of it belong to the body
-    /// (all of them until its end, where it stops).
-    fn feed(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
-        let mut i = 0;
-        while i < input.len() {
-            let b = input[i];
-            self.state = match self.state {
-                Chunk::Size(v, d) => match (b as char).to_digit(16) {
-                    Some(x) if d < 16 => Chunk::Size(v << 4 | x as u64, d + 1),
-                    Some(_) => return Err(ChunkError),
-                    None if d == 0 => return Err(ChunkError),
-                    None => match b {
-                        b';' | b' ' | b'\t' => Chunk::Ext(v),
-                        b'\r' => Chunk::SizeLf(v),
-                        b'\n' => after_size(v),
-                        _ => return Err(ChunkError),
-                    },
-                },
-                Chunk::Ext(v) => match b {
-                    b'\r' => Chunk::SizeLf(v),
-                    b'\n' => after_size(v),
-                    _ => Chunk::Ext(v),
-                },
-                Chunk::SizeLf(v) if b == b'\n' => after_size(v),
-                Chunk::Data(left) => {
-                    let n = left.min((input.len() - i) as u64);
-                    self.data += n;
-                    i += n as usize;
-                    self.state = if n == left {
-                        Chunk::DataCr
-                    } else {
-                        Chunk::Data(left - n)
-                    };
-                    continue;
-                }
-                Chunk::DataCr if b == b'\r' => Chunk::DataLf,
-                Chunk::DataLf if b == b'\n' => Chunk::Size(0, 0),
-                Chunk::Trailer => match b {
-                    b'\r' => Chunk::TrailerLf(true),
-                    b'\n' => Chunk::Done,
-                    _ => Chunk::TrailerLine,
-                },
-                Chunk::TrailerLine => match b {
-                    b'\r' => Chunk::TrailerLf(false),
-                    b'\n' => Chunk::Trailer,
-                    _ => Chunk::TrailerLine,
-                },
-                Chunk::TrailerLf(true) if b == b'\n' => Chunk::Done,
-                Chunk::TrailerLf(false) if b == b'\n' => Chunk::Trailer,
-                Chunk::Done => return Ok(i),
-                _ => return Err(ChunkError),
-            };
-            i += 1;
-        }
-        Ok(i)
-    }
-
-    fn is_done(&self) -> bool {
-        self.state == Chunk::Done
-    }
-
-    /// Payload bytes so far.
-    fn data_bytes(&self) -> u64 {
-        self.data
-    }
-}
-
-fn after_size(v: u64) -> Chunk {
-    if v == 0 {
-        Chunk::Trailer
-    } else {
-        Chunk::Data(v)
-    }
 }
 
 #[cfg(test)]
@@ -382,24 +275,6 @@ mod tests {
             b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n",
             &[Some((101, 0, true))],
         );
-    }
-
-    #[test]
-    fn chunked_bodies_stop_exactly_at_their_end() {
-        let body = b"3;ext=1\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nx-t: 1\r\n\r\n";
-        let stream = [&body[..], b"HTTP/1.1 200 OK\r\n"].concat();
-        for split in 0..=stream.len() {
-            let mut c = Chunked::new();
-            let (a, b) = stream.split_at(split);
-            let mut used = c.feed(a).unwrap();
-            if !c.is_done() {
-                assert_eq!(used, a.len());
-                used += c.feed(b).unwrap();
-            }
-            assert!(c.is_done(), "split {split}");
-            assert_eq!((used, c.data_bytes()), (body.len(), 19), "split {split}");
-        }
-        assert_eq!(Chunked::new().feed(b"x\r\n"), Err(ChunkError));
     }
 
     #[test]

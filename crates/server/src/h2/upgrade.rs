@@ -4,19 +4,17 @@
 //! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
 //! connection whose first stream is already half-closed.
 
+use loadterm_codec::h2::{flag, HEADERS, PREFACE, SETTINGS};
+use loadterm_codec::hpack::put_literal;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Frame payloads above this need the peer's consent (SETTINGS_MAX_FRAME_SIZE), which a
 /// client's first frames cannot have given yet.
 const DEFAULT_MAX_FRAME: usize = 16_384;
-const FRAME_HEADERS: u8 = 0x1;
-const FRAME_SETTINGS: u8 = 0x4;
-const END_STREAM_AND_HEADERS: u8 = 0x1 | 0x4;
 
 /// Hop-by-hop fields that do not exist in HTTP/2 (RFC 9113 §8.2.2), plus `host` (→ `:authority`).
 const DROPPED: &[&str] = &[
@@ -65,19 +63,19 @@ fn request_block(head: &[u8]) -> Option<Vec<u8>> {
     req.parse(head).ok()?;
     let (method, path) = (req.method?, req.path?);
     let mut block = Vec::with_capacity(head.len() + 32);
-    literal(&mut block, b":method", method.as_bytes());
-    literal(&mut block, b":scheme", b"http");
-    literal(&mut block, b":path", path.as_bytes());
+    put_literal(&mut block, b":method", method.as_bytes());
+    put_literal(&mut block, b":scheme", b"http");
+    put_literal(&mut block, b":path", path.as_bytes());
     if let Some(host) = req
         .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("host"))
     {
-        literal(&mut block, b":authority", host.value);
+        put_literal(&mut block, b":authority", host.value);
     }
     for h in req.headers.iter() {
         if !DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
-            literal(&mut block, h.name.to_ascii_lowercase().as_bytes(), h.value);
+            put_literal(&mut block, h.name.to_ascii_lowercase().as_bytes(), h.value);
         }
     }
     (block.len() <= DEFAULT_MAX_FRAME).then_some(block)
@@ -103,7 +101,7 @@ fn insert_stream1(client: &[u8], block: &[u8]) -> Preface {
         return Preface::Partial;
     };
     let len = u32::from_be_bytes([0, frame[0], frame[1], frame[2]]) as usize;
-    if frame[3] != FRAME_SETTINGS || len > DEFAULT_MAX_FRAME {
+    if frame[3] != SETTINGS || len > DEFAULT_MAX_FRAME {
         return Preface::Invalid;
     }
     let end = at + 9 + len;
@@ -113,35 +111,10 @@ fn insert_stream1(client: &[u8], block: &[u8]) -> Preface {
     let mut out = Vec::with_capacity(client.len() + 9 + block.len());
     out.extend_from_slice(&client[..end]);
     out.extend_from_slice(&(block.len() as u32).to_be_bytes()[1..]);
-    out.extend_from_slice(&[FRAME_HEADERS, END_STREAM_AND_HEADERS, 0, 0, 0, 1]);
+    out.extend_from_slice(&[HEADERS, flag::END_STREAM | flag::END_HEADERS, 0, 0, 0, 1]);
     out.extend_from_slice(block);
     out.extend_from_slice(&client[end..]);
     Preface::Ready(out)
-}
-
-/// HPACK "literal header field without indexing — new name" (RFC 7541 §6.2.2), no Huffman.
-fn literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.push(0);
-    for s in [name, value] {
-        integer(out, s.len(), 7);
-        out.extend_from_slice(s);
-    }
-}
-
-/// HPACK integer with an `n`-bit prefix (RFC 7541 §5.1); the prefix byte's high bits are 0.
-fn integer(out: &mut Vec<u8>, mut v: usize, n: u32) {
-    let max = (1usize << n) - 1;
-    if v < max {
-        out.push(v as u8);
-        return;
-    }
-    out.push(max as u8);
-    v -= max;
-    while v >= 128 {
-        out.push((v % 128) as u8 | 0x80);
-        v /= 128;
-    }
-    out.push(v as u8);
 }
 
 /// An I/O stream whose first reads return `prefix` (the rewritten bytes), then the socket's.
@@ -283,14 +256,14 @@ mod tests {
     #[test]
     fn long_values_use_multi_byte_lengths() {
         let mut b = vec![];
-        literal(&mut b, b"x", &[b'v'; 300]);
+        put_literal(&mut b, b"x", &[b'v'; 300]);
         assert_eq!(&b[..6], &[0, 1, b'x', 127, 45 | 0x80, 1]);
         assert_eq!(decode(&b), [("x".to_owned(), "v".repeat(300))]);
     }
 
     #[test]
     fn headers_frame_follows_the_first_settings_frame() {
-        let settings = [0, 0, 6, FRAME_SETTINGS, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let settings = [0, 0, 6, SETTINGS, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
         let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
         let client = [PREFACE, &settings, &ping].concat();
         for cut in 0..PREFACE.len() + settings.len() {
@@ -303,7 +276,7 @@ mod tests {
         let Preface::Ready(out) = insert_stream1(&client, b"blk") else {
             panic!("not inserted")
         };
-        let headers = [0, 0, 3, FRAME_HEADERS, 5, 0, 0, 0, 1, b'b', b'l', b'k'];
+        let headers = [0, 0, 3, HEADERS, 5, 0, 0, 0, 1, b'b', b'l', b'k'];
         assert_eq!(out, [PREFACE, &settings, &headers, &ping].concat());
     }
 
