@@ -127,6 +127,14 @@ impl Stream {
                         return;
                     }
                 }
+                Step::Done(Ending::NoFinal) => {
+                    // The 1xx went out as an interim head and a final one cannot follow: reset
+                    // the stream, but only once the connection has written that head (the h2
+                    // crate drops a stream's queued frames at a reset). Woken by the head, the
+                    // connection's task runs before this one resumes.
+                    tokio::task::yield_now().await;
+                    return self.reset(Reason::NO_ERROR);
+                }
                 other => match self.now_step(other) {
                     Then::Next => {}
                     Then::Wait(step) => unreachable!("{step:?} is carried out above"),
@@ -175,8 +183,7 @@ impl Stream {
                         self.data(Bytes::new(), true)
                     }
                     Ending::KeepAlive | Ending::Close => {}
-                    // The 1xx went out as an interim head; a final one cannot follow.
-                    Ending::NoFinal => self.reset(Reason::NO_ERROR),
+                    Ending::NoFinal => return Then::Wait(Step::Done(ending)),
                     Ending::Abort => self.reset(Reason::CANCEL),
                 }
                 return Then::End;
