@@ -232,14 +232,6 @@ impl Exchange {
         }
     }
 
-    /// The dummy response's plan, if that is the answer.
-    pub fn plan(&self) -> Option<&Plan> {
-        match &self.answer {
-            Answer::Dummy(plan) => Some(plan),
-            _ => None,
-        }
-    }
-
     /// Request body bytes received (and discarded).
     pub fn body_bytes(&mut self, n: u64) {
         self.req_bytes += n;
