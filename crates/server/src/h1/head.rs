@@ -87,11 +87,12 @@ pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
     if method == "CONNECT" {
         return Parsed::Error(ErrorPage::Connect);
     }
+    // Lenient mode takes any target httparse took, and skips the Host rules that read its form.
     let form = if lenient {
-        Form::Origin
+        None
     } else {
         match target_form(method, path.as_bytes()) {
-            Some(f) => f,
+            Some(f) => Some(f),
             None => return Parsed::Error(ErrorPage::InvalidTarget),
         }
     };
@@ -187,7 +188,7 @@ pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
         // carries the authority itself.
         match &head.host {
             None if head.is_11 => return Parsed::Error(ErrorPage::MissingHost),
-            Some(r) if r.is_empty() && form != Form::Absolute && head.is_11 => {
+            Some(r) if r.is_empty() && form != Some(Form::Absolute) && head.is_11 => {
                 return Parsed::Error(ErrorPage::InvalidHost)
             }
             Some(r) if !r.is_empty() && !valid_authority(&buf[r.clone()]) => {
