@@ -263,6 +263,9 @@ fn refusal(buf: &[u8], e: httparse::Error) -> ErrorPage {
                 ErrorPage::MethodTooLong
             } else if method.is_empty() || method.iter().any(|&b| CLASS[b as usize] & TCHAR == 0) {
                 ErrorPage::InvalidMethod
+            } else if buf[offset(buf, method) + method.len()..].starts_with(b"  ") {
+                // An empty target: two spaces after the method.
+                ErrorPage::InvalidRequestLine
             } else {
                 ErrorPage::InvalidTarget
             }
@@ -614,7 +617,7 @@ mod tests {
             ("GET / HTTP/2.0\r\nHost: x\r\n", Some(VersionNotSupported)),
             ("GET / HTTP/1.2\r\nHost: x\r\n", Some(VersionNotSupported)),
             ("GET / HTCPCP/1.0\r\nHost: x\r\n", Some(InvalidRequestLine)),
-            ("GET  / HTTP/1.1\r\nHost: x\r\n", Some(InvalidTarget)),
+            ("GET  / HTTP/1.1\r\nHost: x\r\n", Some(InvalidRequestLine)),
             ("G(T / HTTP/1.1\r\nHost: x\r\n", Some(InvalidMethod)),
             ("GET / HTTP/1.1\nHost: x\r\n", Some(InvalidLineEnding)),
             (
