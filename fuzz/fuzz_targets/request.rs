@@ -9,7 +9,9 @@ use loadterm_server::h1::head::{parse, BodyFraming, Head, Parsed};
 
 fuzz_target!(|data: &[u8]| {
     let mut head = Head::default();
-    if parse(data, &mut head) == Parsed::Complete {
+    // The first byte picks strict or lenient mode, so both are explored.
+    let lenient = data.first().is_some_and(|b| b & 1 == 1);
+    if parse(data, &mut head, lenient) == Parsed::Complete {
         let req = Request { target: &head.target, control: head.control.as_deref(), is_head: head.is_head };
         let _ = Plan::from_request(&req, &mut Rng::new(1));
         let mut dec = Decoder::new(head.body.unwrap_or(BodyFraming::None));

@@ -1,4 +1,6 @@
 //! HTTP/1.x behaviour of `loadterm serve`, over real sockets against the real binary.
+//! Every HTTP/1.1 request carries `Host: x`: the strict parser refuses HTTP/1.1 without Host
+//! (RFC 9112 §3.2); the refusals themselves are in `serve_h1_strict.rs`.
 
 mod common;
 
@@ -15,10 +17,10 @@ fn server() -> Server {
 #[test]
 fn haterm_vector_and_headers() {
     let s = server();
-    let r = get(s.clear_port, "GET /?s=100 HTTP/1.1\r\n\r\n");
+    let r = get(s.clear_port, "GET /?s=100 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(
         r.head,
-        "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nx-req: size=24, time=0 ms\r\n\
+        "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nx-req: size=33, time=0 ms\r\n\
          x-rsp: id=dummy, code=200, cache=1, size=100, time=0 ms (0 real)\r\n\r\n"
     );
     assert_eq!(
@@ -27,11 +29,14 @@ fn haterm_vector_and_headers() {
     );
     assert_body(&r.body, BodyKind::Pattern);
 
-    let r = get(s.clear_port, "GET /?r=404&s=5 HTTP/1.1\r\n\r\n");
+    let r = get(s.clear_port, "GET /?r=404&s=5 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(r.head.starts_with("HTTP/1.1 404 Not Found\r\n"));
     assert_eq!(r.body, b".1234");
 
-    let r = get(s.clear_port, "GET /?s=60&c=0&k=1 HTTP/1.1\r\n\r\n");
+    let r = get(
+        s.clear_port,
+        "GET /?s=60&c=0&k=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(r.header("cache-control"), Some("no-cache"));
     assert_eq!(r.header("transfer-encoding"), Some("chunked"));
     assert_eq!(r.header("content-length"), None);
@@ -42,7 +47,10 @@ fn haterm_vector_and_headers() {
     assert_eq!(r.body, vec![b'1'; 60]);
 
     // First '?' wins: every parameter of the help page's example applies.
-    let r = get(s.clear_port, "GET /?r=500?s=0?c=0?t=10 HTTP/1.1\r\n\r\n");
+    let r = get(
+        s.clear_port,
+        "GET /?r=500?s=0?c=0?t=10 HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(
         (r.status, r.body.len(), r.header("cache-control")),
         (500, 0, Some("no-cache"))
@@ -51,7 +59,7 @@ fn haterm_vector_and_headers() {
     // Control header for when a proxy rewrites the URL.
     let r = get(
         s.clear_port,
-        "GET /rewritten HTTP/1.1\r\nx-loadterm: r=503&s=7\r\n\r\n",
+        "GET /rewritten HTTP/1.1\r\nHost: x\r\nx-loadterm: r=503&s=7\r\n\r\n",
     );
     assert_eq!((r.status, r.body.len()), (503, 7));
 
@@ -63,7 +71,10 @@ fn haterm_vector_and_headers() {
         ("x=abc&s=10", 0),
         ("z=5&s=10", 10),
     ] {
-        let r = get(s.clear_port, &format!("GET /?{q} HTTP/1.1\r\n\r\n"));
+        let r = get(
+            s.clear_port,
+            &format!("GET /?{q} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        );
         assert_eq!(r.body.len(), len, "{q}");
     }
 }
@@ -71,12 +82,12 @@ fn haterm_vector_and_headers() {
 #[test]
 fn bodyless_responses() {
     let s = server();
-    let r = get(s.clear_port, "HEAD /?s=100 HTTP/1.1\r\n\r\n");
+    let r = get(s.clear_port, "HEAD /?s=100 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.header("content-length"), Some("0"));
     for code in [204, 304] {
         let mut c = connect(s.clear_port);
         c.write_all(
-            format!("GET /?r={code}&s=5 HTTP/1.1\r\n\r\nGET /?s=3 HTTP/1.1\r\n\r\n").as_bytes(),
+            format!("GET /?r={code}&s=5 HTTP/1.1\r\nHost: x\r\n\r\nGET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
         )
         .unwrap();
         let mut buf = Vec::new();
@@ -88,7 +99,8 @@ fn bodyless_responses() {
     }
     // A 1xx as the final answer: head, then close.
     let mut c = connect(s.clear_port);
-    c.write_all(b"GET /?r=103 HTTP/1.1\r\n\r\n").unwrap();
+    c.write_all(b"GET /?r=103 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut c, &mut Vec::new(), false);
     assert_eq!(r.status, 103);
     assert!(closed_within(&mut c, Duration::from_secs(3)));
@@ -104,7 +116,7 @@ fn absurd_parameters_are_refused_with_an_explanation() {
         ("t=10g", "delay"),
     ] {
         let mut c = connect(s.clear_port);
-        c.write_all(format!("GET /?{q} HTTP/1.1\r\n\r\n").as_bytes())
+        c.write_all(format!("GET /?{q} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .unwrap();
         let r = read_response(&mut c, &mut Vec::new(), false);
         assert_eq!(r.status, 400, "{q}");
@@ -117,7 +129,8 @@ fn absurd_parameters_are_refused_with_an_explanation() {
     }
     // Huge sizes are legal and stream: read the first bytes, then hang up; the server lives on.
     let mut c = connect(s.clear_port);
-    c.write_all(b"GET /?s=999999g HTTP/1.1\r\n\r\n").unwrap();
+    c.write_all(b"GET /?s=999999g HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut buf = Vec::new();
     while buf.len() < 1 << 20 {
         assert!(fill(&mut c, &mut buf));
@@ -126,7 +139,10 @@ fn absurd_parameters_are_refused_with_an_explanation() {
         String::from_utf8_lossy(&buf).contains(&format!("content-length: {}", 999_999u64 << 30))
     );
     drop(c);
-    assert_eq!(get(s.clear_port, "GET /?s=3 HTTP/1.1\r\n\r\n").body, b".12");
+    assert_eq!(
+        get(s.clear_port, "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n").body,
+        b".12"
+    );
 }
 
 /// HATERM.md §2.7's table, with the HTTP/1.0 + keep-alive + k=1 row fixed (close, not unframed).
@@ -184,7 +200,7 @@ fn keep_alive_decision_table() {
             true,
         ),
         (
-            "GET /?s=10 HTTP/1.1\r\n\r\n",
+            "GET /?s=10 HTTP/1.1\r\nHost: x\r\n\r\n",
             "HTTP/1.1",
             Some("10"),
             None,
@@ -192,7 +208,7 @@ fn keep_alive_decision_table() {
             true,
         ),
         (
-            "GET /?s=10 HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET /?s=10 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
             "HTTP/1.1",
             Some("10"),
             Some("close"),
@@ -200,7 +216,7 @@ fn keep_alive_decision_table() {
             false,
         ),
         (
-            "GET /?s=10&K=1 HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET /?s=10&K=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
             "HTTP/1.1",
             Some("10"),
             Some("close"),
@@ -208,7 +224,7 @@ fn keep_alive_decision_table() {
             false,
         ),
         (
-            "GET /?s=10&C=1 HTTP/1.1\r\n\r\n",
+            "GET /?s=10&C=1 HTTP/1.1\r\nHost: x\r\n\r\n",
             "HTTP/1.1",
             None,
             Some("close"),
@@ -216,7 +232,7 @@ fn keep_alive_decision_table() {
             false,
         ),
         (
-            "GET /?s=10&K=0 HTTP/1.1\r\n\r\n",
+            "GET /?s=10&K=0 HTTP/1.1\r\nHost: x\r\n\r\n",
             "HTTP/1.1",
             None,
             Some("close"),
@@ -224,7 +240,7 @@ fn keep_alive_decision_table() {
             false,
         ),
         (
-            "GET /?s=10&k=1 HTTP/1.1\r\n\r\n",
+            "GET /?s=10&k=1 HTTP/1.1\r\nHost: x\r\n\r\n",
             "HTTP/1.1",
             None,
             None,
@@ -232,7 +248,7 @@ fn keep_alive_decision_table() {
             true,
         ),
         (
-            "GET /?s=10&k=1&C=1 HTTP/1.1\r\n\r\n",
+            "GET /?s=10&k=1&C=1 HTTP/1.1\r\nHost: x\r\n\r\n",
             "HTTP/1.1",
             None,
             Some("close"),
@@ -275,7 +291,8 @@ fn keep_alive_decision_table() {
         assert_eq!(r.body.len(), 10, "{req:?}");
         if open {
             // Still usable.
-            c.write_all(b"GET /?s=2 HTTP/1.1\r\n\r\n").unwrap();
+            c.write_all(b"GET /?s=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
             assert_eq!(
                 read_response(&mut c, &mut Vec::new(), false).body,
                 b".1",
@@ -295,7 +312,7 @@ fn keep_alive_decision_table() {
 #[test]
 fn pipelining_split_at_every_byte() {
     let s = server();
-    let stream = "GET /?s=3 HTTP/1.1\r\n\r\nPOST /?s=4 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /?s=5&r=201 HTTP/1.1\r\n\r\n";
+    let stream = "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\nPOST /?s=4 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /?s=5&r=201 HTTP/1.1\r\nHost: x\r\n\r\n";
     for split in 1..stream.len() {
         let mut c = connect(s.clear_port);
         c.write_all(&stream.as_bytes()[..split]).unwrap();
@@ -317,7 +334,7 @@ fn pipelined_responses_arrive_together() {
     let s = server();
     let mut c = connect(s.clear_port);
     let reqs: String = (0..50)
-        .map(|i| format!("GET /?s={i} HTTP/1.1\r\n\r\n"))
+        .map(|i| format!("GET /?s={i} HTTP/1.1\r\nHost: x\r\n\r\n"))
         .collect();
     c.write_all(reqs.as_bytes()).unwrap();
     let mut buf = Vec::new();
@@ -332,7 +349,7 @@ fn pipelined_responses_arrive_together() {
 fn request_bodies_expect_and_drain_order() {
     let s = server();
     // Content-Length body drained before the response; x-req counts head + body.
-    let req = "POST /?s=5 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789";
+    let req = "POST /?s=5 HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789";
     let r = get(s.clear_port, req);
     assert_eq!(
         r.header("x-req").unwrap(),
@@ -341,8 +358,10 @@ fn request_bodies_expect_and_drain_order() {
 
     // Expect: interim 100 immediately, final response only after the body.
     let mut c = connect(s.clear_port);
-    c.write_all(b"POST /?s=5 HTTP/1.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
-        .unwrap();
+    c.write_all(
+        b"POST /?s=5 HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
     let mut buf = Vec::new();
     let r = read_response(&mut c, &mut buf, false);
     assert_eq!(r.head, "HTTP/1.1 100 Continue\r\n\r\n");
@@ -359,17 +378,17 @@ fn request_bodies_expect_and_drain_order() {
 
     // A=1: the response comes first, the body is drained afterwards, then the next request.
     let mut c = connect(s.clear_port);
-    c.write_all(b"POST /?s=5&A=1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    c.write_all(b"POST /?s=5&A=1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         .unwrap();
     let mut buf = Vec::new();
     assert_eq!(read_response(&mut c, &mut buf, false).body, b".1234");
-    c.write_all(b"4\r\nbody\r\n0\r\n\r\nGET /?s=2 HTTP/1.1\r\n\r\n")
+    c.write_all(b"4\r\nbody\r\n0\r\n\r\nGET /?s=2 HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     assert_eq!(read_response(&mut c, &mut buf, false).body, b".1");
 
     // Malformed chunk → 400, close.
     let mut c = connect(s.clear_port);
-    c.write_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
         .unwrap();
     let r = read_response(&mut c, &mut Vec::new(), false);
     assert_eq!(r.status, 400);
@@ -380,7 +399,7 @@ fn request_bodies_expect_and_drain_order() {
 fn delay_is_applied_and_reported() {
     let s = server();
     let t0 = Instant::now();
-    let r = get(s.clear_port, "GET /?t=300&s=1 HTTP/1.1\r\n\r\n");
+    let r = get(s.clear_port, "GET /?t=300&s=1 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(t0.elapsed() >= Duration::from_millis(300));
     let rsp = r.header("x-rsp").unwrap();
     assert!(rsp.contains("time=300 ms ("), "{rsp}");
@@ -401,17 +420,23 @@ fn malformed_and_oversized_requests() {
     let s = server();
     let cases: Vec<(String, u16)> = vec![
         ("BLAH\r\n\r\n".into(), 400),
-        ("GET / HTTP/1.1\r\nbad header line\r\n\r\n".into(), 400),
         (
-            "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n".into(),
+            "GET / HTTP/1.1\r\nHost: x\r\nbad header line\r\n\r\n".into(),
             400,
         ),
         (
-            format!("GET / HTTP/1.1\r\nx-big: {}\r\n\r\n", "a".repeat(17 * 1024)),
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n".into(),
+            400,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: x\r\nx-big: {}\r\n\r\n",
+                "a".repeat(17 * 1024)
+            ),
             431,
         ),
         (
-            format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9 * 1024)),
+            format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9 * 1024)),
             414,
         ),
     ];
@@ -437,21 +462,26 @@ fn timeouts_408_idle_close_and_slow_reader() {
     assert!(t0.elapsed() >= Duration::from_millis(900) && t0.elapsed() < Duration::from_secs(5));
     // Incomplete body.
     let mut c = connect(s.clear_port);
-    c.write_all(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234")
+    c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234")
         .unwrap();
     assert_eq!(read_response(&mut c, &mut Vec::new(), false).status, 408);
     // Idle keep-alive: silent close.
     let mut c = connect(s.clear_port);
-    c.write_all(b"GET /?s=1 HTTP/1.1\r\n\r\n").unwrap();
+    c.write_all(b"GET /?s=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut buf = Vec::new();
     read_response(&mut c, &mut buf, false);
     assert!(closed_within(&mut c, Duration::from_secs(3)));
     assert!(buf.is_empty());
     // A client that stops reading a huge response is dropped; others are still served.
     let mut slow = connect(s.clear_port);
-    slow.write_all(b"GET /?s=1g HTTP/1.1\r\n\r\n").unwrap();
+    slow.write_all(b"GET /?s=1g HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(get(s.clear_port, "GET /?s=3 HTTP/1.1\r\n\r\n").body, b".12");
+    assert_eq!(
+        get(s.clear_port, "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n").body,
+        b".12"
+    );
     let mut got = Vec::new();
     let t0 = Instant::now();
     while fill(&mut slow, &mut got) {
@@ -493,18 +523,19 @@ fn bodies_are_exact(flags: &[&str]) {
         300_001,
         1 << 20,
     ] {
-        c.write_all(format!("GET /?s={size} HTTP/1.1\r\n\r\n").as_bytes())
+        c.write_all(format!("GET /?s={size} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .unwrap();
         let r = read_response(&mut c, &mut buf, false);
         assert_eq!(r.body.len(), size);
         assert_body(&r.body, BodyKind::Pattern);
-        c.write_all(format!("GET /?s={size}&k=1 HTTP/1.1\r\n\r\n").as_bytes())
+        c.write_all(format!("GET /?s={size}&k=1 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .unwrap();
         let r = read_response(&mut c, &mut buf, false);
         assert_eq!(r.body, vec![b'1'; size]);
     }
     // Random bodies: not the pattern, periodic over 64 KiB.
-    c.write_all(b"GET /?s=200000&R=1 HTTP/1.1\r\n\r\n").unwrap();
+    c.write_all(b"GET /?s=200000&R=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut c, &mut buf, false);
     assert_eq!(r.body.len(), 200_000);
     assert_ne!(
@@ -514,7 +545,7 @@ fn bodies_are_exact(flags: &[&str]) {
     assert_eq!(&r.body[..1000], &r.body[65536..66536]);
     let distinct: std::collections::HashSet<u8> = r.body[..4096].iter().copied().collect();
     assert!(distinct.len() > 200);
-    c.write_all(b"GET /?s=100001 HTTP/1.1\r\n\r\nGET /?s=7 HTTP/1.1\r\n\r\n")
+    c.write_all(b"GET /?s=100001 HTTP/1.1\r\nHost: x\r\n\r\nGET /?s=7 HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let r = read_response(&mut c, &mut buf, false);
     assert_eq!(r.body.len(), 100_001);
@@ -527,7 +558,7 @@ fn help_page() {
     let s = server();
     for target in ["/?", "/x?", "/?h"] {
         let mut c = connect(s.clear_port);
-        c.write_all(format!("GET {target} HTTP/1.1\r\n\r\n").as_bytes())
+        c.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .unwrap();
         let r = read_response(&mut c, &mut Vec::new(), false);
         assert!(r.head.starts_with("HTTP/1.0 200 OK\r\n"), "{target}");
@@ -640,7 +671,10 @@ fn command_line() {
 fn restart_with_connections_in_time_wait() {
     let first = server();
     for _ in 0..3 {
-        let r = get(first.clear_port, "GET /?s=1&C=1 HTTP/1.1\r\n\r\n");
+        let r = get(
+            first.clear_port,
+            "GET /?s=1&C=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
         assert_eq!(r.status, 200);
     }
     let port = first.clear_port;
@@ -666,7 +700,10 @@ fn restart_with_connections_in_time_wait() {
         common::wait_tcp(port, Duration::from_secs(5)),
         "restart refused"
     );
-    assert_eq!(get(port, "GET /?s=2 HTTP/1.1\r\n\r\n").body, b".1");
+    assert_eq!(
+        get(port, "GET /?s=2 HTTP/1.1\r\nHost: x\r\n\r\n").body,
+        b".1"
+    );
     again.kill().unwrap();
     again.wait().unwrap();
 }
@@ -688,7 +725,7 @@ fn zero_copy_calls(target: &str) -> usize {
         common::wait_tcp(clear, Duration::from_secs(20)),
         "server under strace did not start"
     );
-    let r = get(clear, &format!("GET {target} HTTP/1.1\r\n\r\n"));
+    let r = get(clear, &format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"));
     assert_eq!(r.body.len(), 256 << 10);
     assert_body(&r.body, BodyKind::Pattern);
     // Stop the traced server (strace's child) so that strace writes everything and exits.

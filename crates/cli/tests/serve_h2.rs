@@ -340,7 +340,7 @@ async fn sigterm_drains_connections_with_goaway() {
     let mut c = client.clone();
     let delayed = tokio::spawn(async move { fetch(&mut c, "/?t=800&s=10").await });
     let mut idle_h1 = std::net::TcpStream::connect(("127.0.0.1", s.clear_port)).unwrap();
-    std::io::Write::write_all(&mut idle_h1, b"GET /?s=1 HTTP/1.1\r\n\r\n").unwrap();
+    std::io::Write::write_all(&mut idle_h1, b"GET /?s=1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     idle_h1
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();

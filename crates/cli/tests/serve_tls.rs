@@ -83,7 +83,7 @@ fn fetch(port: u16, name: &str, cfg: rustls::ClientConfig) -> Fetched {
             .connect(ServerName::try_from(name.to_string()).unwrap(), tcp)
             .await
             .expect("handshake");
-        tls.write_all(b"GET /?s=5 HTTP/1.1\r\nConnection: close\r\n\r\n")
+        tls.write_all(b"GET /?s=5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
         let mut response = Vec::new();

@@ -50,6 +50,40 @@ pub enum ErrorPage {
     UriTooLong,
     /// Request header block too large.
     HeadersTooLarge,
+    /// One header field line too large.
+    FieldTooLarge,
+    /// Request method longer than any the server knows (RFC 9112 §3 suggests 501).
+    MethodTooLong,
+    /// Request method with a byte that is not a token character.
+    InvalidMethod,
+    /// CONNECT: a 2xx would open a tunnel, which a dummy server cannot honour.
+    Connect,
+    /// Protocol version other than HTTP/1.0 and HTTP/1.1.
+    VersionNotSupported,
+    /// Request line not `method SP request-target SP HTTP-version CRLF`.
+    InvalidRequestLine,
+    /// Request-target of a form the method does not allow, or with bytes a URI cannot hold.
+    InvalidTarget,
+    /// A line of the head ending in a bare CR, or a bare LF in strict mode.
+    InvalidLineEnding,
+    /// Field name not a token (whitespace before the colon, obs-fold included).
+    InvalidFieldName,
+    /// Field value with a control character other than HTAB.
+    InvalidFieldValue,
+    /// HTTP/1.1 request without Host.
+    MissingHost,
+    /// More than one Host field.
+    DuplicateHost,
+    /// Host value not `uri-host [":" port]`, or empty.
+    InvalidHost,
+    /// Content-Length not one decimal number, or sent more than once.
+    InvalidContentLength,
+    /// Transfer-Encoding empty, or not a single final `chunked`.
+    InvalidTransferEncoding,
+    /// Both Transfer-Encoding and Content-Length.
+    TransferEncodingWithLength,
+    /// Transfer-Encoding on an HTTP/1.0 request (RFC 9112 §6.1).
+    TransferEncodingOnHttp10,
 }
 
 impl ErrorPage {
@@ -58,7 +92,22 @@ impl ErrorPage {
             ErrorPage::BadRequest => 400,
             ErrorPage::Timeout => 408,
             ErrorPage::UriTooLong => 414,
-            ErrorPage::HeadersTooLarge => 431,
+            ErrorPage::HeadersTooLarge | ErrorPage::FieldTooLarge => 431,
+            ErrorPage::MethodTooLong | ErrorPage::Connect => 501,
+            ErrorPage::VersionNotSupported => 505,
+            ErrorPage::InvalidMethod
+            | ErrorPage::InvalidRequestLine
+            | ErrorPage::InvalidTarget
+            | ErrorPage::InvalidLineEnding
+            | ErrorPage::InvalidFieldName
+            | ErrorPage::InvalidFieldValue
+            | ErrorPage::MissingHost
+            | ErrorPage::DuplicateHost
+            | ErrorPage::InvalidHost
+            | ErrorPage::InvalidContentLength
+            | ErrorPage::InvalidTransferEncoding
+            | ErrorPage::TransferEncodingWithLength
+            | ErrorPage::TransferEncodingOnHttp10 => 400,
         }
     }
 
@@ -71,6 +120,57 @@ impl ErrorPage {
             ErrorPage::HeadersTooLarge => {
                 "431 Request Header Fields Too Large: the header block exceeds the limit.\n"
             }
+            ErrorPage::FieldTooLarge => {
+                "431 Request Header Fields Too Large: a header field exceeds the limit.\n"
+            }
+            ErrorPage::MethodTooLong => {
+                "501 Not Implemented: the request method is longer than any this server knows.\n"
+            }
+            ErrorPage::InvalidMethod => {
+                "400 Bad Request: the request method holds a byte that is not a token character.\n"
+            }
+            ErrorPage::Connect => {
+                "501 Not Implemented: CONNECT is not supported: this server opens no tunnels.\n"
+            }
+            ErrorPage::VersionNotSupported => {
+                "505 HTTP Version Not Supported: only HTTP/1.0 and HTTP/1.1 are served here.\n"
+            }
+            ErrorPage::InvalidRequestLine => {
+                "400 Bad Request: the request line is not 'method target HTTP/x.y'.\n"
+            }
+            ErrorPage::InvalidTarget => {
+                "400 Bad Request: the request-target is not a valid URI of a form this method \
+                 allows ('*' is for OPTIONS only).\n"
+            }
+            ErrorPage::InvalidLineEnding => {
+                "400 Bad Request: a line of the request head does not end with CRLF.\n"
+            }
+            ErrorPage::InvalidFieldName => {
+                "400 Bad Request: a header field name is not a token (whitespace before the \
+                 colon, or a folded line).\n"
+            }
+            ErrorPage::InvalidFieldValue => {
+                "400 Bad Request: a header field value holds a control character.\n"
+            }
+            ErrorPage::MissingHost => {
+                "400 Bad Request: an HTTP/1.1 request must carry a Host header field.\n"
+            }
+            ErrorPage::DuplicateHost => {
+                "400 Bad Request: the request carries more than one Host header field.\n"
+            }
+            ErrorPage::InvalidHost => "400 Bad Request: the Host value is not host[:port].\n",
+            ErrorPage::InvalidContentLength => {
+                "400 Bad Request: Content-Length must be one decimal number, sent once.\n"
+            }
+            ErrorPage::InvalidTransferEncoding => {
+                "400 Bad Request: Transfer-Encoding must be a single final 'chunked'.\n"
+            }
+            ErrorPage::TransferEncodingWithLength => {
+                "400 Bad Request: Transfer-Encoding and Content-Length together are refused.\n"
+            }
+            ErrorPage::TransferEncodingOnHttp10 => {
+                "400 Bad Request: Transfer-Encoding is not allowed on an HTTP/1.0 request.\n"
+            }
         }
     }
 }
@@ -78,6 +178,37 @@ impl ErrorPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_pages_start_with_their_status() {
+        use ErrorPage::*;
+        for p in [
+            BadRequest,
+            Timeout,
+            UriTooLong,
+            HeadersTooLarge,
+            FieldTooLarge,
+            MethodTooLong,
+            InvalidMethod,
+            Connect,
+            VersionNotSupported,
+            InvalidRequestLine,
+            InvalidTarget,
+            InvalidLineEnding,
+            InvalidFieldName,
+            InvalidFieldValue,
+            MissingHost,
+            DuplicateHost,
+            InvalidHost,
+            InvalidContentLength,
+            InvalidTransferEncoding,
+            TransferEncodingWithLength,
+            TransferEncodingOnHttp10,
+        ] {
+            assert!(p.body().starts_with(&p.status().to_string()), "{p:?}");
+            assert!(p.body().ends_with(".\n") && p.body().len() < 120, "{p:?}");
+        }
+    }
 
     #[test]
     fn help_lists_every_parameter_and_the_version() {

@@ -68,7 +68,8 @@ pub struct ServeArgs {
     #[arg(short = 'C')]
     dump_config: bool,
     /// haterm "global" line; understood: `nbthread N`, `maxconn N`, `timeout client T`,
-    /// `limited-quic` (no effect); others are ignored with a warning.
+    /// `limited-quic` (no effect), `option accept-unsafe-violations-in-http-request` (= --lenient);
+    /// others are ignored with a warning.
     #[arg(short = 'G', value_name = "LINE")]
     global: Vec<String>,
     /// haterm "frontend" line; same subset as -G.
@@ -83,6 +84,12 @@ pub struct ServeArgs {
     /// haterm's -D (daemon) is refused: run loadterm under a supervisor or with `&`.
     #[arg(short = 'D', hide = true)]
     daemon: bool,
+    /// Accept HTTP/1.x requests haterm accepts but RFC 9112 forbids: no or several Host fields,
+    /// any request-target, bare LF line ends, Transfer-Encoding on HTTP/1.0. What decides where a
+    /// request ends (Content-Length, Transfer-Encoding, chunked syntax) stays strict.
+    /// Also: `-G 'option accept-unsafe-violations-in-http-request'`.
+    #[arg(long)]
+    lenient: bool,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -153,6 +160,7 @@ fn apply_haproxy_line(line: &str, threads: &mut Option<usize>, cfg: &mut Config)
             Ok(d) => cfg.timeout = d,
             Err(e) => return Err(usage_error(format!("'{line}': {e}"))),
         },
+        ["option", "accept-unsafe-violations-in-http-request"] => cfg.lenient = true,
         ["limited-quic"] | [] => {}
         _ => eprintln!("loadterm: warning: ignoring haterm configuration line '{line}'"),
     }
@@ -184,6 +192,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         splice: !a.no_splice,
         alt_svc: a.alt_svc,
         grace: a.grace,
+        lenient: a.lenient,
         shutdown,
         h2: a.h2,
         h3: a.h3,

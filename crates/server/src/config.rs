@@ -19,6 +19,9 @@ pub struct Config {
     pub alt_svc: bool,
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.
     pub grace: Duration,
+    /// Accept HTTP/1.x requests that break RFC 9112 rules haterm does not enforce (Host,
+    /// request-target, bare LF, Transfer-Encoding on HTTP/1.0); framing rules stay on.
+    pub lenient: bool,
     pub shutdown: crate::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

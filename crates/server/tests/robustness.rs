@@ -14,7 +14,7 @@ const SEEDS: &[&[u8]] = &[
 
 fn exercise(data: &[u8]) {
     let mut head = Head::default();
-    if parse(data, &mut head) == Parsed::Complete {
+    if parse(data, &mut head, false) == Parsed::Complete {
         assert!(head.len <= data.len());
         let req = Request {
             target: &head.target,

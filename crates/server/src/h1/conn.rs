@@ -82,6 +82,7 @@ struct Conn<IO> {
     out: Vec<u8>,
     timeout: Duration,
     head: Head,
+    lenient: bool,
     h2c_upgrade: bool,
     splice: bool,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
@@ -103,6 +104,7 @@ pub async fn serve<IO: Transport>(
         out: Vec::with_capacity(4096),
         timeout: cfg.timeout,
         head: Head::default(),
+        lenient: cfg.lenient,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
         extra_head: opts
@@ -238,7 +240,7 @@ impl<IO: Transport> Conn<IO> {
         let t_first = Instant::now();
         loop {
             let mut head = std::mem::take(&mut self.head);
-            let parsed = head::parse(self.buffered(), &mut head);
+            let parsed = head::parse(self.buffered(), &mut head, self.lenient);
             self.head = head;
             match parsed {
                 Parsed::Complete => break,
