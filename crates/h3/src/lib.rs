@@ -5,6 +5,7 @@
 //! static table and literals. Purpose-built instead of the `h3` crate, which copied every body
 //! byte (see docs/PERFORMANCE.md).
 
+pub mod fields;
 pub mod frame;
 pub mod message;
 pub mod qpack;
