@@ -1,7 +1,8 @@
-//! Request field validation (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field
-//! line in order, a [`RequestFields`] tells a well-formed request's facts from a malformed one,
-//! which the server resets with H3_MESSAGE_ERROR. One pass, byte-table lookups, and no
-//! allocation once its two buffers are warm: it runs on every request.
+//! Field validation (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field line in
+//! order, a [`RequestFields`] tells a well-formed request's facts from a malformed one, which
+//! the server resets with H3_MESSAGE_ERROR; [`ResponseFields`] does the same for the load
+//! generator's responses. One pass, byte-table lookups, and no allocation once the buffers are
+//! warm: it runs on every message.
 
 use crate::frame::code;
 
@@ -44,6 +45,12 @@ pub enum FieldError {
     ContentLength,
     #[error("content-length differs from the DATA received")]
     BodyMismatch,
+    #[error(":status missing or not three digits")]
+    BadStatus,
+    #[error("request pseudo-header in a response")]
+    RequestPseudo,
+    #[error("pseudo-header in trailers")]
+    PseudoInTrailers,
 }
 
 impl FieldError {
@@ -112,6 +119,8 @@ const HOST: u8 = 16;
 const LENGTH: u8 = 32;
 const REGULAR: u8 = 64;
 const CONNECT: u8 = 128;
+/// A response's `:status` (a response has no `:method`: the bit is free).
+const STATUS: u8 = METHOD;
 
 /// A request's facts once its fields are valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,14 +193,9 @@ impl RequestFields {
             }
             return Ok(());
         }
-        if name.is_empty() || !name.iter().all(|&b| NAME[b as usize]) {
-            return Err(FieldError::BadName);
-        }
+        regular(name, value)?;
         self.seen |= REGULAR;
         match name {
-            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding"
-            | b"upgrade" => return Err(FieldError::ConnectionSpecific),
-            b"te" if !value.eq_ignore_ascii_case(b"trailers") => return Err(FieldError::Te),
             b"host" => {
                 if self.seen & HOST != 0 {
                     return Err(FieldError::DuplicateHost);
@@ -252,6 +256,120 @@ impl RequestFields {
             content_length: (seen & LENGTH != 0).then_some(self.content_length),
             connect: seen & CONNECT != 0,
         })
+    }
+}
+
+/// The rules for any regular field (§4.2): its name, and the connection-specific fields.
+fn regular(name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+    if name.is_empty() || !name.iter().all(|&b| NAME[b as usize]) {
+        return Err(FieldError::BadName);
+    }
+    match name {
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
+            Err(FieldError::ConnectionSpecific)
+        }
+        b"te" if !value.eq_ignore_ascii_case(b"trailers") => Err(FieldError::Te),
+        _ => Ok(()),
+    }
+}
+
+/// A response's facts once its fields are valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseFacts {
+    /// 0 for trailers.
+    pub status: u16,
+    pub content_length: Option<u64>,
+    /// Regular fields, counted as HTTP/1.1 would spell them (`name: value\r\n`).
+    pub field_bytes: u64,
+}
+
+/// Validates one response field section (or trailer section) at a time; allocates nothing.
+#[derive(Debug, Default)]
+pub struct ResponseFields {
+    trailers: bool,
+    seen: u8,
+    facts: Option<ResponseFacts>,
+    error: Option<FieldError>,
+}
+
+impl ResponseFields {
+    /// Start a new section: a response head, or `trailers`.
+    pub fn begin(&mut self, trailers: bool) {
+        self.trailers = trailers;
+        self.seen = 0;
+        self.facts = Some(ResponseFacts {
+            status: 0,
+            content_length: None,
+            field_bytes: 0,
+        });
+        self.error = None;
+    }
+
+    /// The next field line, in the order received.
+    pub fn field(&mut self, name: &[u8], value: &[u8]) {
+        if self.error.is_none() {
+            if let Err(e) = self.check(name, value) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    fn check(&mut self, name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+        if !valid_value(value) {
+            return Err(FieldError::BadValue);
+        }
+        let facts = self.facts.as_mut().expect("begin() first");
+        if let Some(pseudo) = name.strip_prefix(b":") {
+            if self.trailers {
+                return Err(FieldError::PseudoInTrailers);
+            }
+            if self.seen & REGULAR != 0 {
+                return Err(FieldError::PseudoAfterRegular);
+            }
+            if pseudo != b"status" {
+                return Err(match pseudo {
+                    b"method" | b"scheme" | b"authority" | b"path" | b"protocol" => {
+                        FieldError::RequestPseudo
+                    }
+                    _ => FieldError::UnknownPseudo,
+                });
+            }
+            if self.seen & STATUS != 0 {
+                return Err(FieldError::DuplicatePseudo);
+            }
+            self.seen |= STATUS;
+            facts.status = match *value {
+                [a @ b'1'..=b'9', b, c] if b.is_ascii_digit() && c.is_ascii_digit() => {
+                    (a - b'0') as u16 * 100 + (b - b'0') as u16 * 10 + (c - b'0') as u16
+                }
+                _ => return Err(FieldError::BadStatus),
+            };
+            return Ok(());
+        }
+        regular(name, value)?;
+        self.seen |= REGULAR;
+        facts.field_bytes += (name.len() + value.len() + 4) as u64;
+        if name == b"content-length" {
+            let n = parse_length(value).ok_or(FieldError::ContentLength)?;
+            // Repeated only with the same value (RFC 9110 §8.6).
+            if facts.content_length.is_some_and(|l| l != n) {
+                return Err(FieldError::ContentLength);
+            }
+            facts.content_length = Some(n);
+        }
+        Ok(())
+    }
+
+    /// The verdict on the whole section.
+    pub fn finish(&self) -> Result<ResponseFacts, FieldError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let facts = self.facts.expect("begin() first");
+        if !self.trailers && self.seen & STATUS == 0 {
+            return Err(FieldError::BadStatus);
+        }
+        Ok(facts)
     }
 }
 
@@ -541,5 +659,120 @@ mod tests {
         assert_eq!(b.data(7), Ok(()));
         assert_eq!(b.end(), Ok(()));
         assert_eq!(b.received(), 7);
+    }
+
+    type ResponseVerdict = Result<ResponseFacts, FieldError>;
+
+    fn response(trailers: bool, fields: &[(&str, &str)]) -> ResponseVerdict {
+        let mut v = ResponseFields::default();
+        v.begin(trailers);
+        for (n, val) in fields {
+            v.field(n.as_bytes(), val.as_bytes());
+        }
+        v.finish()
+    }
+
+    #[test]
+    fn response_rules() {
+        let ok = |status, content_length, field_bytes| {
+            Ok(ResponseFacts {
+                status,
+                content_length,
+                field_bytes,
+            })
+        };
+        let cases: Vec<(&str, bool, Fields, ResponseVerdict)> = vec![
+            (
+                "200",
+                false,
+                vec![(":status", "200"), ("a", "b")],
+                ok(200, None, 6),
+            ),
+            (
+                "content-length twice, same",
+                false,
+                vec![
+                    (":status", "200"),
+                    ("content-length", "1"),
+                    ("content-length", "1"),
+                ],
+                ok(200, Some(1), 2 * 19),
+            ),
+            ("trailers", true, vec![("x-t", "1")], ok(0, None, 8)),
+            ("no :status", false, vec![("a", "b")], Err(BadStatus)),
+            (
+                ":status twice",
+                false,
+                vec![(":status", "200"), (":status", "200")],
+                Err(DuplicatePseudo),
+            ),
+            (
+                ":status not 3 digits",
+                false,
+                vec![(":status", "20")],
+                Err(BadStatus),
+            ),
+            (
+                ":status 099",
+                false,
+                vec![(":status", "099")],
+                Err(BadStatus),
+            ),
+            (
+                ":status after a field",
+                false,
+                vec![("a", "b"), (":status", "200")],
+                Err(PseudoAfterRegular),
+            ),
+            (
+                "request pseudo",
+                false,
+                vec![(":status", "200"), (":path", "/")],
+                Err(RequestPseudo),
+            ),
+            (
+                "unknown pseudo",
+                false,
+                vec![(":x", "1")],
+                Err(UnknownPseudo),
+            ),
+            (
+                "pseudo in trailers",
+                true,
+                vec![(":status", "200")],
+                Err(PseudoInTrailers),
+            ),
+            (
+                "upper-case name",
+                false,
+                vec![(":status", "200"), ("Server", "x")],
+                Err(BadName),
+            ),
+            (
+                "connection-specific",
+                false,
+                vec![(":status", "200"), ("transfer-encoding", "chunked")],
+                Err(ConnectionSpecific),
+            ),
+            (
+                "content-length differing",
+                false,
+                vec![
+                    (":status", "200"),
+                    ("content-length", "1"),
+                    ("content-length", "2"),
+                ],
+                Err(ContentLength),
+            ),
+            (
+                "value with LF",
+                false,
+                vec![(":status", "200"), ("a", "b\nc")],
+                Err(BadValue),
+            ),
+        ];
+        for (what, trailers, fields, want) in cases {
+            assert_eq!(response(trailers, &fields), want, "{what}");
+        }
     }
 }
