@@ -387,7 +387,7 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     })
 }
 
-/// DATA bytes against a request's `content-length` (§4.1.2), counted as they arrive.
+/// DATA bytes against a message's `content-length` (§4.1.2), counted as they arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyLength {
     expected: Option<u64>,

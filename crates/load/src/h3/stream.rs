@@ -5,7 +5,7 @@ use crate::inflight::End;
 use crate::record::{ErrorKind, Sample};
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
-use loadterm_h3::fields::ResponseFields;
+use loadterm_h3::fields::{BodyLength, ResponseFields};
 use loadterm_h3::frame::{self, code, ReadError, Reader};
 use loadterm_h3::qpack;
 use std::cell::Cell;
@@ -128,8 +128,9 @@ async fn read_response(
     // When the final head began to arrive (an interim one's arrival is not the answer's).
     let mut first_byte = None;
     let mut status = None;
-    let mut content_length = None;
-    let (mut head_bytes, mut body_bytes, mut interim) = (0u64, 0u64, false);
+    // DATA against the final head's content-length.
+    let mut body = BodyLength::new(None);
+    let (mut head_bytes, mut interim) = (0u64, false);
     while let Some((ty, len)) = r.frame_head().await? {
         match ty {
             frame::HEADERS => {
@@ -159,7 +160,7 @@ async fn read_response(
                         // No body follows a HEAD's response, a 204's or a 304's, whatever its
                         // content-length says.
                         let bodiless = w.setup.is_head || s == 204 || s == 304;
-                        content_length = facts.content_length.filter(|_| !bodiless);
+                        body = BodyLength::new(facts.content_length.filter(|_| !bodiless));
                         first_byte = at;
                         // As HTTP/1.1 would spell the status line, so that head bytes compare.
                         head_bytes = fields + 12;
@@ -167,7 +168,7 @@ async fn read_response(
                 }
             }
             frame::DATA if status.is_some() => {
-                body_bytes += len;
+                body.data(len).map_err(|_| Fail::Malformed)?;
                 r.skip(len).await?;
             }
             frame::DATA
@@ -187,13 +188,11 @@ async fn read_response(
             Fail::Protocol
         });
     };
-    if content_length.is_some_and(|n| n != body_bytes) {
-        return Err(Fail::Malformed);
-    }
+    body.end().map_err(|_| Fail::Malformed)?;
     Ok(Response {
         first_byte: first_byte.unwrap_or_else(Instant::now),
         status,
         head_bytes,
-        body_bytes,
+        body_bytes: body.received(),
     })
 }
