@@ -332,3 +332,19 @@ fn h3_content_length_below_data_is_malformed() {
     let fields = format!(r#"[[":method", "POST"], {REST}, ["content-length", "3"]]"#);
     assert_message_error(exact_request(&fields, Some(5)));
 }
+
+#[test]
+fn h3_pseudo_header_in_trailers_is_malformed() {
+    let fields = format!(r#"[[":method", "POST"], {REST}], "trailers": [[":path", "/"]]"#);
+    assert_message_error(exact_request(&fields, Some(5)));
+}
+
+/// The control for the test above: valid trailers are read and the request answered.
+#[test]
+fn h3_valid_trailers_are_accepted() {
+    let fields = format!(r#"[[":method", "POST"], {REST}], "trailers": [["x-sum", "1"]]"#);
+    let r = exact_request(&fields, Some(5));
+    if !r.is_null() {
+        assert_eq!(r["status"].as_u64(), Some(200), "{r}");
+    }
+}

@@ -273,6 +273,17 @@ fn regular(name: &[u8], value: &[u8]) -> Result<(), FieldError> {
     }
 }
 
+/// A trailer section's field line (§4.1.2): no pseudo-headers, and the rules of any field.
+pub fn trailer_field(name: &[u8], value: &[u8]) -> Result<(), FieldError> {
+    if name.starts_with(b":") {
+        return Err(FieldError::PseudoInTrailers);
+    }
+    if !valid_value(value) {
+        return Err(FieldError::BadValue);
+    }
+    regular(name, value)
+}
+
 /// A response's facts once its fields are valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseFacts {
@@ -319,10 +330,12 @@ impl ResponseFields {
             return Err(FieldError::BadValue);
         }
         let facts = self.facts.as_mut().expect("begin() first");
+        if self.trailers {
+            trailer_field(name, value)?;
+            facts.field_bytes += (name.len() + value.len() + 4) as u64;
+            return Ok(());
+        }
         if let Some(pseudo) = name.strip_prefix(b":") {
-            if self.trailers {
-                return Err(FieldError::PseudoInTrailers);
-            }
             if self.seen & REGULAR != 0 {
                 return Err(FieldError::PseudoAfterRegular);
             }

@@ -6,7 +6,7 @@
 use crate::config::Config;
 use bytes::Bytes;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
-use loadterm_h3::fields::{BodyLength, FieldError, RequestFacts, RequestFields};
+use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code, Reader};
 use loadterm_h3::message::{Event, Message, MessageError};
 use loadterm_h3::qpack::{self, QpackError};
@@ -72,6 +72,19 @@ impl RequestHead {
         decoded.map_err(HeadError::Qpack)?;
         fields.finish().map_err(HeadError::Malformed)
     }
+
+    /// Decode and validate a trailer section (nothing in it is used).
+    fn trailers(&mut self, section: &[u8], max: u64) -> Result<(), HeadError> {
+        let mut first = Ok(());
+        self.decoder
+            .decode(section, max, |name, value| {
+                if first.is_ok() {
+                    first = fields::trailer_field(name, value);
+                }
+            })
+            .map_err(HeadError::Qpack)?;
+        first.map_err(HeadError::Malformed)
+    }
 }
 
 thread_local! {
@@ -116,6 +129,8 @@ struct Stream {
     read_all: bool,
     /// The request's `content-length`, checked against its DATA.
     content_length: Option<u64>,
+    /// `--h3-max-header-list`, for the trailers.
+    max_section: u64,
     /// A response head (its buffer, and where the frame starts in it) waiting to go out with
     /// the body's first bytes.
     pending: Option<(Vec<u8>, usize)>,
@@ -177,6 +192,20 @@ impl Stream {
                 match self.recv.event(&mut self.msg).await? {
                     Event::Data(n) => length.data(n).map_err(malformed)?,
                     Event::End => return length.end().map_err(malformed),
+                    Event::Trailers => {
+                        let section = self.msg.section();
+                        HEAD.with(|h| h.borrow_mut().trailers(section, self.max_section))
+                            .map_err(|e| match e {
+                                HeadError::Qpack(QpackError::Decompression) => {
+                                    Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+                                }
+                                // Too late for a 431: the response may be out.
+                                HeadError::Qpack(QpackError::TooLarge) => {
+                                    Abort::Reset(code::MESSAGE_ERROR)
+                                }
+                                HeadError::Malformed(e) => malformed(e),
+                            })?;
+                    }
                     _ => {}
                 }
             }
@@ -205,6 +234,7 @@ pub async fn serve(
         msg: Message::request(cfg.h3.h3_max_header_list),
         read_all: false,
         content_length: None,
+        max_section: cfg.h3.h3_max_header_list,
         pending: None,
     };
     let t_first = Instant::now();
