@@ -146,6 +146,8 @@ pub struct Head {
     /// Regular (non-pseudo) fields, counted as `name: value\r\n`.
     pub field_bytes: u64,
     pub content_length: Option<u64>,
+    /// A pseudo-header was present (trailers may have none).
+    pub pseudo: bool,
     /// Malformed as a response (RFC 9113 §8.1.1, §8.3): a pseudo-header other than one
     /// `:status`, or after a regular field; a `content-length` not decimal, or repeated with
     /// another value. The block is still decoded in full, to keep the table in step.
@@ -225,6 +227,7 @@ impl Decoder {
             if entry.pseudo {
                 head.malformed |= !entry.is_status || seen_status || regular;
                 seen_status |= entry.is_status;
+                head.pseudo = true;
                 head.status = entry.status;
             } else {
                 regular = true;

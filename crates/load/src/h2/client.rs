@@ -487,7 +487,11 @@ impl Client {
             return Ok(());
         }
         if s.status.is_some() {
-            // Trailers.
+            // Trailers, which carry no pseudo-header (RFC 9113 §8.1).
+            if head.pseudo {
+                self.malformed(id);
+                return Ok(());
+            }
             s.head_bytes += head.field_bytes;
             if !end_stream {
                 return Err(ProtocolError("trailers without END_STREAM"));
@@ -938,6 +942,14 @@ mod tests {
                     1,
                     &[&head_200()[1..], &[0x88]].concat(),
                 ),
+            ),
+            (
+                ":status in trailers",
+                [
+                    frame(HEADERS, END_HEADERS, 1, &head_200()),
+                    frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]),
+                ]
+                .concat(),
             ),
             (
                 "content-length above the DATA",
