@@ -7,7 +7,9 @@ Usage: h3get.py HOST PORT REQUEST... where each REQUEST is a JSON object:
 "data" uploads that many bytes (with content-length unless "no_length"); "grease" ends the
 request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's client does; "raw"
 (hex) is sent as the whole request stream instead, for protocol violations (with FIN unless
-"no_fin"). A connection the
+"no_fin"); "exact_headers" (a list of [name, value], "{authority}" in a value replaced) is
+sent as the whole field section, in order and unchecked, for malformed requests; "trailers"
+(a list of [name, value]) ends the request with a trailer section. A connection the
 server closes reports "closed": its error code for every request still waiting.
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds.
 """
@@ -73,13 +75,22 @@ class Client(QuicConnectionProtocol):
         if data is not None and not spec.get("no_length"):
             headers.append((b"content-length", str(len(data)).encode()))
         headers += [(k.encode(), v.encode()) for k, v in spec.get("headers", [])]
+        if "exact_headers" in spec:
+            authority = f"{host}:{port}"
+            headers = [
+                (k.encode(), v.replace("{authority}", authority).encode())
+                for k, v in spec["exact_headers"]
+            ]
         grease = spec.get("grease", False)
+        trailers = [(k.encode(), v.encode()) for k, v in spec.get("trailers", [])]
         if "raw" in spec:
             self._quic.send_stream_data(sid, bytes.fromhex(spec["raw"]), end_stream=not spec.get("no_fin"))
         else:
-            self.h3.send_headers(sid, headers, end_stream=data is None and not grease)
+            self.h3.send_headers(sid, headers, end_stream=data is None and not grease and not trailers)
         if data is not None:
-            self.h3.send_data(sid, data, end_stream=not grease)
+            self.h3.send_data(sid, data, end_stream=not grease and not trailers)
+        if trailers:
+            self.h3.send_headers(sid, trailers, end_stream=not grease)
         if grease:
             self._quic.send_stream_data(sid, encode_frame(GREASE_FRAME_TYPE, b"grease"), end_stream=True)
         fut = asyncio.get_running_loop().create_future()

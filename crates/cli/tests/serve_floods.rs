@@ -4,85 +4,11 @@
 
 mod common;
 
+use common::h2raw::*;
 use common::Server;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-
-fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    f.extend_from_slice(&[ty, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// HPACK integer with a 7-bit prefix (RFC 7541 §5.1).
-fn int7(out: &mut Vec<u8>, mut v: usize) {
-    if v < 127 {
-        out.push(v as u8);
-        return;
-    }
-    out.push(127);
-    v -= 127;
-    while v >= 128 {
-        out.push((v % 128) as u8 | 0x80);
-        v /= 128;
-    }
-    out.push(v as u8);
-}
-
-/// HPACK literal field without indexing, new name, no Huffman.
-fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.push(0);
-    int7(out, name.len());
-    out.extend_from_slice(name.as_bytes());
-    int7(out, value.len());
-    out.extend_from_slice(value);
-}
-
-fn request_block(path: &str, extra: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut b = Vec::new();
-    field(&mut b, ":method", b"GET");
-    field(&mut b, ":scheme", b"http");
-    field(&mut b, ":path", path.as_bytes());
-    field(&mut b, ":authority", b"x");
-    for (n, v) in extra {
-        field(&mut b, n, v);
-    }
-    b
-}
-
-/// Connect, send the preface and an empty SETTINGS frame.
-fn open(port: u16) -> TcpStream {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    c.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    c.write_all(&hello).unwrap();
-    c
-}
-
-/// The next frame from the server: (type, flags, stream, payload); `None` at close or timeout.
-fn next_frame(c: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
-    let mut h = [0u8; 9];
-    c.read_exact(&mut h).ok()?;
-    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-    let mut p = vec![0u8; len];
-    c.read_exact(&mut p).ok()?;
-    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-    Some((h[3], h[4], stream, p))
-}
 
 /// Read until the server sends GOAWAY or closes; returns the GOAWAY error code if any.
 fn goaway_or_close(c: &mut TcpStream, limit: Duration) -> Option<u32> {
@@ -120,7 +46,7 @@ fn still_serves(s: &Server) {
         }
         match ty {
             HEADERS => got_headers = true,
-            0x0 => {
+            DATA => {
                 assert!(got_headers);
                 assert_eq!(p, b".12");
                 assert!(flags & END_STREAM != 0);

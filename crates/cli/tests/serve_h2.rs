@@ -427,3 +427,105 @@ fn stalled_reader_costs_no_cpu() {
     );
     drop(c);
 }
+
+/// Send stream 1 as `block` (and `body` as one DATA frame) on the h2c port, then a
+/// well-formed stream 3: stream 1's RST_STREAM code is returned (`None` if it was answered),
+/// and stream 3 must be answered (a malformed request resets only its stream).
+fn raw_verdict(block: &[u8], body: Option<&[u8]>) -> Option<u32> {
+    use common::h2raw::*;
+    use std::io::Write;
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let mut c = open(s.clear_port);
+    let mut out = match body {
+        None => frame(HEADERS, END_STREAM | END_HEADERS, 1, block),
+        Some(b) => {
+            let mut f = frame(HEADERS, END_HEADERS, 1, block);
+            f.extend(frame(DATA, END_STREAM, 1, b));
+            f
+        }
+    };
+    out.extend(frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        3,
+        &request_block("/?s=1", &[]),
+    ));
+    c.write_all(&out).unwrap();
+    let (mut first, mut second) = (None, false);
+    while first.is_none() || !second {
+        match next_frame(&mut c).expect("the server closed or went silent") {
+            (RST_STREAM, _, 1, p) => {
+                first = Some(Some(u32::from_be_bytes(p[..4].try_into().unwrap())))
+            }
+            (HEADERS, _, 1, _) => first = Some(None),
+            (HEADERS, _, 3, _) => second = true,
+            (GOAWAY, _, _, p) => panic!("GOAWAY {p:?}"),
+            _ => {}
+        }
+    }
+    first.unwrap()
+}
+
+const PROTOCOL_ERROR: Option<u32> = Some(0x1);
+
+#[test]
+fn h2_authority_and_host_disagreeing_is_malformed() {
+    let block = common::h2raw::request_block("/", &[("host", b"y")]);
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+#[test]
+fn h2_host_agreeing_with_authority_is_served() {
+    let block = common::h2raw::request_block("/", &[("host", b"X")]);
+    assert_eq!(raw_verdict(&block, None), None);
+}
+
+#[test]
+fn h2_second_host_is_malformed() {
+    let block = common::h2raw::request_block("/", &[("host", b"x"), ("host", b"x")]);
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+#[test]
+fn h2_field_value_with_leading_space_is_malformed() {
+    let block = common::h2raw::request_block("/", &[("accept", b" */*")]);
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+#[test]
+fn h2_missing_path_is_malformed() {
+    let mut block = Vec::new();
+    common::h2raw::field(&mut block, ":method", b"GET");
+    common::h2raw::field(&mut block, ":scheme", b"http");
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+#[test]
+fn h2_connect_without_authority_is_malformed() {
+    let mut block = Vec::new();
+    common::h2raw::field(&mut block, ":method", b"CONNECT");
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+/// A well-formed CONNECT is refused unprocessed: no tunnels here.
+#[test]
+fn h2_connect_is_refused() {
+    let mut block = Vec::new();
+    common::h2raw::field(&mut block, ":method", b"CONNECT");
+    common::h2raw::field(&mut block, ":authority", b"x:443");
+    assert_eq!(raw_verdict(&block, None), Some(0x7));
+}
+
+/// Enforced by the h2 crate; kept with a test.
+#[test]
+fn h2_te_other_than_trailers_is_malformed() {
+    let block = common::h2raw::request_block("/", &[("te", b"gzip")]);
+    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
+}
+
+/// Enforced by the h2 crate; kept with a test.
+#[test]
+fn h2_content_length_above_data_is_malformed() {
+    let block = common::h2raw::request_block("/", &[("content-length", b"10")]);
+    assert_eq!(raw_verdict(&block, Some(b"12345")), PROTOCOL_ERROR);
+}

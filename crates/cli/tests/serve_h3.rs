@@ -218,3 +218,133 @@ fn sigterm_lets_requests_in_flight_finish() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Send one request whose field section is exactly `fields` (`{authority}` replaced) and
+/// `data` body bytes, then a well-formed one on the same connection; the first's result is
+/// returned, the second must get its 200 (a malformed request resets only its stream).
+fn exact_request(fields: &str, data: Option<u64>) -> Value {
+    if !have_aioquic() {
+        return Value::Null;
+    }
+    let s = Server::start(&["-t", "1"]);
+    let data = data.map_or(String::new(), |n| format!(r#", "data": {n}"#));
+    let bad = format!(r#"{{"exact_headers": {fields}{data}, "timeout": 5}}"#);
+    let r = h3get(s.tls_port, &[&bad, r#"{"path": "/?s=3"}"#]);
+    assert_eq!(r[1]["status"].as_u64(), Some(200), "{}", r[1]);
+    r[0].clone()
+}
+
+/// The pseudo-headers of a well-formed request after its `:method`.
+const REST: &str = r#"[":scheme", "https"], [":authority", "{authority}"], [":path", "/?s=1"]"#;
+
+fn assert_message_error(r: Value) {
+    if r.is_null() {
+        return;
+    }
+    assert_eq!(r["reset"].as_u64(), Some(0x10e), "{r}");
+    assert_eq!(r["status"], Value::Null, "{r}");
+}
+
+#[test]
+fn h3_upper_case_field_name_is_malformed() {
+    assert_message_error(exact_request(
+        &format!(r#"[[":method", "GET"], {REST}, ["Accept", "*/*"]]"#),
+        None,
+    ));
+}
+
+#[test]
+fn h3_connection_specific_field_is_malformed() {
+    assert_message_error(exact_request(
+        &format!(r#"[[":method", "GET"], {REST}, ["connection", "keep-alive"]]"#),
+        None,
+    ));
+}
+
+#[test]
+fn h3_te_other_than_trailers_is_malformed() {
+    assert_message_error(exact_request(
+        &format!(r#"[[":method", "GET"], {REST}, ["te", "gzip"]]"#),
+        None,
+    ));
+}
+
+#[test]
+fn h3_pseudo_header_after_regular_field_is_malformed() {
+    assert_message_error(exact_request(
+        r#"[[":method", "GET"], [":scheme", "https"], ["accept", "*/*"], [":authority", "{authority}"], [":path", "/"]]"#,
+        None,
+    ));
+}
+
+#[test]
+fn h3_missing_scheme_is_malformed() {
+    assert_message_error(exact_request(
+        r#"[[":method", "GET"], [":authority", "{authority}"], [":path", "/"]]"#,
+        None,
+    ));
+}
+
+#[test]
+fn h3_authority_and_host_disagreeing_is_malformed() {
+    assert_message_error(exact_request(
+        &format!(r#"[[":method", "GET"], {REST}, ["host", "other.example"]]"#),
+        None,
+    ));
+}
+
+#[test]
+fn h3_connect_with_path_is_malformed() {
+    assert_message_error(exact_request(
+        r#"[[":method", "CONNECT"], [":authority", "{authority}"], [":path", "/"]]"#,
+        None,
+    ));
+}
+
+/// A well-formed CONNECT is refused unprocessed: no tunnels here.
+#[test]
+fn h3_connect_is_rejected() {
+    let r = exact_request(
+        r#"[[":method", "CONNECT"], [":authority", "{authority}"]]"#,
+        None,
+    );
+    if !r.is_null() {
+        assert_eq!(r["reset"].as_u64(), Some(0x10b), "{r}");
+    }
+}
+
+#[test]
+fn h3_field_value_with_trailing_space_is_malformed() {
+    assert_message_error(exact_request(
+        &format!(r#"[[":method", "GET"], {REST}, ["accept", "*/* "]]"#),
+        None,
+    ));
+}
+
+#[test]
+fn h3_content_length_above_data_is_malformed() {
+    let fields = format!(r#"[[":method", "POST"], {REST}, ["content-length", "10"]]"#);
+    assert_message_error(exact_request(&fields, Some(5)));
+}
+
+#[test]
+fn h3_content_length_below_data_is_malformed() {
+    let fields = format!(r#"[[":method", "POST"], {REST}, ["content-length", "3"]]"#);
+    assert_message_error(exact_request(&fields, Some(5)));
+}
+
+#[test]
+fn h3_pseudo_header_in_trailers_is_malformed() {
+    let fields = format!(r#"[[":method", "POST"], {REST}], "trailers": [[":path", "/"]]"#);
+    assert_message_error(exact_request(&fields, Some(5)));
+}
+
+/// The control for the test above: valid trailers are read and the request answered.
+#[test]
+fn h3_valid_trailers_are_accepted() {
+    let fields = format!(r#"[[":method", "POST"], {REST}], "trailers": [["x-sum", "1"]]"#);
+    let r = exact_request(&fields, Some(5));
+    if !r.is_null() {
+        assert_eq!(r["status"].as_u64(), Some(200), "{r}");
+    }
+}

@@ -128,6 +128,9 @@ struct Entry {
     /// Name is `:status`; `status` is its value if that is three digits.
     is_status: bool,
     status: Option<u16>,
+    /// Name is `content-length`; `length` is its value if that is decimal digits.
+    is_length: bool,
+    length: Option<u64>,
 }
 
 impl Entry {
@@ -142,6 +145,13 @@ pub struct Head {
     pub status: Option<u16>,
     /// Regular (non-pseudo) fields, counted as `name: value\r\n`.
     pub field_bytes: u64,
+    pub content_length: Option<u64>,
+    /// A pseudo-header was present (trailers may have none).
+    pub pseudo: bool,
+    /// Malformed as a response (RFC 9113 §8.1.1, §8.3): a pseudo-header other than one
+    /// `:status`, or after a regular field; a `content-length` not decimal, or repeated with
+    /// another value. The block is still decoded in full, to keep the table in step.
+    pub malformed: bool,
 }
 
 #[derive(Debug)]
@@ -167,6 +177,7 @@ impl Decoder {
     pub fn decode(&mut self, mut block: &[u8]) -> Result<Head, Invalid> {
         let mut head = Head::default();
         let mut fields = 0;
+        let (mut seen_status, mut regular) = (false, false);
         while let Some(&first) = block.first() {
             let entry = if first & 0x80 != 0 {
                 let (i, n) = int(block, 7)?;
@@ -198,23 +209,35 @@ impl Decoder {
                         pseudo: name.first() == Some(&b':'),
                         is_status: name == b":status",
                         status: None,
+                        is_length: name == b"content-length",
+                        length: None,
                     }
                 } else {
                     self.get(i)?
                 };
                 e.value_len = self.string(&mut block)?;
                 e.status = e.is_status.then(|| status(&self.scratch)).flatten();
+                e.length = e.is_length.then(|| length(&self.scratch)).flatten();
                 if index {
                     self.insert(e);
                 }
                 e
             };
             fields += 1;
-            if entry.is_status {
+            if entry.pseudo {
+                head.malformed |= !entry.is_status || seen_status || regular;
+                seen_status |= entry.is_status;
+                head.pseudo = true;
                 head.status = entry.status;
-            }
-            if !entry.pseudo {
+            } else {
+                regular = true;
                 head.field_bytes += (entry.name_len + entry.value_len + 4) as u64;
+            }
+            if entry.is_length {
+                let first = head.content_length;
+                head.content_length = entry.length;
+                head.malformed |=
+                    entry.length.is_none() || first.is_some_and(|n| Some(n) != entry.length);
             }
         }
         Ok(head)
@@ -231,6 +254,10 @@ impl Decoder {
                 pseudo: name.starts_with(':'),
                 is_status: name == ":status",
                 status: status(value.as_bytes()),
+                is_length: name == "content-length",
+                length: (name == "content-length")
+                    .then(|| length(value.as_bytes()))
+                    .flatten(),
             });
         }
         self.table.get(i - 1 - STATIC.len()).copied().ok_or(Invalid)
@@ -261,6 +288,20 @@ impl Decoder {
         *block = &block[n..];
         Ok(self.scratch.len())
     }
+}
+
+/// A `content-length` value: decimal digits only, within u64.
+fn length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add((b - b'0') as u64)
+        } else {
+            None
+        }
+    })
 }
 
 fn status(v: &[u8]) -> Option<u16> {

@@ -34,6 +34,7 @@ pub mod code {
     pub const FRAME_UNEXPECTED: u32 = 0x105;
     pub const SETTINGS_ERROR: u32 = 0x109;
     pub const MISSING_SETTINGS: u32 = 0x10a;
+    pub const REQUEST_REJECTED: u32 = 0x10b;
     pub const REQUEST_CANCELLED: u32 = 0x10c;
     pub const REQUEST_INCOMPLETE: u32 = 0x10d;
     pub const MESSAGE_ERROR: u32 = 0x10e;

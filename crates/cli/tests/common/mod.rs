@@ -2,6 +2,7 @@
 //! loopback ports, wait until it answers, kill it on drop.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod h2raw;
 pub mod http1;
 
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -91,20 +91,25 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 return End::Reconnect;
             }
             Ok(Err(_)) | Ok(Ok(0)) => {
-                // A close-delimited body ends here; any other request in flight is lost (the
-                // front one too: it must not be popped unless it completes).
-                if let Some(done) = parser.eof() {
-                    let f = inflight
-                        .pop_front()
-                        .expect("a response in progress has a request");
-                    finish(
-                        w,
-                        f,
-                        done.status,
-                        done.head_bytes,
-                        done.body_bytes,
-                        Instant::now(),
-                    );
+                // A close-delimited body ends here, a response cut short is a protocol error;
+                // any other request in flight is lost (the front one too: it must not be popped
+                // unless it completes).
+                match parser.eof() {
+                    Ok(Some(done)) => {
+                        let f = inflight
+                            .pop_front()
+                            .expect("a response in progress has a request");
+                        finish(
+                            w,
+                            f,
+                            done.status,
+                            done.head_bytes,
+                            done.body_bytes,
+                            Instant::now(),
+                        );
+                    }
+                    Ok(None) => {}
+                    Err(_) => lose(w, inflight.pop_front().into_iter(), ErrorKind::Protocol),
                 }
                 lose(w, inflight.drain(..), ErrorKind::Reset);
                 return End::Reconnect;

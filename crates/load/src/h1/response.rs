@@ -119,11 +119,16 @@ impl Parser {
         self.state.is_none() && self.head.is_empty()
     }
 
-    /// The connection ended: completes a close-delimited response, if one is in progress.
-    pub fn eof(&mut self) -> Option<Done> {
+    /// The connection ended: completes a close-delimited response, if one is in progress. A
+    /// response cut short (in its head, or before its length or last chunk) is an error.
+    pub fn eof(&mut self) -> Result<Option<Done>, ParseError> {
+        let partial = !self.head.is_empty();
+        self.head.clear();
         match self.state.take() {
-            Some((done, Body::Eof)) => Some(done),
-            _ => None,
+            Some((done, Body::Eof)) => Ok(Some(done)),
+            Some(_) => Err(ParseError),
+            None if partial => Err(ParseError),
+            None => Ok(None),
         }
     }
 }
@@ -141,19 +146,33 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         Ok(httparse::Status::Complete(_)) => {}
         _ => return Err(ParseError),
     }
+    // httparse takes a bare LF as a line end; RFC 9112 §2.2 only allows that leniency.
+    if head
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+    {
+        return Err(ParseError);
+    }
     let status = r.code.ok_or(ParseError)?;
     let mut length = None;
+    let mut encoded = false;
     let mut chunked = false;
     let mut close = r.version == Some(0);
     for h in r.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let v = std::str::from_utf8(h.value).map_err(|_| ParseError)?.trim();
-            length = Some(v.parse::<u64>().map_err(|_| ParseError)?);
+            // Repeated only with the same value (RFC 9110 §8.6).
+            let n = parse_length(h.value).ok_or(ParseError)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(ParseError);
+            }
+            length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = h
-                .value
-                .windows(7)
-                .any(|w| w.eq_ignore_ascii_case(b"chunked"));
+            // Chunked only as the last coding; otherwise the body runs to the close (RFC 9112
+            // §6.3).
+            encoded = true;
+            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
+            chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
         } else if h.name.eq_ignore_ascii_case("connection") {
             let v = h.value.to_ascii_lowercase();
             if v.windows(5).any(|w| w == b"close") {
@@ -170,10 +189,16 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         // After a 101 the bytes are no longer HTTP/1.1: nothing more to read on it.
         close: close || status == 101,
     };
+    // Both framings at once is how responses get split (RFC 9112 §6.3).
+    if encoded && length.is_some() {
+        return Err(ParseError);
+    }
     let body = if head_request || status < 200 || status == 204 || status == 304 {
         Body::Length(0)
     } else if chunked {
         Body::Chunked(chunked::Decoder::new())
+    } else if encoded {
+        Body::Eof
     } else if let Some(n) = length {
         Body::Length(n)
     } else {
@@ -189,6 +214,20 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         ));
     }
     Ok((done, body))
+}
+
+/// A Content-Length value: decimal digits only (no sign, no spaces), within u64.
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add((b - b'0') as u64)
+        } else {
+            None
+        }
+    })
 }
 
 #[cfg(test)]
@@ -217,7 +256,11 @@ mod tests {
                 }
             }
         }
-        out.extend(p.eof().map(|d| Some((d.status, d.body_bytes, d.close))));
+        out.extend(
+            p.eof()
+                .unwrap()
+                .map(|d| Some((d.status, d.body_bytes, d.close))),
+        );
         out
     }
 
@@ -290,5 +333,53 @@ mod tests {
                 false
             )
             .is_err());
+    }
+
+    /// A stream that must be refused: its verdict at the end of the input (or the close).
+    fn refused(stream: &[u8]) -> bool {
+        let mut p = Parser::default();
+        let mut rest = stream;
+        loop {
+            match p.feed(rest, false) {
+                Err(_) => return true,
+                Ok(Event::More) => return p.eof().is_err(),
+                Ok(Event::Interim { consumed } | Event::Response { consumed, .. }) => {
+                    rest = &rest[consumed..];
+                    if rest.is_empty() {
+                        return p.eof().is_err();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_responses_are_errors() {
+        for (what, stream) in [
+            ("bare LF in the head", &b"HTTP/1.1 200 OK\ncontent-length: 0\r\n\r\n"[..]),
+            ("bare LF ending a chunk", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\n0\r\n\r\n"),
+            ("bad chunk size", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"),
+            ("close before the length", b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nabc"),
+            ("close before the last chunk", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n"),
+            ("close inside the head", b"HTTP/1.1 200 OK\r\ncontent-len"),
+            ("content-length with a sign", b"HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\nabcde"),
+            ("content-length twice, differing", b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nabcde"),
+            ("content-length and transfer-encoding", b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"),
+        ] {
+            assert!(refused(stream), "{what}");
+        }
+        for (what, stream) in [
+            (
+                "content-length twice, same",
+                &b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nab"[..],
+            ),
+            ("close-delimited", b"HTTP/1.1 200 OK\r\n\r\nabc"),
+            (
+                "chunked not last: to the close",
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\nabc",
+            ),
+        ] {
+            assert!(!refused(stream), "{what}");
+        }
     }
 }

@@ -23,6 +23,9 @@ const MAX_BLOCK: usize = 256 * 1024;
 /// Concurrent streams assumed before the server's SETTINGS arrive (RFC 9113 §6.5.2 advises
 /// servers to allow at least 100).
 const ASSUMED_STREAMS: usize = 100;
+/// RST_STREAM error codes (RFC 9113 §7).
+const NO_ERROR: u32 = 0x0;
+const PROTOCOL_ERROR: u32 = 0x1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("HTTP/2 protocol error: {0}")]
@@ -44,9 +47,11 @@ pub enum Event {
     },
     /// An interim (1xx) response head arrived; the final one is still to come.
     Interim { slot: usize },
-    /// The stream was reset by the server, left unprocessed by its GOAWAY, or ended by it
-    /// without a final response.
+    /// The stream was reset by the server, or left unprocessed by its GOAWAY.
     Reset { slot: usize },
+    /// The response was malformed (RFC 9113 §8.1.1): the stream is reset with PROTOCOL_ERROR,
+    /// the connection goes on.
+    Malformed { slot: usize },
 }
 
 #[derive(Debug)]
@@ -54,6 +59,8 @@ struct Stream {
     slot: usize,
     /// Final status, once the response head is in.
     status: Option<u16>,
+    /// The final head's content-length, which the DATA must add up to.
+    content_length: Option<u64>,
     head_bytes: u64,
     body_bytes: u64,
     /// Request body still to send, from this offset, and the window for it.
@@ -112,6 +119,8 @@ pub struct Client {
     data: Option<DataFrame>,
     /// A header block awaiting CONTINUATION: stream, end_stream, fragments so far.
     block: Option<(u32, bool, Vec<u8>)>,
+    /// The requests are HEADs: their responses' content-length describes no DATA.
+    head_requests: bool,
 }
 
 impl Default for Client {
@@ -121,6 +130,11 @@ impl Default for Client {
 }
 
 impl Client {
+    /// The requests sent will be HEADs.
+    pub fn head_requests(&mut self) {
+        self.head_requests = true;
+    }
+
     /// A new connection; its preface and settings are ready in the output.
     pub fn new() -> Client {
         let mut c = Client {
@@ -139,6 +153,7 @@ impl Client {
             partial: Vec::new(),
             data: None,
             block: None,
+            head_requests: false,
         };
         c.out.extend_from_slice(PREFACE);
         frame_head(&mut c.out, 12, SETTINGS, 0, 0);
@@ -191,6 +206,7 @@ impl Client {
             Stream {
                 slot,
                 status: None,
+                content_length: None,
                 head_bytes: 0,
                 body_bytes: 0,
                 upload: (!body.is_empty()).then(|| (body.clone(), 0)),
@@ -466,29 +482,43 @@ impl Client {
                 Err(ProtocolError("HEADERS on an idle stream"))
             };
         };
+        if head.malformed {
+            self.malformed(id);
+            return Ok(());
+        }
         if s.status.is_some() {
-            // Trailers.
+            // Trailers, which carry no pseudo-header (RFC 9113 §8.1).
+            if head.pseudo {
+                self.malformed(id);
+                return Ok(());
+            }
             s.head_bytes += head.field_bytes;
             if !end_stream {
                 return Err(ProtocolError("trailers without END_STREAM"));
             }
         } else {
-            let status = head
-                .status
-                .ok_or(ProtocolError("response without :status"))?;
+            let Some(status) = head.status else {
+                // Missing, or not three digits.
+                self.malformed(id);
+                return Ok(());
+            };
             if status == 101 {
                 return Err(ProtocolError("101 on HTTP/2"));
             }
             if (100..200).contains(&status) {
-                // Interim response: the final one follows, unless the server ends the stream
-                // here, which leaves the request without an answer.
+                // Interim response: the final one follows. One that ends the stream is
+                // malformed (RFC 9113 §8.1).
                 self.events.push(Event::Interim { slot: s.slot });
                 if end_stream {
-                    self.abandon(id);
+                    self.malformed(id);
                 }
                 return Ok(());
             }
             s.status = Some(status);
+            // No body follows a HEAD's response, a 204's or a 304's, whatever its
+            // content-length says.
+            let bodiless = self.head_requests || status == 204 || status == 304;
+            s.content_length = head.content_length.filter(|_| !bodiless);
             // As HTTP/1.1 would spell the status line, so that head bytes compare.
             s.head_bytes = head.field_bytes + 12;
             self.events.push(Event::Head { slot: s.slot });
@@ -535,8 +565,16 @@ impl Client {
         Ok(())
     }
 
-    /// A response completed: report it, and stop an upload the server no longer wants.
+    /// A response completed: report it, and stop an upload the server no longer wants. One
+    /// whose DATA does not add up to its content-length is malformed.
     fn finish(&mut self, id: u32) {
+        if self
+            .streams
+            .get(&id)
+            .is_some_and(|s| s.content_length.is_some_and(|n| n != s.body_bytes))
+        {
+            return self.malformed(id);
+        }
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
@@ -551,21 +589,22 @@ impl Client {
         });
     }
 
-    /// The server ended a stream without a final response: report it as reset, and stop an
-    /// upload still in progress.
-    fn abandon(&mut self, id: u32) {
+    /// A malformed response: report it, and reset the stream with PROTOCOL_ERROR.
+    fn malformed(&mut self, id: u32) {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
-        if s.upload.is_some() {
-            self.rst_stream(id);
-        }
-        self.events.push(Event::Reset { slot: s.slot });
+        self.reset(id, PROTOCOL_ERROR);
+        self.events.push(Event::Malformed { slot: s.slot });
     }
 
     fn rst_stream(&mut self, id: u32) {
+        self.reset(id, NO_ERROR);
+    }
+
+    fn reset(&mut self, id: u32, code: u32) {
         frame_head(&mut self.out, 4, RST_STREAM, 0, id);
-        self.out.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
+        self.out.extend_from_slice(&code.to_be_bytes());
     }
 
     fn unblock(&mut self) {
@@ -776,20 +815,20 @@ mod tests {
     }
 
     #[test]
-    fn an_interim_response_that_ends_the_stream_is_no_answer() {
+    fn an_interim_response_that_ends_the_stream_is_malformed() {
         let mut c = Client::new();
         sent(&mut c);
         c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
         c.start(b"\x83", &Bytes::from_static(b"body"), 0);
         sent(&mut c);
-        // `?r=103` with END_STREAM: no final response will come; the upload stops.
+        // A 1xx with END_STREAM (RFC 9113 §8.1): no final response will come; the upload stops.
         c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x08\x03103"))
             .unwrap();
         assert_eq!(
             events(&mut c),
-            [Event::Interim { slot: 0 }, Event::Reset { slot: 0 }]
+            [Event::Interim { slot: 0 }, Event::Malformed { slot: 0 }]
         );
-        assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0; 4])]);
+        assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0, 0, 0, 1])]);
         assert_eq!(c.in_flight(), 0);
         // 101 has no place in HTTP/2 (RFC 9113 §8.6).
         let mut c = Client::new();
@@ -871,6 +910,110 @@ mod tests {
         assert!(matches!(
             events(&mut c)[..],
             [_, Event::Done { slot: 0, .. }]
+        ));
+    }
+
+    /// `content-length` (literal, static name index 28) with `value`.
+    fn length(value: &[u8]) -> Vec<u8> {
+        let mut b = vec![0x0f, 0x0d, value.len() as u8];
+        b.extend_from_slice(value);
+        b
+    }
+
+    /// Malformed responses: a protocol error on their stream (RST_STREAM(PROTOCOL_ERROR)),
+    /// the connection goes on.
+    #[test]
+    fn malformed_responses_reset_their_stream() {
+        let with_length = |v: &[u8]| [&[0x88][..], &length(v)].concat();
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "no :status",
+                frame(HEADERS, END_HEADERS | END_STREAM, 1, &head_200()[1..]),
+            ),
+            (
+                ":status twice",
+                frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88, 0x88]),
+            ),
+            (
+                ":status after a field",
+                frame(
+                    HEADERS,
+                    END_HEADERS | END_STREAM,
+                    1,
+                    &[&head_200()[1..], &[0x88]].concat(),
+                ),
+            ),
+            (
+                ":status in trailers",
+                [
+                    frame(HEADERS, END_HEADERS, 1, &head_200()),
+                    frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]),
+                ]
+                .concat(),
+            ),
+            (
+                "content-length above the DATA",
+                [
+                    frame(HEADERS, END_HEADERS, 1, &with_length(b"5")),
+                    frame(DATA, END_STREAM, 1, b"abc"),
+                ]
+                .concat(),
+            ),
+            (
+                "content-length below the DATA",
+                [
+                    frame(HEADERS, END_HEADERS, 1, &with_length(b"2")),
+                    frame(DATA, END_STREAM, 1, b"abc"),
+                ]
+                .concat(),
+            ),
+            (
+                "content-length not decimal",
+                frame(HEADERS, END_HEADERS | END_STREAM, 1, &with_length(b"-0")),
+            ),
+            (
+                "content-length twice, differing",
+                frame(
+                    HEADERS,
+                    END_HEADERS | END_STREAM,
+                    1,
+                    &[with_length(b"0"), length(b"1")].concat(),
+                ),
+            ),
+        ];
+        for (what, input) in cases {
+            let mut c = Client::new();
+            sent(&mut c);
+            c.start(b"\x82", &Bytes::new(), 0);
+            c.start(b"\x82", &Bytes::new(), 1);
+            sent(&mut c);
+            c.feed(&input).unwrap();
+            c.feed(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &head_200()))
+                .unwrap();
+            assert_eq!(
+                events(&mut c).last(),
+                Some(&done(1, 200, 0)),
+                "{what}: the connection goes on"
+            );
+            assert!(
+                sent(&mut c).contains(&(RST_STREAM, 0, 1, vec![0, 0, 0, 1])),
+                "{what}"
+            );
+        }
+        // A HEAD's response (and a 204's) has no DATA, whatever its content-length says.
+        let mut c = Client::new();
+        c.head_requests();
+        c.start(b"\x82", &Bytes::new(), 0);
+        c.feed(&frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &with_length(b"5"),
+        ))
+        .unwrap();
+        assert!(matches!(
+            events(&mut c)[..],
+            [Event::Head { .. }, Event::Done { slot: 0, .. }]
         ));
     }
 

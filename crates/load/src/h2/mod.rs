@@ -36,6 +36,9 @@ where
 {
     let setup = w.setup.clone();
     let mut c = Client::new();
+    if setup.is_head {
+        c.head_requests();
+    }
     let mut slots: Vec<Option<InFlight>> = scheds.iter().map(|_| None).collect();
     let mut free: Vec<usize> = (0..scheds.len()).rev().collect();
     let (mut wbuf, mut wpos, mut flush) = (Vec::new(), 0, false);
@@ -155,6 +158,11 @@ where
                             slots[slot] = None;
                             free.push(slot);
                             w.error(ErrorKind::Reset);
+                        }
+                        Event::Malformed { slot } => {
+                            slots[slot] = None;
+                            free.push(slot);
+                            w.error(ErrorKind::Protocol);
                         }
                     }
                 }

@@ -5,6 +5,7 @@ use crate::inflight::End;
 use crate::record::{ErrorKind, Sample};
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
+use loadterm_h3::fields::{BodyLength, ResponseFields};
 use loadterm_h3::frame::{self, code, ReadError, Reader};
 use loadterm_h3::qpack;
 use std::cell::Cell;
@@ -19,6 +20,8 @@ enum Fail {
     Stream,
     /// The server broke the protocol.
     Protocol,
+    /// The response is malformed (RFC 9114 §4.1.2): a protocol error, on this stream only.
+    Malformed,
     /// The server ended the stream after interim (1xx) heads only: no answer, but no reason
     /// to drop the connection.
     NoFinal,
@@ -48,6 +51,7 @@ pub(super) async fn stream_loop(
 ) -> End {
     let setup = w.setup.clone();
     let mut decoder = qpack::Decoder::default();
+    let mut fields = ResponseFields::default();
     loop {
         if goaway.get() {
             return End::Reconnect;
@@ -59,7 +63,7 @@ pub(super) async fn stream_loop(
         let sent = Instant::now();
         w.rec.borrow_mut().sent(intended, sent);
         let request = setup.target(i).h3_request.clone();
-        let exchange = exchange(w, conn, request, &setup.data, &mut decoder);
+        let exchange = exchange(w, conn, request, &setup.data, &mut decoder, &mut fields);
         match tokio::time::timeout(setup.timeout, exchange).await {
             Ok(Ok(r)) => w.done(&Sample {
                 intended,
@@ -71,6 +75,7 @@ pub(super) async fn stream_loop(
                 body_bytes: r.body_bytes,
             }),
             Ok(Err(Fail::NoFinal)) => w.error(ErrorKind::Reset),
+            Ok(Err(Fail::Malformed)) => w.error(ErrorKind::Protocol),
             Ok(Err(Fail::Stream)) => {
                 w.error(ErrorKind::Reset);
                 if conn.close_reason().is_some() {
@@ -96,6 +101,7 @@ async fn exchange(
     request: bytes::Bytes,
     data: &bytes::Bytes,
     decoder: &mut qpack::Decoder,
+    fields: &mut ResponseFields,
 ) -> Result<Response, Fail> {
     let (mut send, recv) = conn.open_bi().await.map_err(|_| Fail::Stream)?;
     let mut chunks = [request, data.clone()];
@@ -105,10 +111,26 @@ async fn exchange(
         .map_err(|_| Fail::Stream)?;
     let _ = send.finish();
     let mut r = Reader::new(recv);
+    let result = read_response(w, &mut r, decoder, fields).await;
+    if matches!(result, Err(Fail::Malformed)) {
+        r.stop(code::MESSAGE_ERROR);
+    }
+    result
+}
+
+/// Read a response's frames, validating its fields and its length.
+async fn read_response(
+    w: &WorkerRef,
+    r: &mut Reader,
+    decoder: &mut qpack::Decoder,
+    fields: &mut ResponseFields,
+) -> Result<Response, Fail> {
     // When the final head began to arrive (an interim one's arrival is not the answer's).
     let mut first_byte = None;
     let mut status = None;
-    let (mut head_bytes, mut body_bytes, mut interim) = (0u64, 0u64, false);
+    // DATA against the final head's content-length.
+    let mut body = BodyLength::new(None);
+    let (mut head_bytes, mut interim) = (0u64, false);
     while let Some((ty, len)) = r.frame_head().await? {
         match ty {
             frame::HEADERS => {
@@ -117,39 +139,36 @@ async fn exchange(
                     return Err(Fail::Protocol);
                 }
                 let section = r.payload(len as usize).await?;
-                let (mut st, mut fields) = (None, 0u64);
+                fields.begin(status.is_some());
                 decoder
-                    .decode(&section, MAX_FIELD_SECTION, |n, v| {
-                        if n == b":status" {
-                            st = std::str::from_utf8(v)
-                                .ok()
-                                .and_then(|v| v.parse::<u16>().ok());
-                        } else if !n.starts_with(b":") {
-                            fields += (n.len() + v.len() + 4) as u64;
-                        }
-                    })
+                    .decode(&section, MAX_FIELD_SECTION, |n, v| fields.field(n, v))
                     .map_err(|_| Fail::Protocol)?;
-                match (status, st) {
+                let facts = fields.finish().map_err(|_| Fail::Malformed)?;
+                let fields = facts.field_bytes;
+                match (status, facts.status) {
+                    // Trailers.
+                    (Some(_), _) => head_bytes += fields,
                     // 101 has no place in HTTP/3 (RFC 9114 §4.5).
-                    (None, Some(101)) => return Err(Fail::Protocol),
+                    (None, 101) => return Err(Fail::Protocol),
                     // Interim (1xx): the final head follows.
-                    (None, Some(s)) if s < 200 => {
+                    (None, s) if s < 200 => {
                         interim = true;
                         w.interim();
                     }
-                    (None, Some(s)) => {
+                    (None, s) => {
                         status = Some(s);
+                        // No body follows a HEAD's response, a 204's or a 304's, whatever its
+                        // content-length says.
+                        let bodiless = w.setup.is_head || s == 204 || s == 304;
+                        body = BodyLength::new(facts.content_length.filter(|_| !bodiless));
                         first_byte = at;
                         // As HTTP/1.1 would spell the status line, so that head bytes compare.
                         head_bytes = fields + 12;
                     }
-                    (None, None) => return Err(Fail::Protocol),
-                    // Trailers.
-                    (Some(_), _) => head_bytes += fields,
                 }
             }
             frame::DATA if status.is_some() => {
-                body_bytes += len;
+                body.data(len).map_err(|_| Fail::Malformed)?;
                 r.skip(len).await?;
             }
             frame::DATA
@@ -169,10 +188,11 @@ async fn exchange(
             Fail::Protocol
         });
     };
+    body.end().map_err(|_| Fail::Malformed)?;
     Ok(Response {
         first_byte: first_byte.unwrap_or_else(Instant::now),
         status,
         head_bytes,
-        body_bytes,
+        body_bytes: body.received(),
     })
 }

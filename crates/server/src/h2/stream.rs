@@ -36,19 +36,64 @@ enum Then {
     End,
 }
 
+/// The h2 crate leaves whitespace around values to the application.
+fn untrimmed(v: &[u8]) -> bool {
+    matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'))
+}
+
+/// What the h2 crate lets through of RFC 9113 §8.1.1, §8.2.1, §8.3.1 and §8.5, checked in one
+/// pass over the fields: the fields' size (for the x-req size) if the request is well formed,
+/// else the reset to answer it with. A well-formed CONNECT is refused unprocessed (no tunnels
+/// here).
+fn check(req: &Request<RecvStream>) -> Result<usize, Reason> {
+    let uri = req.uri();
+    // None when absent: h2 refuses an empty one.
+    let authority = uri.authority().map(|a| a.as_str().as_bytes());
+    if req.method() == http::Method::CONNECT {
+        return Err(match authority {
+            Some(_) => Reason::REFUSED_STREAM,
+            None => Reason::PROTOCOL_ERROR,
+        });
+    }
+    // h2 refuses an empty `:path` (or `:authority`), and a missing `:path` only next to an
+    // `:authority`.
+    if uri.path().is_empty() {
+        return Err(Reason::PROTOCOL_ERROR);
+    }
+    let (mut size, mut host) = (0, false);
+    for (n, v) in req.headers() {
+        let v = v.as_bytes();
+        size += n.as_str().len() + v.len() + 4;
+        if untrimmed(v) {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        if n == http::header::HOST {
+            // A second host, or one that names another authority than `:authority`.
+            if host || authority.is_some_and(|a| !a.eq_ignore_ascii_case(v)) {
+                return Err(Reason::PROTOCOL_ERROR);
+            }
+            host = true;
+        }
+    }
+    Ok(size)
+}
+
 impl Stream {
+    /// A request to answer, or `None` if it was malformed (or a CONNECT) and is reset.
     pub fn new(
         req: Request<RecvStream>,
-        respond: SendResponse<Bytes>,
+        mut respond: SendResponse<Bytes>,
         alt_svc: Option<HeaderValue>,
-    ) -> Stream {
+    ) -> Option<Stream> {
         let now = Instant::now();
+        let fields = match check(&req) {
+            Ok(size) => size,
+            Err(reason) => {
+                respond.send_reset(reason);
+                return None;
+            }
+        };
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let fields: usize = req
-            .headers()
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len() + 4)
-            .sum();
         let x = crate::planner::exchange(
             &loadterm_exchange::Request {
                 version: Version::H2,
@@ -73,7 +118,7 @@ impl Stream {
             },
             now,
         );
-        Stream {
+        Some(Stream {
             x,
             body: req.into_body(),
             respond,
@@ -81,7 +126,7 @@ impl Stream {
             ended: false,
             alt_svc,
             now,
-        }
+        })
     }
 
     /// Carry out every step that needs no waiting. Most requests (no body, no delay, a small

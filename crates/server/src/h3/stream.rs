@@ -6,6 +6,7 @@
 use crate::config::Config;
 use bytes::Bytes;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
+use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code, Reader};
 use loadterm_h3::message::{Event, Message, MessageError};
 use loadterm_h3::qpack::{self, QpackError};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 struct RequestHead {
     decoder: qpack::Decoder,
+    fields: RequestFields,
     method: Vec<u8>,
     path: Vec<u8>,
     /// The `x-loadterm` control header, if any.
@@ -28,10 +30,18 @@ struct RequestHead {
     expect: bool,
 }
 
+/// Why a request's field section is refused.
+enum HeadError {
+    Qpack(QpackError),
+    Malformed(FieldError),
+}
+
 impl RequestHead {
-    fn decode(&mut self, section: &[u8], max: u64) -> Result<(), QpackError> {
+    /// Decode and validate a field section.
+    fn decode(&mut self, section: &[u8], max: u64) -> Result<RequestFacts, HeadError> {
         let RequestHead {
             decoder,
+            fields,
             method,
             path,
             control,
@@ -43,18 +53,37 @@ impl RequestHead {
         *control = None;
         *field_bytes = 0;
         *expect = false;
-        decoder.decode(section, max, |name, value| match name {
-            b":method" => method.extend_from_slice(value),
-            b":path" => path.extend_from_slice(value),
-            n if n.starts_with(b":") => {}
-            n => {
-                *field_bytes += (n.len() + value.len() + 4) as u64;
-                if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
-                    *control = Some(value.to_vec());
+        fields.begin();
+        let decoded = decoder.decode(section, max, |name, value| {
+            fields.field(name, value);
+            match name {
+                b":method" => method.extend_from_slice(value),
+                b":path" => path.extend_from_slice(value),
+                n if n.starts_with(b":") => {}
+                n => {
+                    *field_bytes += (n.len() + value.len() + 4) as u64;
+                    if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
+                        *control = Some(value.to_vec());
+                    }
+                    *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
                 }
-                *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
             }
-        })
+        });
+        decoded.map_err(HeadError::Qpack)?;
+        fields.finish().map_err(HeadError::Malformed)
+    }
+
+    /// Decode and validate a trailer section (nothing in it is used).
+    fn trailers(&mut self, section: &[u8], max: u64) -> Result<(), HeadError> {
+        let mut first = Ok(());
+        self.decoder
+            .decode(section, max, |name, value| {
+                if first.is_ok() {
+                    first = fields::trailer_field(name, value);
+                }
+            })
+            .map_err(HeadError::Qpack)?;
+        first.map_err(HeadError::Malformed)
     }
 }
 
@@ -98,6 +127,10 @@ struct Stream {
     msg: Message,
     /// The request was read to its end.
     read_all: bool,
+    /// The request's `content-length`, checked against its DATA.
+    content_length: Option<u64>,
+    /// `--h3-max-header-list`, for the trailers.
+    max_section: u64,
     /// A response head (its buffer, and where the frame starts in it) waiting to go out with
     /// the body's first bytes.
     pending: Option<(Vec<u8>, usize)>,
@@ -152,11 +185,27 @@ impl Stream {
     /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes.
     async fn drain(&mut self, bytes: &mut u64) -> Result<(), Abort> {
         let timeout = self.timeout;
+        let mut length = BodyLength::new(self.content_length);
+        let malformed = |e: FieldError| Abort::Reset(e.code());
         let drain = async {
             loop {
                 match self.recv.event(&mut self.msg).await? {
-                    Event::Data(n) => *bytes += n,
-                    Event::End => return Ok(()),
+                    Event::Data(n) => length.data(n).map_err(malformed)?,
+                    Event::End => return length.end().map_err(malformed),
+                    Event::Trailers => {
+                        let section = self.msg.section();
+                        HEAD.with(|h| h.borrow_mut().trailers(section, self.max_section))
+                            .map_err(|e| match e {
+                                HeadError::Qpack(QpackError::Decompression) => {
+                                    Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+                                }
+                                // Too late for a 431: the response may be out.
+                                HeadError::Qpack(QpackError::TooLarge) => {
+                                    Abort::Reset(code::MESSAGE_ERROR)
+                                }
+                                HeadError::Malformed(e) => malformed(e),
+                            })?;
+                    }
                     _ => {}
                 }
             }
@@ -164,6 +213,7 @@ impl Stream {
         let r = tokio::time::timeout(timeout, drain)
             .await
             .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)));
+        *bytes = length.received();
         self.read_all = r.is_ok();
         r
     }
@@ -183,6 +233,8 @@ pub async fn serve(
         timeout: cfg.timeout,
         msg: Message::request(cfg.h3.h3_max_header_list),
         read_all: false,
+        content_length: None,
+        max_section: cfg.h3.h3_max_header_list,
         pending: None,
     };
     let t_first = Instant::now();
@@ -213,13 +265,18 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
     HEAD.with(|h| {
         let head = &mut *h.borrow_mut();
         let max = cfg.h3.h3_max_header_list;
-        head.decode(s.msg.section(), max).map_err(|e| match e {
-            QpackError::TooLarge => Abort::Status(ErrorPage::HeadersTooLarge),
-            QpackError::Decompression => Abort::Connection(code::QPACK_DECOMPRESSION_FAILED),
+        let facts = head.decode(s.msg.section(), max).map_err(|e| match e {
+            HeadError::Qpack(QpackError::TooLarge) => Abort::Status(ErrorPage::HeadersTooLarge),
+            HeadError::Qpack(QpackError::Decompression) => {
+                Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+            }
+            HeadError::Malformed(e) => Abort::Reset(e.code()),
         })?;
-        if head.method.is_empty() || head.path.is_empty() {
-            return Err(Abort::Reset(code::MESSAGE_ERROR));
+        if facts.connect {
+            // No tunnels here; the request was not acted on.
+            return Err(Abort::Reset(code::REQUEST_REJECTED));
         }
+        s.content_length = facts.content_length;
         let req = loadterm_exchange::Request {
             version: Version::H3,
             is_head: head.method == b"HEAD",
