@@ -16,7 +16,8 @@ fn server() -> Server {
 
 #[test]
 fn haterm_vector_and_headers() {
-    let s = server();
+    // --no-date: haterm's heads byte for byte.
+    let s = Server::start(&["-t", "1", "--no-quic", "--no-date"]);
     let r = get(s.clear_port, "GET /?s=100 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(
         r.head,
@@ -751,4 +752,59 @@ fn s0_turns_zero_copy_off_for_that_response() {
         "a 256 KiB body was not spliced"
     );
     assert_eq!(zero_copy_calls("/?s=256k&S=0"), 0, "S=0 still spliced");
+}
+
+/// A `date` field (RFC 9110 §6.6.1) first on every response, dummy and error alike, in
+/// IMF-fixdate form and within a few seconds of the test's own clock; none with --no-date.
+#[test]
+fn date_on_every_response_unless_no_date() {
+    let s = server();
+    let before = std::time::SystemTime::now();
+    for request in [
+        "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /?r=1000 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.1\r\n\r\n",
+    ] {
+        let r = get(s.clear_port, request);
+        let first = r.head.lines().nth(1).unwrap_or_default();
+        let date = first
+            .strip_prefix("date: ")
+            .unwrap_or_else(|| panic!("{request:?}: no date first: {}", r.head));
+        let t = httpdate_secs(date).unwrap_or_else(|| panic!("{request:?}: bad date {date:?}"));
+        let now = before
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(t + 5 >= now && t <= now + 5, "{date} vs {now}");
+    }
+    let s = Server::start(&["-t", "1", "--no-quic", "--no-date"]);
+    let r = get(s.clear_port, "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.header("date"), None, "{}", r.head);
+}
+
+/// Seconds since 1970 of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), checked strictly.
+fn httpdate_secs(d: &str) -> Option<u64> {
+    let b = d.as_bytes();
+    if b.len() != 29 || &b[3..5] != b", " || !d.ends_with(" GMT") {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| d.get(r)?.parse::<u64>().ok();
+    let (day, year) = (num(5..7)?, num(12..16)?);
+    let (h, m, sec) = (num(17..19)?, num(20..22)?, num(23..25)?);
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = months.iter().position(|&x| x == &d[8..11])? as u64 + 1;
+    // Days from civil (Howard Hinnant), written independently of the server's.
+    let (y, mo) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + m * 60 + sec)
 }

@@ -44,6 +44,46 @@ pub struct Head {
     pub chunked: bool,
     /// No body follows (HTTP/2 and HTTP/3 end the stream with the head).
     pub last: bool,
+    /// A `date` field goes first (its value is the engine's clock: see [`http_date`]).
+    pub date: bool,
+}
+
+/// An HTTP date (IMF-fixdate, RFC 9110 §5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub type HttpDate = [u8; 29];
+
+/// The HTTP date of `unix_secs` (seconds since 1970, UTC).
+pub fn http_date(unix_secs: u64) -> HttpDate {
+    const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let days = unix_secs / 86_400;
+    let secs = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u64;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as usize;
+    let year = (yoe + era * 400 + i64::from(month <= 2)) as u64;
+    let mut out = *b"Thu, 01 Jan 1970 00:00:00 GMT";
+    out[..3].copy_from_slice(DAYS[(days % 7) as usize]);
+    let two = |out: &mut HttpDate, at: usize, v: u64| {
+        out[at] = b'0' + (v / 10) as u8;
+        out[at + 1] = b'0' + (v % 10) as u8;
+    };
+    two(&mut out, 5, day);
+    out[8..11].copy_from_slice(MONTHS[month - 1]);
+    two(&mut out, 12, year / 100 % 100);
+    two(&mut out, 14, year % 100);
+    two(&mut out, 17, secs / 3600);
+    two(&mut out, 20, secs / 60 % 60);
+    two(&mut out, 23, secs % 60);
+    out
 }
 
 fn num(buf: &mut Vec<u8>, n: u64) {
@@ -130,16 +170,26 @@ impl Head {
             connection: None,
             chunked: false,
             last: false,
+            date: false,
         }
     }
 
-    /// The fields in haterm's order: content-length, cache-control, content-type, x-req, x-rsp,
-    /// then (HTTP/1.x) connection and transfer-encoding. `scratch` holds rendered values.
-    pub fn fields(&self, scratch: &mut Vec<u8>, field: impl FnMut(&'static str, &[u8])) {
-        self.each(&mut Callback { scratch, field });
+    /// The fields: `date` (if any, valued `date`), then haterm's order: content-length,
+    /// cache-control, content-type, x-req, x-rsp, then (HTTP/1.x) connection and
+    /// transfer-encoding. `scratch` holds rendered values.
+    pub fn fields(
+        &self,
+        scratch: &mut Vec<u8>,
+        date: &HttpDate,
+        field: impl FnMut(&'static str, &[u8]),
+    ) {
+        self.each(&mut Callback { scratch, field }, date);
     }
 
-    fn each(&self, sink: &mut impl Sink) {
+    fn each(&self, sink: &mut impl Sink, date: &HttpDate) {
+        if self.date {
+            sink.field("date", date);
+        }
         if let Some(len) = self.content_length {
             sink.field("content-length", itoa::Buffer::new().format(len).as_bytes());
         }
@@ -164,9 +214,9 @@ impl Head {
         }
     }
 
-    /// Append the whole HTTP/1.x head (status line to blank line). `extra`: further header
-    /// lines, each CRLF-terminated (usually empty).
-    pub fn write_h1(&self, out: &mut Vec<u8>, extra: &[u8]) {
+    /// Append the whole HTTP/1.x head (status line to blank line), `date` as in [`Head::fields`].
+    /// `extra`: further header lines, each CRLF-terminated (usually empty).
+    pub fn write_h1(&self, out: &mut Vec<u8>, date: &HttpDate, extra: &[u8]) {
         out.extend_from_slice(if self.h1_11 {
             b"HTTP/1.1 "
         } else {
@@ -176,7 +226,7 @@ impl Head {
         out.push(b' ');
         out.extend_from_slice(reason::phrase(self.status).as_bytes());
         out.extend_from_slice(b"\r\n");
-        self.each(&mut H1Lines(out));
+        self.each(&mut H1Lines(out), date);
         out.extend_from_slice(extra);
         out.extend_from_slice(b"\r\n");
     }

@@ -18,7 +18,7 @@
 pub mod h1;
 pub mod head;
 
-pub use head::{Head, Kind, Timing};
+pub use head::{http_date, Head, HttpDate, Kind, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;
@@ -59,6 +59,9 @@ pub struct Request<'a> {
     pub has_body: bool,
     /// Size of the request head as reported in `x-req` (see [`head_bytes`] for HTTP/2 and /3).
     pub head_bytes: u64,
+    /// Responses carry a `date` field (RFC 9110 §6.6.1: an origin server with a clock sends
+    /// one; off for byte-exact parity with haterm, which sends none).
+    pub date: bool,
 }
 
 /// The size of an HTTP/2 or HTTP/3 request head as `x-req` reports it: what it would take as
@@ -174,6 +177,7 @@ pub struct Exchange {
     keep_alive: bool,
     /// HTTP/1.1: the body goes in the chunked coding (decided with the head).
     chunked_te: bool,
+    date: bool,
 }
 
 impl Exchange {
@@ -207,11 +211,13 @@ impl Exchange {
             req_bytes: req.head_bytes,
             keep_alive: false,
             chunked_te: false,
+            date: req.date,
         }
     }
 
-    /// An error page for a request that could not be parsed or completed (no plan exists).
-    pub fn error(page: ErrorPage, version: Version, t_first: Instant) -> Exchange {
+    /// An error page for a request that could not be parsed or completed (no plan exists);
+    /// `date` as in [`Request::date`].
+    pub fn error(page: ErrorPage, version: Version, date: bool, t_first: Instant) -> Exchange {
         Exchange {
             answer: Answer::Text {
                 status: page.status(),
@@ -229,6 +235,7 @@ impl Exchange {
             req_bytes: 0,
             keep_alive: false,
             chunked_te: false,
+            date,
         }
     }
 
@@ -369,6 +376,7 @@ impl Exchange {
                         connection: fr.conn_header,
                         chunked: fr.chunked_te,
                         last: plan.size == 0 && !fr.chunked_te,
+                        date: self.date,
                     };
                 }
                 if plan.is_informational() {
@@ -386,6 +394,7 @@ impl Exchange {
                     connection: None,
                     chunked: false,
                     last: plan.size == 0 && !(self.body_left && plan.drain_after),
+                    date: self.date,
                 }
             }
             Answer::Help => Head {
@@ -398,6 +407,7 @@ impl Exchange {
                 connection: None,
                 chunked: false,
                 last: self.is_head,
+                date: self.date,
             },
             Answer::Text { status, text } => Head {
                 status: *status,
@@ -408,6 +418,7 @@ impl Exchange {
                 connection: h1.then_some(h1::ConnHeader::Close),
                 chunked: false,
                 last: self.is_head,
+                date: self.date,
             },
         }
     }

@@ -20,6 +20,7 @@ struct Row {
     conn: &'static str,
     expect: bool,
     upload: Option<Upload>,
+    date: bool,
 }
 
 fn row(version: Version, target: &'static str) -> Row {
@@ -30,6 +31,7 @@ fn row(version: Version, target: &'static str) -> Row {
         conn: "",
         expect: false,
         upload: None,
+        date: false,
     }
 }
 
@@ -48,6 +50,7 @@ fn trace(r: &Row) -> String {
         conn_keep_alive: r.conn.contains("keep-alive"),
         has_body: r.upload.is_some(),
         head_bytes: 50,
+        date: r.date,
     };
     let mut x = Exchange::new(&req, &mut Rng::new(1), t0);
     let mut out = String::new();
@@ -74,7 +77,7 @@ fn trace(r: &Row) -> String {
             }
             Step::Head(h) => {
                 let mut fields = String::new();
-                h.fields(&mut Vec::new(), |n, v| {
+                h.fields(&mut Vec::new(), &http_date(0), |n, v| {
                     write!(fields, " {n}={}", String::from_utf8_lossy(v)).unwrap()
                 });
                 let version = match (r.version.is_h1(), h.h1_11) {
@@ -250,13 +253,14 @@ fn error_pages_without_a_plan() {
     let mut x = Exchange::error(
         pages::ErrorPage::HeadersTooLarge,
         Version::Http11,
+        false,
         Instant::now(),
     );
     let Step::Head(h) = x.next(Instant::now()) else {
         panic!()
     };
     let mut buf = Vec::new();
-    h.write_h1(&mut buf, b"");
+    h.write_h1(&mut buf, &http_date(0), b"");
     let body = pages::ErrorPage::HeadersTooLarge.body();
     assert_eq!(
         String::from_utf8(buf).unwrap(),
@@ -282,12 +286,13 @@ fn haterm_shaped_h1_heads() {
             conn_keep_alive: false,
             has_body: false,
             head_bytes: 0,
+            date: false,
         };
         let now = Instant::now();
         let mut x = Exchange::new(&req, &mut Rng::new(1), now);
         let Step::Head(h) = x.next(now) else { panic!() };
         let mut buf = Vec::new();
-        h.write_h1(&mut buf, extra);
+        h.write_h1(&mut buf, &http_date(0), extra);
         String::from_utf8(buf).unwrap()
     };
     assert_eq!(
@@ -302,4 +307,36 @@ fn haterm_shaped_h1_heads() {
          transfer-encoding: chunked\r\nalt-svc: h3=\":1\"\r\n\r\n"
     );
     assert!(head("/?r=999", b"").starts_with("HTTP/1.1 999 Other\r\n"));
+}
+
+#[test]
+fn date_goes_first_on_final_heads_only() {
+    let d = "date=Thu, 01 Jan 1970 00:00:00 GMT";
+    let x =
+        "x-req=size=50, time=0 ms x-rsp=id=dummy, code=200, cache=1, size=1, time=0 ms (0 real)";
+    check(&[
+        (Row { date: true, ..row(H11, "/?s=1") }, &format!("head 1.1 200 {d} content-length=1 {x}; body Pattern 1; KeepAlive")),
+        (Row { date: true, ..row(H3, "/?s=1") }, &format!("head 200 {d} content-length=1 {x}; body Pattern 1; KeepAlive")),
+        (Row { date: true, ..row(H2, "/?r=103") }, "head 103; NoFinal"),
+        (Row { date: true, upload: Some(Upload::Bytes(1)), expect: true, ..row(H2, "/?h") }, &format!("100; read 1; head 200 {d} content-length={} cache-control=no-cache content-type=text/plain; text {}; Close", pages::help().len(), pages::help().lines().next().unwrap())),
+    ]);
+}
+
+#[test]
+fn http_dates() {
+    // RFC 9110 §5.6.7's example, the epoch, a leap day, the day after a century's missing
+    // leap day, and a year's last second.
+    for (secs, text) in [
+        (784_111_777, "Sun, 06 Nov 1994 08:49:37 GMT"),
+        (0, "Thu, 01 Jan 1970 00:00:00 GMT"),
+        (951_825_600, "Tue, 29 Feb 2000 12:00:00 GMT"),
+        (4_107_542_400, "Mon, 01 Mar 2100 00:00:00 GMT"),
+        (4_133_980_799, "Fri, 31 Dec 2100 23:59:59 GMT"),
+    ] {
+        assert_eq!(
+            std::str::from_utf8(&http_date(secs)).unwrap(),
+            text,
+            "{secs}"
+        );
+    }
 }

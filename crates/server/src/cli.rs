@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// Also: `-G 'option accept-unsafe-violations-in-http-request'`.
     #[arg(long)]
     lenient: bool,
+    /// No `date` field on responses (RFC 9110 §6.6.1 asks an origin server with a clock for one;
+    /// haterm sends none: this gives its byte-exact heads).
+    #[arg(long)]
+    no_date: bool,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -193,6 +197,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         alt_svc: a.alt_svc,
         grace: a.grace,
         lenient: a.lenient,
+        date: !a.no_date,
         shutdown,
         h2: a.h2,
         h3: a.h3,

@@ -22,6 +22,8 @@ pub struct Config {
     /// Accept HTTP/1.x requests that break RFC 9112 rules haterm does not enforce (Host,
     /// request-target, bare LF, Transfer-Encoding on HTTP/1.0); framing rules stay on.
     pub lenient: bool,
+    /// Send a `date` field on every response (off: `--no-date`, haterm's byte-exact heads).
+    pub date: bool,
     pub shutdown: crate::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

@@ -83,6 +83,8 @@ struct Conn<IO> {
     timeout: Duration,
     head: Head,
     lenient: bool,
+    /// Send `date` fields.
+    date: bool,
     h2c_upgrade: bool,
     splice: bool,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
@@ -105,6 +107,7 @@ pub async fn serve<IO: Transport>(
         timeout: cfg.timeout,
         head: Head::default(),
         lenient: cfg.lenient,
+        date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
         extra_head: opts
@@ -192,10 +195,12 @@ impl<IO: Transport> Conn<IO> {
 
     /// Answer with an error page (no request could be planned) and close.
     fn fail(&mut self, page: ErrorPage, t_first: Instant) -> Stop {
-        let mut x = Exchange::error(page, Version::Http11, t_first);
+        let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
         loop {
             match x.next(t_first) {
-                Step::Head(h) => h.write_h1(&mut self.out, &self.extra_head),
+                Step::Head(h) => {
+                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
+                }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => return Stop::Close,
             }
@@ -276,6 +281,7 @@ impl<IO: Transport> Conn<IO> {
             conn_keep_alive: self.head.conn_keep_alive,
             has_body: framing != head::BodyFraming::None,
             head_bytes: head_len as u64,
+            date: self.date,
         };
         let mut x = crate::planner::exchange(&req, t_first);
         let mut decoder = Decoder::new(framing);
@@ -303,7 +309,9 @@ impl<IO: Transport> Conn<IO> {
                     tokio::time::sleep_until(t.into()).await;
                     now = Instant::now();
                 }
-                Step::Head(h) => h.write_h1(&mut self.out, &self.extra_head),
+                Step::Head(h) => {
+                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
+                }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
                     kind,

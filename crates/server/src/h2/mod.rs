@@ -61,8 +61,8 @@ where
     let active = Arc::new(AtomicUsize::new(0));
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) =
-            stream::Stream::new(req, respond, alt_svc.clone()).and_then(stream::Stream::try_now)
+        let Some((stream, step)) = stream::Stream::new(req, respond, alt_svc.clone(), cfg.date)
+            .and_then(stream::Stream::try_now)
         else {
             return;
         };

@@ -84,6 +84,7 @@ impl Stream {
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         alt_svc: Option<HeaderValue>,
+        date: bool,
     ) -> Option<Stream> {
         let now = Instant::now();
         let fields = match check(&req) {
@@ -115,6 +116,7 @@ impl Stream {
                     target.len(),
                     fields,
                 ),
+                date,
             },
             now,
         );
@@ -240,9 +242,13 @@ impl Stream {
 
     fn response(&self, head: &Head) -> Result<Response<()>, http::Error> {
         let mut b = Response::builder().status(head.status);
-        head.fields(&mut Vec::with_capacity(96), |name, value| {
-            b = std::mem::take(&mut b).header(name, value);
-        });
+        head.fields(
+            &mut Vec::with_capacity(96),
+            &crate::planner::date(),
+            |name, value| {
+                b = std::mem::take(&mut b).header(name, value);
+            },
+        );
         if let Some(v) = &self.alt_svc {
             b = b.header(http::header::ALT_SVC, v.clone());
         }

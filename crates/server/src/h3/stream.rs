@@ -101,9 +101,11 @@ fn headers_frame(out: &mut Vec<u8>, head: &Head) -> usize {
     out.extend_from_slice(&[0; 3]);
     qpack::begin_response(out, head.status);
     SCRATCH.with(|s| {
-        head.fields(&mut s.borrow_mut(), |name, value| {
-            qpack::field(out, name, value)
-        })
+        head.fields(
+            &mut s.borrow_mut(),
+            &crate::planner::date(),
+            |name, value| qpack::field(out, name, value),
+        )
     });
     let len = out.len() - 3;
     let mut head = Vec::with_capacity(3);
@@ -245,7 +247,7 @@ pub async fn serve(
             return Ok(s.send);
         }
         Err(Abort::Connection(code)) => return Err(code),
-        Err(Abort::Status(page)) => Exchange::error(page, Version::H3, t_first),
+        Err(Abort::Status(page)) => Exchange::error(page, Version::H3, cfg.date, t_first),
     };
     match answer(&mut s, x, t_first).await {
         Ok(()) => {}
@@ -292,6 +294,7 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
                 head.path.len(),
                 head.field_bytes as usize,
             ),
+            date: cfg.date,
         };
         Ok(crate::planner::exchange(&req, t_first))
     })
