@@ -281,10 +281,11 @@ impl Exchange {
         loop {
             match self.state {
                 State::Start => {
-                    let answers_body = !matches!(self.answer, Answer::Text { .. });
+                    // A text answer (a rejection) goes out at once: its request body is never read.
+                    let reads_body = !matches!(self.answer, Answer::Text { .. });
                     let read_first = self.body_left
                         && !matches!(&self.answer, Answer::Dummy(p) if p.drain_after);
-                    self.state = if !answers_body {
+                    self.state = if !reads_body {
                         State::Head
                     } else if read_first {
                         State::Reading
@@ -295,7 +296,7 @@ impl Exchange {
                     // HTTP/1.0 client (§15.2), and not before an error, which is final at once.
                     if self.expect_continue
                         && self.body_left
-                        && answers_body
+                        && reads_body
                         && self.version != Version::Http10
                     {
                         return Step::Continue;
