@@ -1,9 +1,6 @@
 //! HTTP/3 framing (RFC 9114 §7) over QUIC streams: variable-length integers, frame and stream
-//! types, error codes; sans-I/O decoders of integers and frame headers fed in any pieces; and
-//! [`Reader`], which drives them (and [`crate::message::Message`]) with quinn's chunks, skipping
-//! DATA without copying it.
-
-use bytes::{Buf, Bytes};
+//! types, error codes; sans-I/O decoders of integers and frame headers fed in any pieces (driven
+//! with quinn's chunks by [`crate::reader::Reader`]).
 
 pub const DATA: u64 = 0x00;
 pub const HEADERS: u64 = 0x01;
@@ -93,14 +90,6 @@ pub fn put_frame(out: &mut Vec<u8>, ty: u64, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadError {
-    /// The stream ended inside a frame.
-    Truncated,
-    /// The stream was reset or the connection lost.
-    Broken,
-}
-
 /// A variable-length integer read incrementally, across chunk boundaries (sans-I/O).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VarintDecoder {
@@ -182,124 +171,6 @@ impl HeadDecoder {
     /// Part of a header has been read.
     pub fn is_partial(&self) -> bool {
         self.ty.is_some() || self.int.is_partial()
-    }
-}
-
-/// Reads frames off a receive stream: drives the decoders above (and [`crate::message`]) with
-/// quinn's chunks.
-pub struct Reader {
-    recv: quinn::RecvStream,
-    chunk: Bytes,
-}
-
-impl Reader {
-    pub fn new(recv: quinn::RecvStream) -> Reader {
-        Reader {
-            recv,
-            chunk: Bytes::new(),
-        }
-    }
-
-    /// Stop the peer sending (an error `code`, or NO_ERROR once we no longer need the rest).
-    pub fn stop(&mut self, code: u32) {
-        let _ = self.recv.stop(code.into());
-    }
-
-    /// Get more bytes; false at the end of the stream.
-    async fn fill(&mut self) -> Result<bool, ReadError> {
-        while self.chunk.is_empty() {
-            match self.recv.read_chunk(usize::MAX, true).await {
-                Ok(Some(c)) => self.chunk = c.bytes,
-                Ok(None) => return Ok(false),
-                Err(_) => return Err(ReadError::Broken),
-            }
-        }
-        Ok(true)
-    }
-
-    /// A variable-length integer; `None` if the stream ends cleanly before it.
-    pub async fn varint(&mut self) -> Result<Option<u64>, ReadError> {
-        let mut d = VarintDecoder::default();
-        loop {
-            if !self.fill().await? {
-                return match d.is_partial() {
-                    true => Err(ReadError::Truncated),
-                    false => Ok(None),
-                };
-            }
-            let (n, v) = d.feed(&self.chunk);
-            self.chunk.advance(n);
-            if v.is_some() {
-                return Ok(v);
-            }
-        }
-    }
-
-    /// A frame header (type, length); `None` at a clean end of the stream.
-    pub async fn frame_head(&mut self) -> Result<Option<(u64, u64)>, ReadError> {
-        let mut d = HeadDecoder::default();
-        loop {
-            if !self.fill().await? {
-                return match d.is_partial() {
-                    true => Err(ReadError::Truncated),
-                    false => Ok(None),
-                };
-            }
-            let (n, head) = d.feed(&self.chunk);
-            self.chunk.advance(n);
-            if head.is_some() {
-                return Ok(head);
-            }
-        }
-    }
-
-    /// A frame payload, read whole (callers bound `len`); without a copy when it is all in
-    /// the chunk at hand, as it usually is.
-    pub async fn payload(&mut self, len: usize) -> Result<Bytes, ReadError> {
-        if self.fill().await? && self.chunk.len() >= len {
-            return Ok(self.chunk.split_to(len));
-        }
-        // Grown as bytes arrive, not reserved up front: `len` is the peer's claim.
-        let mut out = Vec::with_capacity(len.min(16 << 10));
-        while out.len() < len {
-            if !self.fill().await? {
-                return Err(ReadError::Truncated);
-            }
-            let n = (len - out.len()).min(self.chunk.len());
-            out.extend_from_slice(&self.chunk.split_to(n));
-        }
-        Ok(out.into())
-    }
-
-    /// Skip a frame payload.
-    pub async fn skip(&mut self, mut len: u64) -> Result<(), ReadError> {
-        while len > 0 {
-            if !self.fill().await? {
-                return Err(ReadError::Truncated);
-            }
-            let n = len.min(self.chunk.len() as u64) as usize;
-            self.chunk.advance(n);
-            len -= n as u64;
-        }
-        Ok(())
-    }
-
-    /// The next event of a request or response stream parsed by `m`: DATA is counted in
-    /// place (one event per chunk), never copied.
-    pub async fn event(
-        &mut self,
-        m: &mut crate::message::Message,
-    ) -> Result<crate::message::Event, crate::message::MessageError> {
-        use crate::message::MessageError;
-        loop {
-            let fin = !self.fill().await.map_err(|_| MessageError::Broken)?;
-            let (n, event) = m.poll(&self.chunk, fin)?;
-            self.chunk.advance(n);
-            // At the end of the stream `poll` always has an event or an error.
-            if let Some(event) = event {
-                return Ok(event);
-            }
-        }
     }
 }
 

@@ -10,3 +10,4 @@ pub mod fields;
 pub mod frame;
 pub mod message;
 pub mod qpack;
+pub mod reader;

@@ -3,7 +3,7 @@
 //! copied), trailers and the end, or the error the peer's framing deserves. [`Reader::event`]
 //! drives it with quinn's chunks.
 //!
-//! [`Reader::event`]: crate::frame::Reader::event
+//! [`Reader::event`]: crate::reader::Reader::event
 
 use crate::frame::{self, code, HeadDecoder};
 
@@ -38,7 +38,7 @@ pub enum MessageError {
     AfterTrailers(u64),
     #[error("stream ended inside a frame or before a complete message")]
     Incomplete,
-    /// Only from [`crate::frame::Reader::event`]: no framing at fault.
+    /// Only from [`crate::reader::Reader::event`]: no framing at fault.
     #[error("stream reset or connection lost")]
     Broken,
 }

@@ -9,7 +9,8 @@ use crate::inflight::End;
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
-use loadterm_h3::frame::{self, code, Reader};
+use loadterm_h3::frame::{self, code};
+use loadterm_h3::reader::Reader;
 use std::cell::Cell;
 use std::rc::Rc;
 

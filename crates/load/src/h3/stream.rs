@@ -6,8 +6,9 @@ use crate::record::{ErrorKind, Sample};
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
 use loadterm_h3::fields::{BodyLength, ResponseFields};
-use loadterm_h3::frame::{self, code, ReadError, Reader};
+use loadterm_h3::frame::{self, code};
 use loadterm_h3::qpack;
+use loadterm_h3::reader::{ReadError, Reader};
 use std::cell::Cell;
 use std::time::Instant;
 

@@ -8,6 +8,7 @@ use crate::shutdown::ConnSlot;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::frame;
+use loadterm_h3::reader::{ReadError, Reader};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -160,7 +161,7 @@ async fn uni_stream(
     goaway: Arc<tokio::sync::Notify>,
 ) {
     use frame::code;
-    let mut r = frame::Reader::new(recv);
+    let mut r = Reader::new(recv);
     let close = |code: u32| conn.close(code.into(), b"");
     match r.varint().await {
         Ok(Some(frame::STREAM_CONTROL)) => {
@@ -191,10 +192,10 @@ async fn uni_stream(
                     }
                     // The peer closing its control stream is a connection error, unless the
                     // connection is going away anyway.
-                    Ok(None) | Err(frame::ReadError::Truncated) => {
+                    Ok(None) | Err(ReadError::Truncated) => {
                         return close(code::CLOSED_CRITICAL_STREAM)
                     }
-                    Err(frame::ReadError::Broken) => return,
+                    Err(ReadError::Broken) => return,
                 }
             }
         }
@@ -209,7 +210,7 @@ async fn uni_stream(
 }
 
 /// Read the client's SETTINGS payload and check it.
-async fn settings_ok(r: &mut frame::Reader, len: u64) -> bool {
+async fn settings_ok(r: &mut Reader, len: u64) -> bool {
     if len > 4096 {
         return false;
     }
