@@ -119,18 +119,12 @@ impl Default for Decoder {
     }
 }
 
-/// `tchar` (RFC 9110 §5.6.2).
+/// [`is_tchar`](crate::syntax::is_tchar) as a table: one load a byte on the extension path.
 const TCHAR: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
     while i < 256 {
-        let c = i as u8;
-        t[i] = c.is_ascii_alphanumeric()
-            || matches!(c, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'')
-            || matches!(
-                c,
-                b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
-            );
+        t[i] = crate::syntax::is_tchar(i as u8);
         i += 1;
     }
     t

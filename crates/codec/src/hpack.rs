@@ -3,6 +3,7 @@
 //! what a load generator needs of a response (status and sizes), with the dynamic table kept
 //! in step by entry size, so that no header string is stored.
 
+use crate::syntax::content_length;
 use crate::{get_int, get_string, put_int};
 use std::collections::VecDeque;
 
@@ -217,7 +218,7 @@ impl Decoder {
                 };
                 e.value_len = self.string(&mut block)?;
                 e.status = e.is_status.then(|| status(&self.scratch)).flatten();
-                e.length = e.is_length.then(|| length(&self.scratch)).flatten();
+                e.length = e.is_length.then(|| content_length(&self.scratch)).flatten();
                 if index {
                     self.insert(e);
                 }
@@ -256,7 +257,7 @@ impl Decoder {
                 status: status(value.as_bytes()),
                 is_length: name == "content-length",
                 length: (name == "content-length")
-                    .then(|| length(value.as_bytes()))
+                    .then(|| content_length(value.as_bytes()))
                     .flatten(),
             });
         }
@@ -288,20 +289,6 @@ impl Decoder {
         *block = &block[n..];
         Ok(self.scratch.len())
     }
-}
-
-/// A `content-length` value: decimal digits only, within u64.
-fn length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| {
-        if b.is_ascii_digit() {
-            n.checked_mul(10)?.checked_add((b - b'0') as u64)
-        } else {
-            None
-        }
-    })
 }
 
 fn status(v: &[u8]) -> Option<u16> {

@@ -6,6 +6,7 @@ pub mod chunked;
 pub mod h2;
 pub mod hpack;
 pub mod huffman;
+pub mod syntax;
 
 /// Append `v` as a prefixed integer (RFC 7541 §5.1) whose first byte carries `flags` above a
 /// `prefix`-bit field.

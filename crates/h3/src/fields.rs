@@ -5,6 +5,7 @@
 //! warm: it runs on every message.
 
 use crate::frame::code;
+use loadterm_codec::syntax::{content_length, is_tchar};
 
 /// Why a request's field section is malformed (RFC 9114 §4.1.2): reset with H3_MESSAGE_ERROR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -66,25 +67,7 @@ const NAME: [bool; 256] = {
     let mut i = 0;
     while i < 256 {
         let c = i as u8;
-        t[i] = c.is_ascii_lowercase()
-            || c.is_ascii_digit()
-            || matches!(
-                c,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
+        t[i] = is_tchar(c) && !c.is_ascii_uppercase();
         i += 1;
     }
     t
@@ -208,7 +191,7 @@ impl RequestFields {
                     return Err(FieldError::ContentLength);
                 }
                 self.seen |= LENGTH;
-                self.content_length = parse_length(value).ok_or(FieldError::ContentLength)?;
+                self.content_length = content_length(value).ok_or(FieldError::ContentLength)?;
             }
             _ => {}
         }
@@ -363,7 +346,7 @@ impl ResponseFields {
         self.seen |= REGULAR;
         facts.field_bytes += (name.len() + value.len() + 4) as u64;
         if name == b"content-length" {
-            let n = parse_length(value).ok_or(FieldError::ContentLength)?;
+            let n = content_length(value).ok_or(FieldError::ContentLength)?;
             // Repeated only with the same value (RFC 9110 §8.6).
             if facts.content_length.is_some_and(|l| l != n) {
                 return Err(FieldError::ContentLength);
@@ -384,20 +367,6 @@ impl ResponseFields {
         }
         Ok(facts)
     }
-}
-
-/// A `content-length` value: decimal digits only, within u64.
-fn parse_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| {
-        if b.is_ascii_digit() {
-            n.checked_mul(10)?.checked_add((b - b'0') as u64)
-        } else {
-            None
-        }
-    })
 }
 
 /// DATA bytes against a message's `content-length` (§4.1.2), counted as they arrive.

@@ -3,6 +3,7 @@
 //! the server reads requests with.
 
 use loadterm_codec::chunked;
+use loadterm_codec::syntax::content_length;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Done {
@@ -162,7 +163,7 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
     for h in r.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             // Repeated only with the same value (RFC 9110 §8.6).
-            let n = parse_length(h.value).ok_or(ParseError)?;
+            let n = content_length(h.value).ok_or(ParseError)?;
             if length.is_some_and(|l| l != n) {
                 return Err(ParseError);
             }
@@ -214,20 +215,6 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         ));
     }
     Ok((done, body))
-}
-
-/// A Content-Length value: decimal digits only (no sign, no spaces), within u64.
-fn parse_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| {
-        if b.is_ascii_digit() {
-            n.checked_mul(10)?.checked_add((b - b'0') as u64)
-        } else {
-            None
-        }
-    })
 }
 
 #[cfg(test)]

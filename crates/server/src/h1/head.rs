@@ -352,25 +352,7 @@ static CLASS: [u8; 256] = {
         if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.') {
             c |= SCHEME;
         }
-        if b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            )
-        {
+        if loadterm_codec::syntax::is_tchar(b) {
             c |= TCHAR;
         }
         t[i] = c;
