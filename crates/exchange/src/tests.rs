@@ -378,7 +378,10 @@ fn h1_heads_copy_only_what_repeats() {
     for (h, date) in &seq {
         heads.write(h, date, &mut out);
         h.write_h1(&mut want, date, extra);
-        assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&want));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&want)
+        );
     }
     heads.write_once(&seq[2].0, &seq[2].1, &mut out);
     seq[2].0.write_h1(&mut want, &seq[2].1, extra);
