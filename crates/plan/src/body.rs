@@ -132,7 +132,8 @@ mod tests {
             let s = slice(kind, 7, 1000);
             let back = as_static(s).expect("a slice of a static block");
             assert_eq!((back.as_ptr(), back.len()), (s.as_ptr(), s.len()));
-            assert_eq!(as_static(&s.to_vec()), None);
+            let copy = s.to_vec();
+            assert_eq!(as_static(&copy), None);
         }
     }
 }
