@@ -11,6 +11,7 @@
 //! - `gather` keeps body bytes by reference (they are slices of `loadterm_plan::body`'s static
 //!   blocks) and writes the pass as one vectored write of all its pieces: no copy here;
 //! - `hybrid` references body pieces of at least the threshold and copies smaller ones.
+//!
 //! Frame headers and HEADERS frames live in `h2`'s reused buffer and are always copied.
 
 use crate::config::Emit as Strategy;
