@@ -41,8 +41,7 @@ fn mismatch(a: &Report, b: &Report) -> Option<String> {
     if a.open_loop.is_some() != b.open_loop.is_some() {
         return Some("open loop (--rate) vs closed loop".into());
     }
-    if a.shard.is_some() && a.shard == b.shard {
-        let s = a.shard.expect("checked");
+    if let Some(s) = a.shard.filter(|s| Some(*s) == b.shard) {
         return Some(format!("both are shard {}/{}", s.index, s.count));
     }
     None
