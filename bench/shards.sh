@@ -22,7 +22,7 @@ url="http://127.0.0.1:$port/?s=1k"
 args=(-D "$duration" --warm-up-time 1s -c "$conns" "$url")
 
 "$bin" load "${args[@]}" -q --json "$work/whole.json" --hdr-log "$work/whole.hlog"
-LOADTERM_DIR=$(dirname "$bin") LOADTERM="$bin" deploy/simulate.sh -n 4 -l 3 -o "$work/sim" -- "${args[@]}" >/dev/null
+LOADTERM_DIR=$(dirname "$bin") LOADTERM="$bin" deploy/simulate.sh -n 4 -l 6 -o "$work/sim" -- "${args[@]}" >/dev/null
 
 echo "## 1. one run vs 4 local shards merged (${args[*]}, server -t 1; busy 2-core machine)"
 python3 - "$work/whole.json" "$work/sim/merged.json" <<'PY'
