@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Figures for sharded runs (docs/DISTRIBUTED.md), at a scale this machine can take:
 #  1. the same run unsharded and as 4 local shards (deploy/simulate.sh, started together with
-#     --start-at, merged): counts, req/s, p50/p99/p99.9 side by side;
+#     --start-at, merged): counts, req/s, p50/p99/p99.9 side by side, for a -D run (a) and a
+#     -n run (b, whose counts must be equal);
 #  2. the time `loadterm merge` takes for 4 runs of MINUTES (default 10) of 1-second interval
 #     logs. The logs are synthesized (cheap): the intervals of a short real run, repeated with
 #     shifted timestamps to the full length, each shard from its own run.
 #
 #   bench/shards.sh [LOADTERM]      (default target/release/loadterm)
-# Env: DURATION (5s), CONNS (8), MINUTES (10), PORT (18890).
+# Env: DURATION (5s), REQUESTS (100000), CONNS (8), MINUTES (10), PORT (18890).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-target/release/loadterm}")
@@ -19,18 +20,20 @@ trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 server=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
 url="http://127.0.0.1:$port/?s=1k"
-args=(-D "$duration" --warm-up-time 1s -c "$conns" "$url")
 
-"$bin" load "${args[@]}" -q --json "$work/whole.json" --hdr-log "$work/whole.hlog"
-LOADTERM_DIR=$(dirname "$bin") LOADTERM="$bin" deploy/simulate.sh -n 4 -l 6 -o "$work/sim" -- "${args[@]}" >/dev/null
-
-echo "## 1. one run vs 4 local shards merged (${args[*]}, server -t 1; busy 2-core machine)"
-python3 - "$work/whole.json" "$work/sim/merged.json" <<'PY'
+# One comparison: the run unsharded, then as 4 shards through deploy/simulate.sh, side by side.
+compare() {
+  local tag=$1; shift
+  "$bin" load "$@" -q --json "$work/whole-$tag.json"
+  LOADTERM_DIR=$(dirname "$bin") LOADTERM="$bin" deploy/simulate.sh -n 4 -l 6 -o "$work/sim-$tag" -- "$@" >/dev/null
+  echo "## 1$tag. one run vs 4 local shards merged ($*; server -t 1; busy 2-core machine)"
+  python3 - "$work/whole-$tag.json" "$work/sim-$tag/merged.json" <<'PY'
 import json, sys
 w, m = (json.load(open(f)) for f in sys.argv[1:3])
 print(f"{'':22}{'unsharded':>12}{'4 shards':>12}")
 rows = [("runs", lambda r: r["runs"]),
         ("connections", lambda r: r["connections"]),
+        ("threads", lambda r: r["threads"]),
         ("requests completed", lambda r: r["requests"]["completed"]),
         ("errors", lambda r: sum(v for k, v in r["errors"].items())),
         ("window (s)", lambda r: f'{r["duration_s"]:.3f}'),
@@ -42,8 +45,12 @@ rows = [("runs", lambda r: r["runs"]),
 for name, f in rows:
     print(f"{name:22}{f(w):>12}{f(m):>12}")
 PY
+  echo
+}
+compare a -D "$duration" --warm-up-time 1s -c "$conns" "$url"
+compare b -n "${REQUESTS:-100000}" -c "$conns" "$url"
+sim=$work/sim-a
 
-echo
 echo "## 2. merge time, 4 runs x $minutes min of 1-second interval logs (synthesized; busy 2-core machine)"
 seconds=$((minutes * 60))
 for i in 0 1 2 3; do
@@ -52,7 +59,7 @@ for i in 0 1 2 3; do
     /^#/ || /^"/ { print; next }
     { line[k++] = $0 }
     END { for (t = 0; t < n; t++) { split(line[t % k], f, ","); printf "%d.000,%s,%s,%s\n", t, f[2], f[3], f[4] } }
-  ' "$work/sim/shard-$i.hlog" > "$work/long-$i.hlog"
+  ' "$sim/shard-$i.hlog" > "$work/long-$i.hlog"
 done
 echo "input: $(wc -l < "$work/long-0.hlog") lines/log, $(du -ch "$work"/long-*.hlog | tail -1 | cut -f1) in all"
 for round in 1 2 3; do
@@ -62,5 +69,5 @@ done
 echo "output: $(grep -vc '^#' "$work/long-merged.hlog") intervals"
 for round in 1 2 3; do
   /usr/bin/time -f "reports only, round $round: %e s wall" \
-    "$bin" merge -q "$work"/sim/shard-*.json --json "$work/m.json"
+    "$bin" merge -q "$sim"/shard-*.json --json "$work/m.json"
 done
