@@ -1,6 +1,6 @@
 //! The deployment files, checked as far as a machine without a cluster or a registry can: the
 //! Indexed Job manifest against Kubernetes' schemas (kubernetes-validate, offline), the
-//! Dockerfile with hadolint, and deploy/simulate.sh, which runs the manifest's pod command lines
+//! Dockerfile with hadolint, the scripts with shellcheck, and deploy/simulate.sh, which runs the manifest's pod command lines
 //! as local processes against the real `loadterm serve` and merges them as run.sh does.
 
 mod common;
@@ -93,6 +93,26 @@ fn the_dockerfile_passes_hadolint() {
         return;
     }
     let out = run(Command::new("hadolint").arg(repo().join("Dockerfile")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn the_deploy_scripts_pass_shellcheck() {
+    if !have_tool("shellcheck") {
+        return;
+    }
+    let out = run(Command::new("shellcheck").args(
+        [
+            "deploy/kubernetes/run.sh",
+            "deploy/kubernetes/collect.sh",
+            "deploy/simulate.sh",
+        ]
+        .map(|f| repo().join(f)),
+    ));
     assert!(
         out.status.success(),
         "{}",
