@@ -1,7 +1,7 @@
-//! Per-thread state the exchanges need: the random generator (for the `r` suffix) and the HTTP
-//! date, rendered once a second.
+//! Per-thread state the exchanges need: the random generator (for the `r` suffix), the HTTP
+//! date, rendered once a second, and the last HTTP/1.x head rendered.
 
-use loadterm_exchange::{http_date, Exchange, HttpDate, Request};
+use loadterm_exchange::{http_date, Exchange, H1Heads, Head, HttpDate, Request};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
@@ -9,6 +9,13 @@ use std::time::Instant;
 thread_local! {
     static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
     static DATE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [0; 29])) };
+    static H1_HEADS: RefCell<H1Heads> = RefCell::new(H1Heads::default());
+}
+
+/// Append `head` in HTTP/1.x, dated now, with `extra` header lines (CRLF-terminated).
+pub fn write_h1(head: &Head, extra: &[u8], out: &mut Vec<u8>) {
+    let date = date();
+    H1_HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
 }
 
 pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {

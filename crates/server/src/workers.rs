@@ -141,16 +141,20 @@ async fn accept_loop(
             let _slot = slot;
             match tls {
                 None => serve_clear(sock, cfg).await,
-                Some(acceptor) => serve_tls(sock, acceptor, cfg, alt_svc).await,
+                // Boxed: TLS state would otherwise enlarge every clear connection's task.
+                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, alt_svc)).await,
             }
         });
     }
 }
 
+// The HTTP/2 futures are boxed: a task's future is as large as its largest state, and HTTP/2's
+// (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
+// ones included.
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
         Some(true) => {
-            let _ = h2::serve_connection(sock, cfg, None).await;
+            let _ = Box::pin(h2::serve_connection(sock, cfg, None)).await;
         }
         Some(false) => {
             let opts = h1::Options {
@@ -159,7 +163,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 splice: cfg.splice,
             };
             if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
-                let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+                let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
             }
         }
         None => {}
@@ -176,7 +180,7 @@ async fn serve_tls(
         return;
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = h2::serve_connection(stream, cfg, alt_svc).await;
+        let _ = Box::pin(h2::serve_connection(stream, cfg, alt_svc)).await;
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {
