@@ -5,7 +5,7 @@ use crate::record::Recorder;
 use crate::report::{self, RunInfo};
 use crate::sched::Pace;
 use crate::setup::{Options, Proto, Setup};
-use crate::shared::Progress;
+use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
@@ -262,6 +262,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
     };
     let from = t0 + warm;
     let until = a.duration.map(|d| from + d);
+    let startup = Arc::new(Startup::new(a.connections));
     let mut handles = Vec::new();
     for (i, (conns, share)) in assign(a.connections, threads, requests)
         .into_iter()
@@ -280,6 +281,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
                 hdr_log: a.hdr_log.is_some(),
                 progress: progress.clone(),
                 cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+                startup: startup.clone(),
             },
         )?);
     }
@@ -352,13 +354,24 @@ pub fn run(a: LoadArgs) -> Result<()> {
         }
     }
     if total.completed == 0 && total.errors.total() > 0 {
+        let e = &total.errors;
+        let first = total
+            .first_reasons
+            .values()
+            .min()
+            .map_or(String::new(), |(_, r)| format!("{r}; "));
+        let stopped = if startup.stopped() {
+            "stopped early, every connection failed before any was made: "
+        } else {
+            "no request completed: "
+        };
         bail!(
-            "no request completed: {} connect, {} TLS, {} timeout, {} reset, {} protocol errors (is the server up at {}?)",
-            total.errors.connect,
-            total.errors.tls,
-            total.errors.timeout,
-            total.errors.reset,
-            total.errors.protocol,
+            "{stopped}{first}{} connect, {} TLS, {} timeout, {} reset, {} protocol errors (server at {})",
+            e.connect,
+            e.tls,
+            e.timeout,
+            e.reset,
+            e.protocol,
             setup.addr
         );
     }
