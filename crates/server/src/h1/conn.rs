@@ -87,6 +87,8 @@ struct Conn<IO> {
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
+    /// Capacity asked for splice pipes (`tune.pipesize`).
+    pipe_size: usize,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: Vec<u8>,
     shutdown: Shutdown,
@@ -110,6 +112,7 @@ pub async fn serve<IO: Transport>(
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
+        pipe_size: cfg.pipe_size,
         extra_head: opts
             .alt_svc
             .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
@@ -390,7 +393,7 @@ impl<IO: Transport> Conn<IO> {
         {
             self.flush().await?;
             let tcp = self.io.tcp().expect("checked above");
-            super::splice::send(tcp, kind, size, self.timeout).await
+            super::splice::send(tcp, kind, size, self.timeout, self.pipe_size).await
         } else {
             self.large_body(kind, size).await
         }
