@@ -19,7 +19,7 @@ pub struct Config {
     pub threads: usize,
     /// Most connections served at once by the whole process; more are closed on accept.
     pub maxconn: usize,
-    /// Serve HTTP/3 on the UDP twin of every TLS port.
+    /// Serve HTTP/3 on the UDP twin of every `-L` TLS port (`bind quic4@` lines are explicit).
     pub quic: bool,
     /// Send large clear-text HTTP/1 bodies with splice() (zero copy).
     pub splice: bool,
