@@ -246,7 +246,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         h3: a.h3,
     };
     let lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
-    cfg.threads = a.threads.or(lines.threads).unwrap_or_else(cpus_available);
+    cfg.threads = lines.threads.or(a.threads).unwrap_or_else(cpus_available);
     for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
         if set {
             eprintln!("loadterm: warning: {flag} (HAProxy traces) has no effect in loadterm");
@@ -291,12 +291,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         return Ok(());
     }
     let pins = pinning(&lines.cpu_maps, cfg.threads)?;
-    let (provider, warnings) = lines.policy.provider();
+    let (crypto, warnings) = lines.policy.crypto();
     warn(&warnings);
     // The default identity, if a listener or --cert-out needs it; `crt` lists loaded once each.
     let needs_default = listeners.iter().any(|l| l.secure() && l.crt.is_empty());
     let default = if needs_default || a.cert_out.is_some() {
-        let id = Identity::load(&source, provider.clone()).context("TLS certificate")?;
+        let id = Identity::load(&source, crypto.clone()).context("TLS certificate")?;
         if let Some(out) = &a.cert_out {
             std::fs::write(out, &id.generated_pem)
                 .with_context(|| format!("cannot write {}", out.display()))?;
@@ -314,7 +314,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             (true, false) => Some(match loaded.get(&l.crt) {
                 Some(id) => id.clone(),
                 None => {
-                    let id = Identity::load(&CertSource::Files(l.crt.clone()), provider.clone())
+                    let id = Identity::load(&CertSource::Files(l.crt.clone()), crypto.clone())
                         .with_context(|| format!("crt of {} {}", l.proto(), l.addr))?;
                     let id = Arc::new(id);
                     loaded.insert(l.crt.clone(), id.clone());

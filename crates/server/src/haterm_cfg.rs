@@ -100,14 +100,15 @@ pub fn lines(value: &str) -> Vec<String> {
     let mut chars = value.chars();
     while let Some(c) = chars.next() {
         let line = out.last_mut().expect("never empty");
-        match (c, c == '\\') {
-            (_, true) => match chars.next() {
-                Some('n') => out.push(String::new()),
-                Some('t') => line.push('\t'),
-                Some(other) => line.push(other),
-                None => {}
-            },
-            (c, false) => line.push(c),
+        if c != '\\' {
+            line.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push(String::new()),
+            Some('t') => line.push('\t'),
+            Some(other) => line.push(other),
+            None => {}
         }
     }
     out.retain(|l| !l.trim().is_empty());

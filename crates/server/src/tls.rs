@@ -140,10 +140,19 @@ fn pick<T: Copy + PartialEq>(
     out
 }
 
+/// The crypto a policy leaves: the provider, and whether the server's order of suites decides
+/// (when the policy lists suites, as HAProxy prefers its own order; rustls's default follows
+/// the client's).
+#[derive(Debug, Clone)]
+pub struct Crypto {
+    provider: Arc<CryptoProvider>,
+    server_order: bool,
+}
+
 impl Policy {
-    /// The crypto provider this policy leaves (aws-lc-rs's defaults where it says nothing or
-    /// names nothing rustls has), and warnings for what it cannot honour.
-    pub fn provider(&self) -> (Arc<CryptoProvider>, Vec<String>) {
+    /// The crypto this policy leaves (aws-lc-rs's defaults where it says nothing or names
+    /// nothing rustls has), and warnings for what it cannot honour.
+    pub fn crypto(&self) -> (Crypto, Vec<String>) {
         let mut p = aws_lc_rs::default_provider();
         let mut warnings = Vec::new();
         let all = aws_lc_rs::ALL_CIPHER_SUITES;
@@ -208,7 +217,22 @@ impl Policy {
                     .collect();
             }
         }
-        (Arc::new(p), warnings)
+        let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
+        if self.ciphersuites.is_some() && !p.cipher_suites.iter().any(|s| s.suite() == aes128) {
+            warnings.push(
+                "ssl-default-bind-ciphersuites: QUIC listeners keep TLS_AES_128_GCM_SHA256 last \
+                 (QUIC's Initial packets need it, RFC 9001 §5.2)"
+                    .into(),
+            );
+        }
+        let server_order = self.ciphersuites.is_some() || self.ciphers.is_some();
+        (
+            Crypto {
+                provider: Arc::new(p),
+                server_order,
+            },
+            warnings,
+        )
     }
 }
 
@@ -217,25 +241,26 @@ impl Policy {
 #[derive(Debug)]
 pub struct Identity {
     keys: Arc<Keys>,
-    provider: Arc<CryptoProvider>,
+    crypto: Crypto,
     /// PEM of the generated certificates (for `--cert-out`); empty for user files.
     pub generated_pem: String,
 }
 
 impl Identity {
-    pub fn load(source: &CertSource, provider: Arc<CryptoProvider>) -> Result<Identity> {
+    pub fn load(source: &CertSource, crypto: Crypto) -> Result<Identity> {
+        let provider = &crypto.provider;
         let (keys, generated_pem) = match source {
             CertSource::Generate {
                 rsa_bits,
                 curve,
                 names,
                 ips,
-            } => generate(*rsa_bits, *curve, names, ips, &provider)?,
-            CertSource::Files(paths) => (from_paths(paths, &provider)?, String::new()),
+            } => generate(*rsa_bits, *curve, names, ips, provider)?,
+            CertSource::Files(paths) => (from_paths(paths, provider)?, String::new()),
         };
         Ok(Identity {
             keys: Arc::new(Keys::new(keys)),
-            provider,
+            crypto,
             generated_pem,
         })
     }
@@ -248,12 +273,25 @@ impl Identity {
         } else {
             &[&rustls::version::TLS13, &rustls::version::TLS12]
         };
-        let mut cfg = rustls::ServerConfig::builder_with_provider(self.provider.clone())
+        let mut provider = self.crypto.provider.clone();
+        let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
+        if tls13_only && !provider.cipher_suites.iter().any(|s| s.suite() == aes128) {
+            // QUIC protects its Initial packets with it whatever is negotiated (RFC 9001 §5.2).
+            let mut p = (*provider).clone();
+            p.cipher_suites.extend(
+                aws_lc_rs::ALL_CIPHER_SUITES
+                    .iter()
+                    .filter(|s| s.suite() == aes128),
+            );
+            provider = Arc::new(p);
+        }
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
             .context("TLS protocol versions (do the ssl-default-bind-* lines leave a suite?)")?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Resolver(self.keys.clone())));
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        cfg.ignore_client_order = self.crypto.server_order;
         // No 0-RTT (quinn accepts 0 or u32::MAX).
         cfg.max_early_data_size = 0;
         Ok(cfg)
