@@ -61,7 +61,7 @@ pub struct ErrorCounts {
     pub non_2xx: u64,
     /// The first reason given for each kind of transport error that had one (connection
     /// attempts: `connect`, `tls`), e.g. `"tls": "tls: certificate verify failed for ..."`.
-    pub first: BTreeMap<&'static str, String>,
+    pub first: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,7 +165,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
             first: r
                 .first_reasons
                 .iter()
-                .map(|(k, (_, reason))| (k.name(), reason.clone()))
+                .map(|(k, (_, reason))| (k.name().to_owned(), reason.clone()))
                 .collect(),
         },
         latency_us: Percentiles::of(&r.latency),
