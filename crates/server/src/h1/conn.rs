@@ -81,14 +81,14 @@ struct Conn<IO> {
     start: usize,
     out: Vec<u8>,
     timeout: Duration,
+    /// Capacity asked for splice pipes (`tune.pipesize`).
+    pipe_size: usize,
     head: Head,
     lenient: bool,
     /// Send `date` fields.
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
-    /// Capacity asked for splice pipes (`tune.pipesize`).
-    pipe_size: usize,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: Vec<u8>,
     shutdown: Shutdown,
@@ -107,12 +107,12 @@ pub async fn serve<IO: Transport>(
         start: 0,
         out: Vec::with_capacity(4096),
         timeout: cfg.timeout,
+        pipe_size: cfg.pipe_size,
         head: Head::default(),
         lenient: cfg.lenient,
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
-        pipe_size: cfg.pipe_size,
         extra_head: opts
             .alt_svc
             .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
