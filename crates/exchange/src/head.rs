@@ -121,11 +121,27 @@ pub fn x_rsp(buf: &mut Vec<u8>, plan: &Plan, t: &Timing) {
     buf.extend_from_slice(b" real)");
 }
 
+/// A field name, with its HTTP/1.x line prefix joined at compile time: one copy per line.
+#[derive(Clone, Copy)]
+struct Name {
+    lower: &'static str,
+    line: &'static str,
+}
+
+macro_rules! name {
+    ($n:literal) => {
+        Name {
+            lower: $n,
+            line: concat!($n, ": "),
+        }
+    };
+}
+
 /// Where fields go: values that must be rendered are written by `render` into a buffer the sink
 /// chooses (HTTP/1.x: straight into the output, no scratch copy).
 trait Sink {
-    fn field(&mut self, name: &'static str, value: &[u8]);
-    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>));
+    fn field(&mut self, name: Name, value: &[u8]);
+    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>));
 }
 
 struct Callback<'a, F> {
@@ -134,25 +150,26 @@ struct Callback<'a, F> {
 }
 
 impl<F: FnMut(&'static str, &[u8])> Sink for Callback<'_, F> {
-    fn field(&mut self, name: &'static str, value: &[u8]) {
-        (self.field)(name, value)
+    fn field(&mut self, name: Name, value: &[u8]) {
+        (self.field)(name.lower, value)
     }
-    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>)) {
+    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>)) {
         self.scratch.clear();
         render(self.scratch);
-        (self.field)(name, self.scratch)
+        (self.field)(name.lower, self.scratch)
     }
 }
 
 struct H1Lines<'a>(&'a mut Vec<u8>);
 
 impl Sink for H1Lines<'_> {
-    fn field(&mut self, name: &'static str, value: &[u8]) {
+    #[inline]
+    fn field(&mut self, name: Name, value: &[u8]) {
         self.rendered(name, |out| out.extend_from_slice(value))
     }
-    fn rendered(&mut self, name: &'static str, render: impl FnOnce(&mut Vec<u8>)) {
-        self.0.extend_from_slice(name.as_bytes());
-        self.0.extend_from_slice(b": ");
+    #[inline]
+    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>)) {
+        self.0.extend_from_slice(name.line.as_bytes());
         render(self.0);
         self.0.extend_from_slice(b"\r\n");
     }
@@ -188,35 +205,40 @@ impl Head {
 
     fn each(&self, sink: &mut impl Sink, date: &HttpDate) {
         if self.date {
-            sink.field("date", date);
+            sink.field(name!("date"), date);
         }
         if let Some(len) = self.content_length {
-            sink.field("content-length", itoa::Buffer::new().format(len).as_bytes());
+            sink.field(
+                name!("content-length"),
+                itoa::Buffer::new().format(len).as_bytes(),
+            );
         }
         if self.no_cache {
-            sink.field("cache-control", b"no-cache");
+            sink.field(name!("cache-control"), b"no-cache");
         }
         match &self.kind {
-            Kind::Text => sink.field("content-type", b"text/plain"),
+            Kind::Text => sink.field(name!("content-type"), b"text/plain"),
             Kind::Dummy { plan, timing } => {
-                sink.rendered("x-req", |b| x_req(b, timing));
-                sink.rendered("x-rsp", |b| x_rsp(b, plan, timing));
+                sink.rendered(name!("x-req"), |b| x_req(b, timing));
+                sink.rendered(name!("x-rsp"), |b| x_rsp(b, plan, timing));
             }
             Kind::Bare => {}
         }
         match self.connection {
-            Some(ConnHeader::Close) => sink.field("connection", b"close"),
-            Some(ConnHeader::KeepAlive) => sink.field("connection", b"keep-alive"),
+            Some(ConnHeader::Close) => sink.field(name!("connection"), b"close"),
+            Some(ConnHeader::KeepAlive) => sink.field(name!("connection"), b"keep-alive"),
             None => {}
         }
         if self.chunked {
-            sink.field("transfer-encoding", b"chunked");
+            sink.field(name!("transfer-encoding"), b"chunked");
         }
     }
 
     /// Append the whole HTTP/1.x head (status line to blank line), `date` as in [`Head::fields`].
     /// `extra`: further header lines, each CRLF-terminated (usually empty).
     pub fn write_h1(&self, out: &mut Vec<u8>, date: &HttpDate, extra: &[u8]) {
+        // Room for a typical head, so the appends below do not grow the buffer one by one.
+        out.reserve(256 + extra.len());
         out.extend_from_slice(if self.h1_11 {
             b"HTTP/1.1 "
         } else {
@@ -229,5 +251,43 @@ impl Head {
         self.each(&mut H1Lines(out), date);
         out.extend_from_slice(extra);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// HTTP/1.x heads for one connection, rendered once and copied while they repeat. Benchmark
+/// traffic asks the same question over and over, so consecutive heads are usually identical
+/// (same plan, timing and date second); copying the last rendering instead of writing it anew
+/// saves most of the head's cost (measured in docs/PERFORMANCE.md).
+#[derive(Debug, Default)]
+pub struct H1Heads {
+    /// Header lines added to every head (`alt-svc`), each CRLF-terminated.
+    extra: Vec<u8>,
+    last: Option<(Head, HttpDate)>,
+    rendered: Vec<u8>,
+}
+
+impl H1Heads {
+    pub fn new(extra: Vec<u8>) -> H1Heads {
+        H1Heads {
+            extra,
+            last: None,
+            rendered: Vec::new(),
+        }
+    }
+
+    /// Append `head` as [`Head::write_h1`] would.
+    pub fn write(&mut self, head: &Head, date: &HttpDate, out: &mut Vec<u8>) {
+        let key = (*head, *date);
+        if self.last != Some(key) {
+            self.rendered.clear();
+            head.write_h1(&mut self.rendered, date, &self.extra);
+            self.last = Some(key);
+        }
+        out.extend_from_slice(&self.rendered);
+    }
+
+    /// Append `head` without keeping it (one-off heads: error pages).
+    pub fn write_once(&self, head: &Head, date: &HttpDate, out: &mut Vec<u8>) {
+        head.write_h1(out, date, &self.extra);
     }
 }

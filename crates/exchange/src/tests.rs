@@ -340,3 +340,50 @@ fn http_dates() {
         );
     }
 }
+
+#[test]
+fn h1_heads_copy_only_what_repeats() {
+    let head_of = |target: &str, head_bytes: u64| {
+        let req = Request {
+            version: Version::Http11,
+            is_head: false,
+            target: target.as_bytes(),
+            control: None,
+            expect_continue: false,
+            conn_close: false,
+            conn_keep_alive: false,
+            has_body: false,
+            head_bytes,
+            date: true,
+        };
+        let now = Instant::now();
+        let Step::Head(h) = Exchange::new(&req, &mut Rng::new(1), now).next(now) else {
+            panic!()
+        };
+        h
+    };
+    let extra = b"alt-svc: h3=\":1\"\r\n";
+    let mut heads = H1Heads::new(extra.to_vec());
+    // Repeats, then a change in each part of the key: the plan, the timing, the date.
+    let seq = [
+        (head_of("/?s=1k", 40), http_date(0)),
+        (head_of("/?s=1k", 40), http_date(0)),
+        (head_of("/?s=2k", 40), http_date(0)),
+        (head_of("/?s=2k", 41), http_date(0)),
+        (head_of("/?s=2k", 41), http_date(1)),
+        (head_of("/?s=1k", 40), http_date(0)),
+    ];
+    let mut out = Vec::new();
+    let mut want = Vec::new();
+    for (h, date) in &seq {
+        heads.write(h, date, &mut out);
+        h.write_h1(&mut want, date, extra);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&want)
+        );
+    }
+    heads.write_once(&seq[2].0, &seq[2].1, &mut out);
+    seq[2].0.write_h1(&mut want, &seq[2].1, extra);
+    assert_eq!(out, want);
+}

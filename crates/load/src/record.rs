@@ -11,7 +11,7 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Errors {
     pub connect: u64,
     pub tls: u64,
@@ -25,7 +25,7 @@ impl Errors {
         self.connect + self.tls + self.timeout + self.reset + self.protocol
     }
 
-    fn add(&mut self, o: &Errors) {
+    pub(crate) fn add(&mut self, o: &Errors) {
         self.connect += o.connect;
         self.tls += o.tls;
         self.timeout += o.timeout;

@@ -58,6 +58,23 @@ pub struct H2Args {
     /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
     #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
     pub max_header_list: u32,
+    /// How response frames reach the transport: copy a pass into one buffer (drain), keep body
+    /// bytes by reference and write the pass as one vectored write (gather), or reference only
+    /// body pieces of at least --h2-emit-threshold (hybrid). See docs/PERFORMANCE.md.
+    #[arg(long = "h2-emit", value_enum, default_value_t = Emit::Drain, value_name = "STRATEGY")]
+    pub emit: Emit,
+    /// Hybrid: body pieces of this size or more go by reference.
+    #[arg(long = "h2-emit-threshold", default_value = "2k", value_name = "SIZE",
+          value_parser = loadterm_plan::units::parse_size)]
+    pub emit_threshold: u64,
+}
+
+/// `--h2-emit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emit {
+    Drain,
+    Gather,
+    Hybrid,
 }
 
 impl Default for H2Args {
@@ -68,6 +85,8 @@ impl Default for H2Args {
             conn_window: 16 << 20,
             max_frame_size: 16384,
             max_header_list: 64 << 10,
+            emit: Emit::Drain,
+            emit_threshold: 2048,
         }
     }
 }

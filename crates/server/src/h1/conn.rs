@@ -8,7 +8,7 @@ use super::Upgrade;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
 use loadterm_codec::chunked;
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
+use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, H1Heads, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
 use std::io::{self, IoSlice};
@@ -89,8 +89,8 @@ struct Conn<IO> {
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
-    /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
-    extra_head: Vec<u8>,
+    /// Response heads, with the extra lines (`alt-svc`) the listener adds.
+    heads: H1Heads,
     shutdown: Shutdown,
 }
 
@@ -113,10 +113,11 @@ pub async fn serve<IO: Transport>(
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
-        extra_head: opts
-            .alt_svc
-            .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
-            .unwrap_or_default(),
+        heads: H1Heads::new(
+            opts.alt_svc
+                .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
+                .unwrap_or_default(),
+        ),
         shutdown: cfg.shutdown.clone(),
     };
     loop {
@@ -201,9 +202,9 @@ impl<IO: Transport> Conn<IO> {
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
         loop {
             match x.next(t_first) {
-                Step::Head(h) => {
-                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
-                }
+                Step::Head(h) => self
+                    .heads
+                    .write_once(&h, &crate::planner::date(), &mut self.out),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => return Stop::Close,
             }
@@ -312,9 +313,7 @@ impl<IO: Transport> Conn<IO> {
                     tokio::time::sleep_until(t.into()).await;
                     now = Instant::now();
                 }
-                Step::Head(h) => {
-                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
-                }
+                Step::Head(h) => self.heads.write(&h, &crate::planner::date(), &mut self.out),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
                     kind,

@@ -363,6 +363,10 @@ static CLASS: [u8; 256] = {
 
 /// Every byte of `s` is in `class` or a valid percent-escape.
 fn all_in(s: &[u8], class: u8) -> bool {
+    // Most targets and hosts have no escape: one lookup per byte, no branch on `%`.
+    if s.iter().all(|&b| CLASS[b as usize] & class != 0) {
+        return true;
+    }
     let mut i = 0;
     while i < s.len() {
         let c = CLASS[s[i] as usize];
@@ -415,9 +419,18 @@ fn valid_authority(v: &[u8]) -> bool {
             &inner[close + 1..],
         )
     } else {
-        let colon = v.iter().position(|&b| b == b':').unwrap_or(v.len());
+        // One pass over the usual reg-name or IPv4 address; a percent-escape takes the slow path.
+        let end = v
+            .iter()
+            .position(|&b| CLASS[b as usize] & UNRESERVED_SUB == 0)
+            .unwrap_or(v.len());
+        let colon = if v.get(end) == Some(&b'%') {
+            v.iter().position(|&b| b == b':').unwrap_or(v.len())
+        } else {
+            end
+        };
         (
-            colon > 0 && all_in(&v[..colon], UNRESERVED_SUB),
+            colon > 0 && (colon == end || all_in(&v[..colon], UNRESERVED_SUB)),
             &v[colon..],
         )
     };
