@@ -5,7 +5,7 @@ use crate::record::Recorder;
 use crate::report::{self, RunInfo};
 use crate::sched::Pace;
 use crate::setup::{Options, Proto, Setup};
-use crate::shared::Progress;
+use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
@@ -386,6 +386,8 @@ pub fn run(a: LoadArgs) -> Result<()> {
         );
     }
     let until = a.duration.map(|d| from + d);
+    // The slots this process runs (its shard's, when sharded).
+    let startup = Arc::new(Startup::new(slots.len()));
     let mut handles = Vec::new();
     for (i, (conns, share)) in split(&slots, threads, requests).into_iter().enumerate() {
         handles.push(worker::spawn(
@@ -401,6 +403,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
                 hdr_log: a.hdr_log.is_some(),
                 progress: progress.clone(),
                 cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+                startup: startup.clone(),
             },
         )?);
     }
@@ -472,13 +475,24 @@ pub fn run(a: LoadArgs) -> Result<()> {
     }
     emit(&rep, a.json.as_deref(), a.quiet)?;
     if total.completed == 0 && total.errors.total() > 0 {
+        let e = &total.errors;
+        let first = total
+            .first_reasons
+            .values()
+            .min()
+            .map_or(String::new(), |(_, r)| format!("{r}; "));
+        let stopped = if startup.stopped() {
+            "stopped early, every connection failed before any was made: "
+        } else {
+            "no request completed: "
+        };
         bail!(
-            "no request completed: {} connect, {} TLS, {} timeout, {} reset, {} protocol errors (is the server up at {}?)",
-            total.errors.connect,
-            total.errors.tls,
-            total.errors.timeout,
-            total.errors.reset,
-            total.errors.protocol,
+            "{stopped}{first}{} connect, {} TLS, {} timeout, {} reset, {} protocol errors (server at {})",
+            e.connect,
+            e.tls,
+            e.timeout,
+            e.reset,
+            e.protocol,
             setup.addr
         );
     }

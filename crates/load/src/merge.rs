@@ -147,11 +147,19 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     }
     let mut status = BTreeMap::new();
     let mut transport = Errors::default();
+    // Reports carry no time for their reasons: the first run (in the caller's order) that
+    // gave one for a kind of error speaks for it.
+    let mut first_reasons = BTreeMap::new();
     for r in all() {
         for (k, v) in &r.status {
             *status.entry(k.clone()).or_default() += v;
         }
         transport.add(&r.errors.transport);
+        for (kind, reason) in &r.errors.first {
+            first_reasons
+                .entry(kind.clone())
+                .or_insert_with(|| reason.clone());
+        }
     }
     let open: Vec<&OpenLoop> = all().filter_map(|r| r.open_loop.as_ref()).collect();
     let open_loop = (!open.is_empty()).then(|| OpenLoop {
@@ -190,6 +198,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
         errors: ErrorCounts {
             transport,
             non_2xx: sum(&|r| r.errors.non_2xx),
+            first: first_reasons,
         },
         latency_us: Percentiles::of(&latency),
         ttfb_us: Percentiles::of(&ttfb),
@@ -420,7 +429,21 @@ mod tests {
             .collect();
         // The last shard started its window 2 s late (its second 0 is the others' second 2).
         runs[3].1 = run(3, 100, 2.0, &mut union());
+        // The first run giving a reason for a kind of error speaks for it.
+        let first = |r: &mut Report, kind: &str, why: &str| {
+            r.errors.first.insert(kind.into(), why.into());
+        };
+        first(&mut runs[1].1, "tls", "tls: from r1");
+        first(&mut runs[2].1, "tls", "tls: from r2");
+        first(&mut runs[2].1, "connect", "connect: from r2");
         let m = reports(&runs, false).unwrap();
+        let reasons: Vec<_> = m
+            .errors
+            .first
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(reasons, ["connect=connect: from r2", "tls=tls: from r1"]);
         assert_eq!((m.runs, m.connections, m.threads), (4, 8, 4));
         assert_eq!(m.requests.completed, 400);
         assert_eq!(m.requests.started, 400);

@@ -59,6 +59,11 @@ pub struct ErrorCounts {
     #[serde(flatten)]
     pub transport: Errors,
     pub non_2xx: u64,
+    /// The first reason given for each kind of transport error that had one (connection
+    /// attempts: `connect`, `tls`), e.g. `"tls": "tls: certificate verify failed for ..."`.
+    /// Absent from reports of versions before it: empty.
+    #[serde(default)]
+    pub first: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -218,6 +223,11 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         errors: ErrorCounts {
             transport: r.errors,
             non_2xx,
+            first: r
+                .first_reasons
+                .iter()
+                .map(|(k, (_, reason))| (k.name().to_owned(), reason.clone()))
+                .collect(),
         },
         latency_us: Percentiles::of(&r.latency),
         ttfb_us: Percentiles::of(&r.ttfb),
@@ -317,6 +327,9 @@ pub fn text(r: &Report) -> String {
         "errors: {} connect, {} tls, {} timeout, {} reset, {} protocol; {} non-2xx/3xx responses\n",
         e.connect, e.tls, e.timeout, e.reset, e.protocol, r.errors.non_2xx
     );
+    for reason in r.errors.first.values() {
+        s += &format!("  first {reason}\n");
+    }
     s += &format!(
         "traffic: {} total, {} headers, {} data\n",
         size(r.bytes.total as f64),
@@ -385,7 +398,7 @@ pub fn write_hdr_log(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{ErrorKind, Sample};
+    use crate::record::{ErrorKind, Failure, Sample};
     use std::time::{Duration, Instant};
 
     fn info(rate: Option<f64>) -> RunInfo {
@@ -431,6 +444,7 @@ mod tests {
         r.interim(at(102));
         r.error(ErrorKind::Reset, at(1500));
         r.error(ErrorKind::Reset, at(1600));
+        r.reason(&Failure::new(ErrorKind::Connect, "refused"), at(1700));
         r
     }
 
@@ -466,6 +480,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("  corrected (CO)"), "{text}");
+        assert!(text.contains("\n  first connect: refused\n"), "{text}");
+        assert_eq!(rep.errors.first["connect"], "connect: refused");
         // Interim heads are counted apart from the final statuses.
         assert_eq!(rep.interim, 2);
         assert_eq!(rep.status.values().sum::<u64>(), 6);

@@ -3,6 +3,14 @@
 
 use std::time::Duration;
 
+/// ALPN protocols offered on TLS/TCP unless a `bind` line names others, most preferred first
+/// (HAProxy 2.8+ offers `h2,http/1.1` on HTTP binds by default).
+pub const TCP_ALPN: &[&str] = &["h2", "http/1.1", "http/1.0"];
+
+/// Capacity asked for each splice pipe unless `-G 'tune.pipesize N'` says otherwise (haterm
+/// sets 262144 itself on kTLS builds).
+pub const PIPE_SIZE: usize = 256 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Client timeout: incomplete request head/body, idle keep-alive, and write inactivity.
@@ -11,10 +19,12 @@ pub struct Config {
     pub threads: usize,
     /// Most connections served at once by the whole process; more are closed on accept.
     pub maxconn: usize,
-    /// Serve HTTP/3 on the UDP twin of every TLS port.
+    /// Serve HTTP/3 on the UDP twin of every `-L` TLS port (`bind quic4@` lines are explicit).
     pub quic: bool,
     /// Send large clear-text HTTP/1 bodies with splice() (zero copy).
     pub splice: bool,
+    /// Capacity asked for each splice pipe, bytes (`-G 'tune.pipesize N'`).
+    pub pipe_size: usize,
     /// Advertise HTTP/3 (`alt-svc: h3=":port"`) on responses over TLS/TCP.
     pub alt_svc: bool,
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.

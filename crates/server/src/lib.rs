@@ -4,10 +4,11 @@ pub mod config;
 pub mod h1;
 pub mod h2;
 pub mod h3;
+pub mod haterm_cfg;
 pub mod listen;
 mod planner;
 mod shutdown;
 pub mod tls;
 mod workers;
 
-pub use workers::TCP_ALPN;
+pub use config::TCP_ALPN;

@@ -84,6 +84,8 @@ struct Conn<IO> {
     start: usize,
     out: Vec<u8>,
     timeout: Duration,
+    /// Capacity asked for splice pipes (`tune.pipesize`).
+    pipe_size: usize,
     head: Head,
     lenient: bool,
     /// Send `date` fields.
@@ -108,6 +110,7 @@ pub async fn serve<IO: Transport>(
         start: 0,
         out: Vec::new(),
         timeout: cfg.timeout,
+        pipe_size: cfg.pipe_size,
         head: Head::default(),
         lenient: cfg.lenient,
         date: cfg.date,
@@ -445,7 +448,7 @@ impl<IO: Transport> Conn<IO> {
         {
             self.flush().await?;
             let tcp = self.io.tcp().expect("checked above");
-            Box::pin(super::splice::send(tcp, kind, size, self.timeout)).await
+            Box::pin(super::splice::send(tcp, kind, size, self.timeout, self.pipe_size)).await
         } else {
             Box::pin(self.large_body(kind, size)).await
         }
