@@ -194,7 +194,9 @@ fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
                 out.push((a.a_name.clone(), command(&a.a_name, ca)));
                 for level in &a.burn_levels {
                     if !(*level > 0.0 && *level <= 1000.0) {
-                        return Err(usage_error(format!("--burn-levels: {level} is not a percentage in (0, 1000]")));
+                        return Err(usage_error(format!(
+                            "--burn-levels: {level} is not a percentage in (0, 1000]"
+                        )));
                     }
                     let name = format!("{}+burn{level}%", a.a_name);
                     let cmd = format!("{ca} --burn {level}");
@@ -209,11 +211,9 @@ fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
                 out.push((a.a_name.clone(), command(&a.a_name, ca)));
                 out.push((a.b_name.clone(), command(&a.b_name, ca)));
             }
-            _ => {
-                return Err(usage_error(
-                    "give --a CMD [--b CMD], several --variant NAME=CMD, or --a-endpoint/--b-endpoint",
-                ))
-            }
+            _ => return Err(usage_error(
+                "give --a CMD [--b CMD], several --variant NAME=CMD, or --a-endpoint/--b-endpoint",
+            )),
         }
     }
     if out.len() < 2 {
@@ -230,7 +230,9 @@ fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
         .iter()
         .find(|(n, _)| n.as_ref().is_some_and(|n| !out.iter().any(|v| v.0 == *n)))
     {
-        return Err(usage_error(format!("--config-template {n}=…: no variant is named {n}")));
+        return Err(usage_error(format!(
+            "--config-template {n}=…: no variant is named {n}"
+        )));
     }
     Ok(out)
 }
@@ -258,7 +260,13 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
 }
 
 /// Rounds of A against itself (the noise floor and the pilot): runs named `name` and `name'`.
-fn aa_rounds(spec: &RunSpec, name: &str, rounds: usize, rng: &mut rand::rngs::StdRng, backends: &mut Backends) -> Result<Vec<Run>> {
+fn aa_rounds(
+    spec: &RunSpec,
+    name: &str,
+    rounds: usize,
+    rng: &mut rand::rngs::StdRng,
+    backends: &mut Backends,
+) -> Result<Vec<Run>> {
     let twin = format!("{name}'");
     let mut out = Vec::new();
     for round in 0..rounds {
@@ -279,7 +287,9 @@ fn aa_ratios(runs: &[Run], name: &str, metric: &str) -> Vec<f64> {
     runs.iter()
         .filter(|r| r.variant == twin)
         .filter_map(|r2| {
-            let r1 = runs.iter().find(|r| r.variant == name && r.round == r2.round)?;
+            let r1 = runs
+                .iter()
+                .find(|r| r.variant == name && r.round == r2.round)?;
             let v = r2.metric(metric) / r1.metric(metric);
             (v.is_finite() && v > 0.0).then_some(v)
         })
@@ -338,7 +348,11 @@ pub fn run(a: AbArgs) -> Result<()> {
         a.size.iter().map(Some).collect()
     };
     let first = usize::from(!a.keep_first_round);
-    let headline = if endpoint_mode { "rps" } else { "cpu_us_per_req" };
+    let headline = if endpoint_mode {
+        "rps"
+    } else {
+        "cpu_us_per_req"
+    };
     let mut cells = Vec::new();
     for proto in &a.proto {
         for size in &sizes {
@@ -392,7 +406,10 @@ pub fn run(a: AbArgs) -> Result<()> {
             let regime = match (a.rate, a.rate_fraction) {
                 (Some(r), _) => {
                     load_args.extend(["--rate".to_owned(), r.to_string()]);
-                    format!("open loop at {r:.0} req/s (fixed --rate), -c {} -m {}", a.connections, a.streams)
+                    format!(
+                        "open loop at {r:.0} req/s (fixed --rate), -c {} -m {}",
+                        a.connections, a.streams
+                    )
                 }
                 (None, Some(f)) => {
                     eprintln!("{tag} pilot: the baseline's saturation throughput");
@@ -413,14 +430,21 @@ pub fn run(a: AbArgs) -> Result<()> {
             let mut rounds = a.rounds;
             if let Some(effect) = a.target_effect {
                 eprintln!("{tag} A/A pilot: {} rounds", a.pilot_rounds);
-                let pilot = aa_rounds(&spec(0, &load_args), &vs[0].0.name, a.pilot_rounds, &mut rng, &mut backends)?;
+                let pilot = aa_rounds(
+                    &spec(0, &load_args),
+                    &vs[0].0.name,
+                    a.pilot_rounds,
+                    &mut rng,
+                    &mut backends,
+                )?;
                 let ratios = aa_ratios(&pilot, &vs[0].0.name, headline);
                 let s = power::log_spread(&ratios)
                     .with_context(|| format!("{tag} the pilot measured no {headline} spread"))?;
                 let sigma = power::sigma_upper(s, ratios.len());
                 rounds = power::rounds_for(effect, sigma);
                 let per_run = pilot.iter().map(|r| r.wall_s).sum::<f64>() / pilot.len() as f64;
-                let runs_needed = (rounds + first) * vs.len() + if aa { 2 * (rounds + first) } else { 0 };
+                let runs_needed =
+                    (rounds + first) * vs.len() + if aa { 2 * (rounds + first) } else { 0 };
                 let estimate = per_run * runs_needed as f64;
                 let plan = format!(
                     "planned {rounds} rounds for a {:.1}% change in {headline} with 80% power (5% two-sided) from an A/A pilot of {} rounds: log-ratio spread {:.2}% (80% upper bound {:.2}%), about {:.0} s of runs",
@@ -430,9 +454,14 @@ pub fn run(a: AbArgs) -> Result<()> {
                 if let Some(max) = a.max_time {
                     let left = max.as_secs_f64() - t_start.elapsed().as_secs_f64();
                     if estimate > left {
-                        let affordable = ((left / per_run) as usize / (vs.len() + if aa { 2 } else { 0 })).saturating_sub(first);
+                        let affordable = ((left / per_run) as usize
+                            / (vs.len() + if aa { 2 } else { 0 }))
+                        .saturating_sub(first);
                         let reach = if affordable >= power::MIN_ROUNDS {
-                            format!("the {affordable} rounds that fit resolve {:.1}%", power::detectable(affordable, sigma) * 100.0)
+                            format!(
+                                "the {affordable} rounds that fit resolve {:.1}%",
+                                power::detectable(affordable, sigma) * 100.0
+                            )
                         } else {
                             format!("fewer than {} rounds fit", power::MIN_ROUNDS)
                         };
@@ -447,7 +476,13 @@ pub fn run(a: AbArgs) -> Result<()> {
             let mut aa_runs = Vec::new();
             if aa {
                 eprintln!("{tag} A/A noise floor: {rounds} rounds");
-                aa_runs = aa_rounds(&spec(0, &load_args), &vs[0].0.name, rounds + first, &mut rng, &mut backends)?;
+                aa_runs = aa_rounds(
+                    &spec(0, &load_args),
+                    &vs[0].0.name,
+                    rounds + first,
+                    &mut rng,
+                    &mut backends,
+                )?;
                 aa_runs.retain(|r| r.round >= first);
             }
             let mut runs = Vec::new();
@@ -485,12 +520,20 @@ pub fn run(a: AbArgs) -> Result<()> {
             let mut comparisons = Vec::new();
             for (v, _) in &vs[1..] {
                 for metric in METRICS {
-                    let floor = aa.then(|| noise(metric, &aa_runs, base, &aa_name)).flatten();
+                    let floor = aa
+                        .then(|| noise(metric, &aa_runs, base, &aa_name))
+                        .flatten();
                     comparisons.extend(compare(metric, base, &v.name, &runs, floor));
                 }
             }
             if a.calibrate {
-                notes.extend(calibration_notes(&comparisons, &aa_runs, base, &a.burn_levels, rounds));
+                notes.extend(calibration_notes(
+                    &comparisons,
+                    &aa_runs,
+                    base,
+                    &a.burn_levels,
+                    rounds,
+                ));
             }
             cells.push(Cell {
                 proto: proto.clone(),
@@ -522,7 +565,9 @@ pub fn run(a: AbArgs) -> Result<()> {
         Ok(())
     };
     write(&a.markdown, &|| Ok(report::markdown(&report)))?;
-    write(&a.json, &|| Ok(serde_json::to_string_pretty(&report)? + "\n"))?;
+    write(&a.json, &|| {
+        Ok(serde_json::to_string_pretty(&report)? + "\n")
+    })?;
     write(&a.svg, &|| crate::plot::report_svg(&report))?;
     write(&a.html, &|| report::html(&report))?;
     if report.cells.iter().all(|c| c.runs.is_empty()) {
@@ -555,7 +600,11 @@ fn calibration_notes(
                     signed_pct(lo),
                     signed_pct(hi)
                 )),
-                if c.significant { "detected" } else { "not detected" }
+                if c.significant {
+                    "detected"
+                } else {
+                    "not detected"
+                }
             ));
         }
     }

@@ -169,11 +169,26 @@ mod tests {
             p95_ms: 1.0,
             p99_ms: 1.0,
             corrected_p99_ms: None,
-            cpu_us_per_req: cpu,
-            server_cpu_util: 1.0,
-            rss_peak_mib: 10.0,
-            rss_mean_mib: 10.0,
-            ctx_switches_per_req: 0.1,
+            cpu_us_per_req: Some(cpu),
+            server_cpu_util: Some(1.0),
+            rss_peak_mib: Some(10.0),
+            rss_mean_mib: Some(10.0),
+            ctx_switches_per_req: Some(0.1),
+            series: Vec::new(),
+            wall_s: 1.0,
+            checks: crate::contam::Checks {
+                steal_pct: 0.0,
+                foreign_pct: Some(0.0),
+                client_busy_pct: 50.0,
+                settings: crate::contam::Settings {
+                    governor: None,
+                    boost: None,
+                    thp: None,
+                    load1: 0.0,
+                },
+                steady: None,
+                flags: Vec::new(),
+            },
         }
     }
 
@@ -199,7 +214,10 @@ mod tests {
             c.verdict
         );
         let (lo, hi) = c.ci_pct.unwrap();
-        assert!(lo < c.change_pct && c.change_pct < hi && hi < 0.0, "{lo} {hi}");
+        assert!(
+            lo < c.change_pct && c.change_pct < hi && hi < 0.0,
+            "{lo} {hi}"
+        );
         let r = compare("rps", "A", "B", &runs, None).unwrap();
         assert!(
             r.verdict.contains("more requests per second"),
@@ -227,7 +245,8 @@ mod tests {
         let few: Vec<Run> = runs.into_iter().filter(|r| r.round < 4).collect();
         let c = compare("cpu_us_per_req", "A", "B", &few, None).unwrap();
         assert!(
-            c.verdict.starts_with("B: no significant difference in CPU per request")
+            c.verdict
+                .starts_with("B: no significant difference in CPU per request")
                 && c.verdict.contains("need at least 6"),
             "{}",
             c.verdict

@@ -144,10 +144,15 @@ pub fn steady_state(series: &[f64]) -> Option<Steady> {
     let k = n / 3;
     let (a, b) = (&series[..k], &series[n - k..]);
     let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
-    let var = |x: &[f64], m: f64| x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64;
+    let var =
+        |x: &[f64], m: f64| x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64;
     let (ma, mb) = (mean(a), mean(b));
     let se = ((var(a, ma) + var(b, mb)) / k as f64).sqrt();
-    let change_pct = if ma > 0.0 { (mb / ma - 1.0) * 100.0 } else { 0.0 };
+    let change_pct = if ma > 0.0 {
+        (mb / ma - 1.0) * 100.0
+    } else {
+        0.0
+    };
     let beyond_noise = (mb - ma).abs() > STEADY_Z * se;
     Some(Steady {
         first: ma,
@@ -201,8 +206,17 @@ fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
 
 pub fn check(r: &Readings) -> Checks {
     let capacity = |cpus: &[usize]| (r.wall_s * r.ticks_per_s * cpus.len() as f64).max(1e-9);
-    let all: Vec<usize> = r.server_cpus.iter().chain(&r.client_cpus).copied().collect();
-    let steal_pct = if r.server_ticks.is_some() { delta(r, &all, |t| t.steal) / capacity(&all) } else { delta(r, &r.client_cpus, |t| t.steal) / capacity(&r.client_cpus) } * 100.0;
+    let all: Vec<usize> = r
+        .server_cpus
+        .iter()
+        .chain(&r.client_cpus)
+        .copied()
+        .collect();
+    let steal_pct = if r.server_ticks.is_some() {
+        delta(r, &all, |t| t.steal) / capacity(&all)
+    } else {
+        delta(r, &r.client_cpus, |t| t.steal) / capacity(&r.client_cpus)
+    } * 100.0;
     let foreign_pct = r.server_ticks.map(|own| {
         let busy = delta(r, &r.server_cpus, |t| t.busy);
         ((busy - own as f64).max(0.0) / capacity(&r.server_cpus)) * 100.0
@@ -319,7 +333,10 @@ mod tests {
         let text = check(&r).flags.join("; ");
         assert!(text.contains("THP changed: madvise → always"), "{text}");
         assert!(text.contains("load average changed: 2.00 → 3.50"), "{text}");
-        assert!(text.contains("SMT siblings: server CPU 0 and client CPU 1"), "{text}");
+        assert!(
+            text.contains("SMT siblings: server CPU 0 and client CPU 1"),
+            "{text}"
+        );
         assert!(smt_shared(&[0], &[1], |_| Some("0,2".into())).is_empty());
     }
 
@@ -335,7 +352,10 @@ mod tests {
 
     #[test]
     fn thp_mode_and_cpu_lists() {
-        assert_eq!(selected_mode("always [madvise] never").as_deref(), Some("madvise"));
+        assert_eq!(
+            selected_mode("always [madvise] never").as_deref(),
+            Some("madvise")
+        );
         assert_eq!(parse_cpu_list("0-2,5"), vec![0, 1, 2, 5]);
     }
 }

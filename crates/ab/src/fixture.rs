@@ -42,7 +42,8 @@ impl Scratch {
             std::process::id(),
             tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
         ));
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Scratch(dir))
     }
 
@@ -88,7 +89,12 @@ impl Backends {
     /// `{backend_port}` / `{backend_tls_port}`), wait until each listens on its first port, and
     /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
     /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
-    pub fn start(commands: &[String], host: &str, cpus: &[usize], vars: &mut Vars) -> Result<Backends> {
+    pub fn start(
+        commands: &[String],
+        host: &str,
+        cpus: &[usize],
+        vars: &mut Vars,
+    ) -> Result<Backends> {
         let mut procs = Vec::new();
         let mut taken = Vec::new();
         for (i, command) in commands.iter().enumerate() {

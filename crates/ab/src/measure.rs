@@ -160,7 +160,12 @@ struct Started {
     _scratch: Scratch,
 }
 
-fn start_server(spec: &RunSpec, variant: &str, command: &str, config: &Option<(String, String)>) -> Result<Started> {
+fn start_server(
+    spec: &RunSpec,
+    variant: &str,
+    command: &str,
+    config: &Option<(String, String)>,
+) -> Result<Started> {
     let clear = procs::free_port(&spec.host, &[])?;
     let tls = procs::free_port(&spec.host, &[clear])?;
     let scratch = Scratch::new(variant)?;
@@ -177,7 +182,8 @@ fn start_server(spec: &RunSpec, variant: &str, command: &str, config: &Option<(S
         vars.set("config", path.display());
     }
     let command = vars.render(command);
-    let mut server = ServerProc::start(&command, &spec.server_cpus, &scratch.path().join("stderr"))?;
+    let mut server =
+        ServerProc::start(&command, &spec.server_cpus, &scratch.path().join("stderr"))?;
     let (scheme, port) = if spec.proto == "h1" {
         ("http", clear)
     } else {
@@ -215,7 +221,13 @@ pub fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
     Ok(run)
 }
 
-fn measured(spec: &RunSpec, variant: &str, round: usize, url: &str, root: Option<u32>) -> Result<Run> {
+fn measured(
+    spec: &RunSpec,
+    variant: &str,
+    round: usize,
+    url: &str,
+    root: Option<u32>,
+) -> Result<Run> {
     // A real request through the same client proves this server answers this protocol.
     client(spec, url, Duration::from_millis(200), None)
         .with_context(|| format!("variant {variant}: first request"))?;

@@ -157,7 +157,11 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
 
 /// A tick label with three significant digits (75.0, 1.62, 0.0123, 41200).
 fn three_digits(v: f64) -> String {
-    let magnitude = if v == 0.0 { 0 } else { v.abs().log10().floor() as i32 };
+    let magnitude = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
     let decimals = (2 - magnitude).clamp(0, 6) as usize;
     format!("{v:.decimals$}")
 }

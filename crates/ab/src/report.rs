@@ -130,14 +130,15 @@ fn checks_table(c: &Cell) -> String {
             r.round + 1,
             r.variant,
             k.steal_pct,
-            k.foreign_pct
-                .map_or("n/a".into(), |f| format!("{f:.1}%")),
+            k.foreign_pct.map_or("n/a".into(), |f| format!("{f:.1}%")),
             k.client_busy_pct,
             k.settings.load1,
-            k.steady.as_ref().map_or("n/a (under 6 s)".into(), |t| format!(
-                "{:.0} → {:.0} ({:+.1}%)",
-                t.first, t.last, t.change_pct
-            )),
+            k.steady
+                .as_ref()
+                .map_or("n/a (under 6 s)".into(), |t| format!(
+                    "{:.0} → {:.0} ({:+.1}%)",
+                    t.first, t.last, t.change_pct
+                )),
         );
     }
     s
@@ -187,7 +188,10 @@ pub fn terminal(r: &Report) -> String {
             s += &line.join("  ");
             s += "\n";
         }
-        s += &format!("verdicts ({}; change = variant / baseline − 1):\n", c.regime);
+        s += &format!(
+            "verdicts ({}; change = variant / baseline − 1):\n",
+            c.regime
+        );
         for cmp in &c.comparisons {
             s += &format!("  {}\n", cmp.verdict);
         }

@@ -58,7 +58,16 @@ fn server_cmd() -> String {
 
 /// Short runs: two measured rounds after the discarded one.
 const SHORT: &[&str] = &[
-    "--rounds", "2", "--duration", "1s", "--warmup", "0s", "-c", "4", "-m", "2",
+    "--rounds",
+    "2",
+    "--duration",
+    "1s",
+    "--warmup",
+    "0s",
+    "-c",
+    "4",
+    "-m",
+    "2",
 ];
 
 /// Every coordinate attribute of every element, with the element name.
@@ -96,10 +105,20 @@ fn charts_render_inside_the_canvas_and_html_holds_them() {
     let cmd = server_cmd();
     let (svg, html, png) = (dir.file("ab.svg"), dir.file("ab.html"), dir.file("ab.png"));
     let out = ab(&[
-        &["--variant", &format!("A={cmd}"), "--variant", &format!("B={cmd}")],
+        &[
+            "--variant",
+            &format!("A={cmd}"),
+            "--variant",
+            &format!("B={cmd}"),
+        ],
         &["--variant", &format!("C={cmd}"), "--aa"][..],
         SHORT,
-        &["--svg", svg.to_str().unwrap(), "--html", html.to_str().unwrap()],
+        &[
+            "--svg",
+            svg.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
     ]
     .concat());
     let stdout = ok(&out);
@@ -120,12 +139,23 @@ fn charts_render_inside_the_canvas_and_html_holds_them() {
 
     let text = std::fs::read_to_string(&svg).unwrap();
     let (w, h) = (1000.0, 360.0);
-    assert!(text.contains(&format!("width=\"{w}\" height=\"{h}\"")), "{}", &text[..200]);
+    assert!(
+        text.contains(&format!("width=\"{w}\" height=\"{h}\"")),
+        "{}",
+        &text[..200]
+    );
     let coords = coordinates(&text);
     assert!(coords.len() > 50, "{} coordinates", coords.len());
     for (el, attr, v) in &coords {
-        let limit = if attr.starts_with('x') || attr == "cx" { w } else { h };
-        assert!((0.0..=limit).contains(v), "<{el} {attr}={v}> outside the {w}×{h} canvas");
+        let limit = if attr.starts_with('x') || attr == "cx" {
+            w
+        } else {
+            h
+        };
+        assert!(
+            (0.0..=limit).contains(v),
+            "<{el} {attr}={v}> outside the {w}×{h} canvas"
+        );
     }
     // Points of all 3 variants × 2 rounds are drawn, plus the legend's.
     assert_eq!(text.matches("<circle").count(), 6 + 3 + 12, "{text}");
@@ -177,12 +207,28 @@ fn nginx_example(proto: &str) {
     let dir = Dir::new(&format!("nginx-{proto}"));
     let (cert, key) = (dir.file("cert.pem"), dir.file("key.pem"));
     let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
         .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
-        .args(["-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap()])
+        .args([
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let template = dir.file("nginx.conf");
     std::fs::write(
         &template,
@@ -202,10 +248,20 @@ fn nginx_example(proto: &str) {
     let out = ab(&[
         &["--backend", &backend, "--backend-cpus", "1"],
         &["--config-template", template.to_str().unwrap()][..],
-        &["--variant", &format!("on={nginx}"), "--variant", &format!("off={nginx}")],
+        &[
+            "--variant",
+            &format!("on={nginx}"),
+            "--variant",
+            &format!("off={nginx}"),
+        ],
         &["--proto", proto, "--url", "/?s=16k"],
         SHORT,
-        &["--markdown", md.to_str().unwrap(), "--json", js.to_str().unwrap()],
+        &[
+            "--markdown",
+            md.to_str().unwrap(),
+            "--json",
+            js.to_str().unwrap(),
+        ],
     ]
     .concat());
     ok(&out);
@@ -243,8 +299,14 @@ fn endpoint_mode_says_what_it_cannot_measure() {
     let dir = Dir::new("endpoint");
     let js = dir.file("ab.json");
     let out = ab(&[
-        &["--a-endpoint", &format!("http://127.0.0.1:{}", a.clear_port)],
-        &["--b-endpoint", &format!("http://127.0.0.1:{}/", b.clear_port)][..],
+        &[
+            "--a-endpoint",
+            &format!("http://127.0.0.1:{}", a.clear_port),
+        ],
+        &[
+            "--b-endpoint",
+            &format!("http://127.0.0.1:{}/", b.clear_port),
+        ][..],
         SHORT,
         &["--json", js.to_str().unwrap()],
     ]
@@ -264,7 +326,10 @@ fn endpoint_mode_says_what_it_cannot_measure() {
         .iter()
         .map(|c| c["metric"].as_str().unwrap())
         .collect();
-    assert!(metrics.contains(&"rps") && !metrics.contains(&"cpu_us_per_req"), "{metrics:?}");
+    assert!(
+        metrics.contains(&"rps") && !metrics.contains(&"cpu_us_per_req"),
+        "{metrics:?}"
+    );
 }
 
 #[test]
@@ -281,13 +346,24 @@ fn rate_fraction_sets_the_regime_from_a_pilot() {
     let stdout = ok(&out);
     let r = json(&js);
     let regime = r["cells"][0]["regime"].as_str().unwrap();
-    assert!(regime.starts_with("open loop at ") && regime.contains("= 0.5 × the baseline's saturation"), "{regime}");
+    assert!(
+        regime.starts_with("open loop at ") && regime.contains("= 0.5 × the baseline's saturation"),
+        "{regime}"
+    );
     assert!(stdout.contains(&format!("verdicts ({regime}")), "{stdout}");
     // The rate asked for is about half the pilot's: each run served well under saturation.
-    let rate: f64 = regime["open loop at ".len()..].split(' ').next().unwrap().parse().unwrap();
+    let rate: f64 = regime["open loop at ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     for run in r["cells"][0]["runs"].as_array().unwrap() {
         assert!(run["rps"].as_f64().unwrap() < rate * 1.2, "{run}");
-        assert!(!run["corrected_p99_ms"].is_null(), "open loop: corrected latency");
+        assert!(
+            !run["corrected_p99_ms"].is_null(),
+            "open loop: corrected latency"
+        );
     }
 }
 
@@ -303,8 +379,14 @@ fn calibrate_injects_a_known_cost_with_serve_burn() {
     ]
     .concat());
     let stdout = ok(&out);
-    assert!(stdout.contains("calibration: injected +100% CPU per request, measured +"), "{stdout}");
-    assert!(stdout.contains("the smallest change in CPU per request detected with 80% power"), "{stdout}");
+    assert!(
+        stdout.contains("calibration: injected +100% CPU per request, measured +"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the smallest change in CPU per request detected with 80% power"),
+        "{stdout}"
+    );
     let r = json(&js);
     let c = r["cells"][0]["comparisons"]
         .as_array()
@@ -315,7 +397,7 @@ fn calibrate_injects_a_known_cost_with_serve_burn() {
         .clone();
     // Doubling the cost shows even on a busy machine with two rounds (a wide margin for noise).
     let ratio = c["ratio"].as_f64().unwrap();
-    assert!(ratio > 1.4, "burn 100%: CPU ratio {ratio}");
+    assert!(ratio > 1.4, "burn 100%: CPU ratio {ratio}\n{stdout}");
 }
 
 #[test]
@@ -329,5 +411,8 @@ fn target_effect_beyond_the_budget_is_not_measurable() {
     .concat());
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not measurable in the time allowed: [h1 /?s=1k] a 0.2% change needs"), "{err}");
+    assert!(
+        err.contains("not measurable in the time allowed: [h1 /?s=1k] a 0.2% change needs"),
+        "{err}"
+    );
 }

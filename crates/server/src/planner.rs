@@ -31,8 +31,9 @@ static BURNED_NS: AtomicU64 = AtomicU64::new(0);
 static BURN_PER_REQUEST_PS: AtomicU64 = AtomicU64::new(0);
 /// (process CPU ns, requests, burned ns) at the last re-estimate.
 static BURN_MARK: Mutex<Option<(u64, u64, u64)>> = Mutex::new(None);
-/// Requests between re-estimates of the own cost per request.
-const BURN_WINDOW: u64 = 1024;
+/// Requests between re-estimates of the own cost per request (the first mark is taken at the
+/// first request, so a short run burns from its 257th request on).
+const BURN_WINDOW: u64 = 256;
 /// Spin only once this much is owed: a clock read costs far more than a few nanoseconds.
 const BURN_QUANTUM_PS: i64 = 20_000_000;
 
@@ -55,9 +56,13 @@ fn cpu_ns(clock: libc::clockid_t) -> u64 {
 /// itself). Spinning is counted in thread CPU time, so preemption does not shorten it.
 fn burn() {
     let n = BURN_REQUESTS.fetch_add(1, Relaxed) + 1;
-    if n % BURN_WINDOW == 0 {
+    if n == 1 || n.is_multiple_of(BURN_WINDOW) {
         if let Ok(mut mark) = BURN_MARK.try_lock() {
-            let now = (cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID), n, BURNED_NS.load(Relaxed));
+            let now = (
+                cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+                n,
+                BURNED_NS.load(Relaxed),
+            );
             if let Some((cpu, reqs, burned)) = *mark {
                 let own = (now.0 - cpu).saturating_sub(now.2 - burned) as f64;
                 let fraction = f64::from_bits(BURN_FRACTION.load(Relaxed));
