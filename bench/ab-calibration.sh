@@ -8,7 +8,8 @@
 #   4. the nginx proxy example's table (docs/AB.md), H1 and H2.
 # Run it on a quiet machine with a release build. Defaults are the issue's scale (about 2.5 h);
 # a functional check at tiny scale:
-#   AA_RUNS=2 ROUNDS=2 DURATION=1s WARMUP=0s BUDGETS=8 bench/ab-calibration.sh
+#   AA_RUNS=2 ROUNDS=2 DURATION=1s WARMUP=1s BUDGETS=8 LOAD_ARGS="-c 4 -m 2" bench/ab-calibration.sh
+# LOAD_ARGS is added to every `loadterm ab` (client options; default: ab's -c 50 -m 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/loadterm}
@@ -24,7 +25,8 @@ mkdir -p "$OUT"
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release" >&2; exit 1; }
 
 SERVE="$BIN serve -t 1 -L {host}:{clear_port}:{tls_port} --no-quic"
-COMMON=(--duration "$DURATION" --warmup "$WARMUP" --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --url '/?s=1k')
+read -r -a LOAD <<< "${LOAD_ARGS:-}"
+COMMON=(--duration "$DURATION" --warmup "$WARMUP" --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --url '/?s=1k' "${LOAD[@]}")
 run() { echo "+ $*" | tee -a "$OUT/commands.txt" >&2; "$@"; }
 # A metric of a JSON report: python3 reads it (no jq on a fresh Debian).
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
@@ -33,7 +35,7 @@ secs() { python3 -c "import sys; v=sys.argv[1]; print(float(v[:-2])/1000 if v.en
 {
 echo "# loadterm ab calibration ($(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
-echo "AA_RUNS=$AA_RUNS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP BUDGETS='$BUDGETS'; commands in commands.txt"
+echo "AA_RUNS=$AA_RUNS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP BUDGETS='$BUDGETS' LOAD_ARGS='${LOAD_ARGS:-}' BIN=$BIN; commands in commands.txt"
 } > "$OUT/summary.md"
 
 # 1. False positives: A against itself, the ordinary verdict (no --aa, so no noise floor helps).
@@ -99,7 +101,7 @@ run "$BIN" ab --backend "$BIN serve -t 1 -L {host}:{backend_port}:{backend_tls_p
   --backend-cpus "$CLIENT_CPUS" --config-template "$OUT/nginx.conf.in" \
   --variant "on=$NGINX" --variant "off=$NGINX" --proto h1,h2 --url '/?s=16k' \
   --rounds "$ROUNDS" --duration "$DURATION" --warmup "$WARMUP" \
-  --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" \
+  --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" "${LOAD[@]}" \
   --markdown "$OUT/nginx.md" --html "$OUT/nginx.html" --svg "$OUT/nginx.svg" > "$OUT/nginx.txt"
 { echo; echo "## 4. nginx proxy example"; echo; sed -n '2,$p' "$OUT/nginx.md"; } >> "$OUT/summary.md"
 echo "done: $OUT/summary.md" >&2

@@ -609,7 +609,12 @@ fn calibration_notes(
         }
     }
     let ratios = aa_ratios(aa_runs, base, "cpu_us_per_req");
-    if let Some(s) = power::log_spread(&ratios) {
+    if rounds < power::MIN_ROUNDS {
+        notes.push(format!(
+            "calibration: no change is detectable with {rounds} rounds (the median's 95% CI needs at least {})",
+            power::MIN_ROUNDS
+        ));
+    } else if let Some(s) = power::log_spread(&ratios) {
         notes.push(format!(
             "calibration: with {rounds} rounds of this length, the smallest change in CPU per request detected with 80% power is about {:.1}% (A/A log-ratio spread {:.2}% over {} rounds)",
             power::detectable(rounds, s) * 100.0,

@@ -5,8 +5,11 @@
 use crate::compare::Comparison;
 use crate::report::{Cell, Report};
 use anyhow::{anyhow, Result};
-use plotters::coord::ranged1d::{IntoSegmentedCoord, SegmentValue};
+use plotters::coord::ranged1d::{
+    DefaultFormatting, IntoSegmentedCoord, KeyPointHint, Ranged, SegmentValue,
+};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const WIDTH: u32 = 1000;
 const CELL_HEIGHT: u32 = 360;
@@ -60,11 +63,6 @@ fn headline(c: &Cell) -> (&'static str, &'static str) {
     }
 }
 
-fn padded(lo: f64, hi: f64, pad: f64) -> (f64, f64) {
-    let span = (hi - lo).abs().max(hi.abs() * 0.01).max(1e-9);
-    (lo - span * pad, hi + span * pad)
-}
-
 fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
     let (metric, label) = headline(c);
     let values: Vec<f64> = c
@@ -75,10 +73,13 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
         .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    // Headroom above the data for the legend, so that it never hides a point.
+    let legend_share = ((c.variants.len() * 17 + 16) as f64 / 250.0).min(0.6);
     let (y0, y1) = if values.is_empty() {
         (0.0, 1.0)
     } else {
-        padded(lo, hi, 0.12)
+        let total = (hi - lo).max(hi.abs() * 0.02).max(1e-9) / (1.0 - legend_share - 0.1);
+        (lo - 0.05 * total, lo - 0.05 * total + total)
     };
     let first = c.runs.iter().map(|r| r.round).min().unwrap_or(0) as f64;
     let last = c.runs.iter().map(|r| r.round).max().unwrap_or(0) as f64;
@@ -129,30 +130,82 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
     }
     for (vi, v) in c.variants.iter().enumerate() {
         let color = COLORS[vi % COLORS.len()];
-        chart
-            .draw_series(
-                c.runs
-                    .iter()
-                    .filter(|r| r.variant == v.name && r.metric(metric).is_finite())
-                    .map(|r| {
-                        Circle::new(
-                            (r.round as f64 + offset(vi), r.metric(metric)),
-                            4,
-                            color.filled(),
-                        )
-                    }),
-            )?
-            .label(v.name.clone())
-            .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+        chart.draw_series(
+            c.runs
+                .iter()
+                .filter(|r| r.variant == v.name && r.metric(metric).is_finite())
+                .map(|r| {
+                    Circle::new(
+                        (r.round as f64 + offset(vi), r.metric(metric)),
+                        4,
+                        color.filled(),
+                    )
+                }),
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font((FONT, 12))
-        .draw()?;
+    // The legend, drawn by hand in the headroom: the text is anchored at its right end, so its
+    // width (which an SVG writer can only guess) cannot push it past the frame.
+    let (width, _) = area.dim_in_pixel();
+    let right = width as i32 - 24;
+    for (vi, v) in c.variants.iter().enumerate() {
+        let y = 52 + 17 * vi as i32;
+        let color = COLORS[vi % COLORS.len()];
+        area.draw(&Circle::new((right + 8, y), 4, color.filled()))?;
+        area.draw(&Text::new(
+            v.name.clone(),
+            (right, y),
+            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center)),
+        ))?;
+    }
     Ok(())
+}
+
+/// A ratio axis in ln space whose ticks are round ratios.
+struct LogRatio {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for LogRatio {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let share = (v - self.lo) / (self.hi - self.lo);
+        limit.0 + (share * (limit.1 - limit.0) as f64).round() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        self.ticks.clone()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+/// Round ratios inside `lo..hi`, as ln: 1 first, then each one far enough from those kept
+/// (a seventh of the axis) that the labels do not run into each other.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    const NICE: [f64; 27] = [
+        1.0, 0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98, 0.99, 1.01, 1.02,
+        1.03, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0,
+    ];
+    let gap = (hi.ln() - lo.ln()) / 7.0;
+    let mut kept: Vec<f64> = Vec::new();
+    for r in NICE.into_iter().filter(|r| (lo..=hi).contains(r)) {
+        if kept.iter().all(|k| (k - r.ln()).abs() >= gap) {
+            kept.push(r.ln());
+        }
+    }
+    kept
+}
+
+/// 0.95, 1, 1.5, 2: as many decimals as the ratio needs, at most 2.
+fn ratio_label(r: f64) -> String {
+    let s = format!("{r:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// A tick label with three significant digits (75.0, 1.62, 0.0123, 41200).
@@ -209,14 +262,20 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
         .margin(6)
         .x_label_area_size(38)
         .y_label_area_size(120)
-        // The axis is ln(ratio), labelled with the ratio: evenly spaced ticks on a log scale
-        // (plotters' own log axis puts a single tick on a range this narrow).
-        .build_cartesian_2d(lo.ln()..hi.ln(), (0..n - 1).into_segmented())?;
+        // The axis is ln(ratio), labelled with round ratios (plotters' own log axis puts a
+        // single tick on a range this narrow).
+        .build_cartesian_2d(
+            LogRatio {
+                lo: lo.ln(),
+                hi: hi.ln(),
+                ticks: ticks(lo, hi),
+            },
+            (0..n - 1).into_segmented(),
+        )?;
     chart
         .configure_mesh()
         .x_desc("ratio (log axis; < 1: variant below baseline)")
-        .x_labels(9)
-        .x_label_formatter(&|x| format!("{:.3}", x.exp()))
+        .x_label_formatter(&|x| ratio_label(x.exp()))
         .y_labels(rows.len().max(1))
         .y_label_formatter(&|y| match y {
             SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
@@ -229,6 +288,9 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     for (i, k) in rows.iter().enumerate() {
         let i = i as i32;
         if let Some((a, b)) = noise(k) {
+            // A noise floor of 100% or more has no lower end on a ratio axis: the band then
+            // starts at the axis' left end.
+            let a = if a > 0.0 { a } else { lo };
             chart.draw_series(std::iter::once(Rectangle::new(
                 [
                     (a.ln(), SegmentValue::Exact(i)),

@@ -373,9 +373,10 @@ fn calibrate_injects_a_known_cost_with_serve_burn() {
     let dir = Dir::new("calibrate");
     let js = dir.file("ab.json");
     let out = ab(&[
-        &["--a", &cmd, "--calibrate", "--burn-levels", "100"],
-        SHORT,
-        &["--json", js.to_str().unwrap()],
+        &["--a", &cmd, "--calibrate", "--burn-levels", "100"][..],
+        // Six rounds: the fewest with a CI, so that the power note has something to say.
+        &["--rounds", "6", "--duration", "500ms", "--warmup", "0s"],
+        &["-c", "4", "-m", "2", "--json", js.to_str().unwrap()],
     ]
     .concat());
     let stdout = ok(&out);
@@ -384,7 +385,7 @@ fn calibrate_injects_a_known_cost_with_serve_burn() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("the smallest change in CPU per request detected with 80% power"),
+        stdout.contains("calibration: with 6 rounds of this length, the smallest change in CPU per request detected with 80% power is about "),
         "{stdout}"
     );
     let r = json(&js);
@@ -395,7 +396,7 @@ fn calibrate_injects_a_known_cost_with_serve_burn() {
         .find(|c| c["metric"] == "cpu_us_per_req" && c["variant"] == "A+burn100%")
         .unwrap()
         .clone();
-    // Doubling the cost shows even on a busy machine with two rounds (a wide margin for noise).
+    // Doubling the cost shows even on a busy machine (a wide margin for noise).
     let ratio = c["ratio"].as_f64().unwrap();
     assert!(ratio > 1.4, "burn 100%: CPU ratio {ratio}\n{stdout}");
 }
