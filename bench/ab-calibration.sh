@@ -22,6 +22,7 @@ SERVER_CPUS=${SERVER_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
 OUT=${OUT:-bench/ab-calibration-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release" >&2; exit 1; }
 
 SERVE="$BIN serve -t 1 -L {host}:{clear_port}:{tls_port} --no-quic"
@@ -70,7 +71,7 @@ for proto in h1 h2; do
     rounds=$(python3 -c "print(max(2, int($budget / (2 * $run_s))))")
     j="$OUT/calibrate-$proto-$budget.json"
     run "$BIN" ab --a "$SERVE" "${COMMON[@]}" --proto "$proto" --rounds "$rounds" --calibrate --burn-levels 5 --json "$j" > "${j%.json}.txt"
-    det=$(field "$j" "next((n for n in r['cells'][0]['notes'] if 'smallest change' in n), 'n/a').split('about ')[-1].split(' ')[0]")
+    det=$(field "$j" "next((n.split('about ')[-1].split(' ')[0] if 'smallest' in n else 'none (under 6 rounds)' for n in r['cells'][0]['notes'] if 'smallest change' in n or 'no change is detectable' in n), 'n/a')")
     inj=$(field "$j" "next((n for n in r['cells'][0]['notes'] if 'injected' in n), 'n/a').split('measured ')[-1]")
     echo "| $proto | $budget | $rounds | $det | $inj |" >> "$OUT/summary.md"
   done
@@ -95,7 +96,7 @@ done
 # 4. The nginx proxy example of docs/AB.md (proxy_buffering on vs off), H1 and H2.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
   -keyout "$OUT/key.pem" -out "$OUT/cert.pem" 2>/dev/null
-sed -e "s|@CERT@|$PWD/$OUT/cert.pem|" -e "s|@KEY@|$PWD/$OUT/key.pem|" bench/ab-nginx.conf.in > "$OUT/nginx.conf.in"
+sed -e "s|@CERT@|$OUT/cert.pem|" -e "s|@KEY@|$OUT/key.pem|" bench/ab-nginx.conf.in > "$OUT/nginx.conf.in"
 NGINX='nginx -p {tmp} -e {tmp}/error.log -c {config}'
 run "$BIN" ab --backend "$BIN serve -t 1 -L {host}:{backend_port}:{backend_tls_port} --no-quic" \
   --backend-cpus "$CLIENT_CPUS" --config-template "$OUT/nginx.conf.in" \

@@ -134,20 +134,21 @@ pub struct Steady {
 }
 
 /// Whether the last third of `series` (complete seconds) differs from the first beyond the
-/// series' own noise; `None` under 6 seconds (two points per third are the least that give a
-/// spread).
+/// series' own noise; `None` under 3 seconds. The noise is estimated from the median of the
+/// successive differences over the whole series, which neither a slow drift nor one warm-up
+/// jump inflates, so that even a 5-second run (thirds of one second) has a yardstick.
 pub fn steady_state(series: &[f64]) -> Option<Steady> {
     let n = series.len();
-    if n < 6 {
+    if n < 3 {
         return None;
     }
     let k = n / 3;
-    let (a, b) = (&series[..k], &series[n - k..]);
     let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
-    let var =
-        |x: &[f64], m: f64| x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64;
-    let (ma, mb) = (mean(a), mean(b));
-    let se = ((var(a, ma) + var(b, mb)) / k as f64).sqrt();
+    let (ma, mb) = (mean(&series[..k]), mean(&series[n - k..]));
+    let steps: Vec<f64> = series.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+    // σ of one second: 1.4826 × the median step / √2 (a step is the difference of two seconds).
+    let sd = 1.4826 * crate::stats::median(&steps) / std::f64::consts::SQRT_2;
+    let se = sd * (2.0 / k as f64).sqrt();
     let change_pct = if ma > 0.0 {
         (mb / ma - 1.0) * 100.0
     } else {
@@ -219,9 +220,12 @@ pub fn check(r: &Readings) -> Checks {
     } * 100.0;
     let foreign_pct = r.server_ticks.map(|own| {
         let busy = delta(r, &r.server_cpus, |t| t.busy);
-        ((busy - own as f64).max(0.0) / capacity(&r.server_cpus)) * 100.0
+        ((busy - own as f64).max(0.0) / capacity(&r.server_cpus) * 100.0).min(100.0)
     });
-    let client_busy_pct = delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0;
+    // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
+    // tick or two: capped, since it is a share.
+    let client_busy_pct =
+        (delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
     let mut flags = Vec::new();
     if steal_pct > STEAL_PCT {
         flags.push(format!("steal {steal_pct:.1}%"));
@@ -347,7 +351,10 @@ mod tests {
         let warming = [60.0, 70.0, 80.0, 95.0, 99.0, 100.0, 101.0, 100.0, 99.0];
         let s = steady_state(&warming).unwrap();
         assert!(!s.steady && s.change_pct > 30.0, "{s:?}");
-        assert!(steady_state(&flat[..5]).is_none());
+        let short_warmup = [70.0, 95.0, 100.0, 101.0, 100.0];
+        assert!(!steady_state(&short_warmup).unwrap().steady);
+        assert!(steady_state(&flat[..5]).unwrap().steady);
+        assert!(steady_state(&flat[..2]).is_none());
     }
 
     #[test]

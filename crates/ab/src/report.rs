@@ -135,7 +135,7 @@ fn checks_table(c: &Cell) -> String {
             k.settings.load1,
             k.steady
                 .as_ref()
-                .map_or("n/a (under 6 s)".into(), |t| format!(
+                .map_or("n/a (under 3 s)".into(), |t| format!(
                     "{:.0} → {:.0} ({:+.1}%)",
                     t.first, t.last, t.change_pct
                 )),
