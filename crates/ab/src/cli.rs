@@ -629,6 +629,76 @@ fn calibration_notes(
 mod tests {
     use super::*;
 
+    fn args(line: &[&str]) -> AbArgs {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            ab: AbArgs,
+        }
+        <Line as clap::Parser>::try_parse_from(std::iter::once("ab").chain(line.iter().copied()))
+            .unwrap()
+            .ab
+    }
+
+    #[test]
+    fn config_templates_by_variant_name() {
+        let dir = std::env::temp_dir().join(format!("loadterm-ab-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (all, one) = (dir.join("all.conf"), dir.join("one.conf"));
+        std::fs::write(&all, "every {variant}").unwrap();
+        std::fs::write(&one, "only B").unwrap();
+        let (all, one) = (all.to_str().unwrap(), one.to_str().unwrap());
+        let v = variants(&args(&[
+            "--a",
+            "x",
+            "--b",
+            "y",
+            "--config-template",
+            all,
+            "--config-template",
+            &format!("B={one}"),
+        ]))
+        .unwrap();
+        let config = |i: usize| match &v[i].1 {
+            Target::Command { config, .. } => config.clone().unwrap(),
+            Target::Endpoint(_) => panic!("a command"),
+        };
+        assert_eq!(
+            config(0),
+            ("all.conf".to_owned(), "every {variant}".to_owned())
+        );
+        assert_eq!(config(1), ("one.conf".to_owned(), "only B".to_owned()));
+        let err = variants(&args(&[
+            "--a",
+            "x",
+            "--config-template",
+            &format!("C={one}"),
+        ]));
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .contains("no variant is named C"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn calibrate_appends_burn_levels_to_the_baseline() {
+        let v = variants(&args(&[
+            "--a",
+            "serve",
+            "--calibrate",
+            "--burn-levels",
+            "2,5",
+        ]))
+        .unwrap();
+        let names: Vec<&str> = v.iter().map(|v| v.0.as_str()).collect();
+        assert_eq!(names, ["A", "A+burn2%", "A+burn5%"]);
+        match &v[2].1 {
+            Target::Command { command, .. } => assert_eq!(command, "serve --burn 5"),
+            Target::Endpoint(_) => panic!("a command"),
+        }
+    }
+
     #[test]
     fn size_replacement() {
         assert_eq!(with_size("/?s=1k&t=5", "256k"), "/?s=256k&t=5");

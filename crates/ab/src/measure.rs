@@ -202,14 +202,13 @@ fn start_server(
 
 pub fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
     let t_start = Instant::now();
-    let started = match &spec.target {
-        Target::Command { command, config } => Some(start_server(spec, variant, command, config)?),
-        Target::Endpoint(_) => None,
-    };
-    let base = match (&started, &spec.target) {
-        (Some(s), _) => s.base.clone(),
-        (None, Target::Endpoint(url)) => url.trim_end_matches('/').to_owned(),
-        (None, Target::Command { .. }) => unreachable!("a command target is started above"),
+    let (started, base) = match &spec.target {
+        Target::Command { command, config } => {
+            let s = start_server(spec, variant, command, config)?;
+            let base = s.base.clone();
+            (Some(s), base)
+        }
+        Target::Endpoint(url) => (None, url.trim_end_matches('/').to_owned()),
     };
     let root = started.as_ref().map(|s| s.server.pid());
     let result = measured(spec, variant, round, &format!("{base}{}", spec.url), root);
@@ -234,9 +233,11 @@ fn measured(
     if !spec.warmup.is_zero() {
         client(spec, url, spec.warmup, None)?;
     }
+    // A variant's name is free text: only its safe characters go into a file name.
     let json_path = std::env::temp_dir().join(format!(
-        "loadterm-ab-{}-{variant}-{round}.json",
-        std::process::id()
+        "loadterm-ab-{}-{}-{round}.json",
+        std::process::id(),
+        variant.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = root.map(|tree_root| {

@@ -17,6 +17,8 @@ const Z_POWER: f64 = 0.841_621;
 const Z_20: f64 = -0.841_621;
 /// The median CI needs at least 6 rounds.
 pub const MIN_ROUNDS: usize = 6;
+/// A plan beyond this many rounds is as good as infinite (and keeps the arithmetic finite).
+pub const MAX_ROUNDS: usize = 1_000_000;
 
 /// Sample standard deviation.
 pub fn sd(xs: &[f64]) -> Option<f64> {
@@ -47,9 +49,9 @@ pub fn rounds_for(effect: f64, sigma: f64) -> usize {
     let d = (1.0 + effect.abs()).ln();
     let n = ((Z_ALPHA + Z_POWER) * sigma / d).powi(2) * std::f64::consts::FRAC_PI_2;
     if n.is_finite() {
-        (n.ceil() as usize).max(MIN_ROUNDS)
+        (n.ceil().min(MAX_ROUNDS as f64) as usize).max(MIN_ROUNDS)
     } else {
-        usize::MAX
+        MAX_ROUNDS
     }
 }
 
@@ -85,6 +87,7 @@ mod tests {
         assert!((49..=52).contains(&n), "{n}");
         let d = detectable(n, 0.02);
         assert!(d <= 0.01 && d > 0.0098, "{d}");
+        assert_eq!(rounds_for(1e-9, 1.0), MAX_ROUNDS);
     }
 
     #[test]
