@@ -417,3 +417,40 @@ fn target_effect_beyond_the_budget_is_not_measurable() {
         "{err}"
     );
 }
+
+#[test]
+fn target_effect_plans_the_rounds_from_a_pilot() {
+    let cmd = server_cmd();
+    let dir = Dir::new("plan");
+    let js = dir.file("ab.json");
+    // A change as large as 50% needs few rounds whatever this machine's noise: the plan is
+    // carried out, with the rounds it says.
+    let out = ab(&[
+        &["--a", &cmd, "--target-effect", "50%", "--pilot-rounds", "3"][..],
+        &[
+            "--duration",
+            "500ms",
+            "--warmup",
+            "0s",
+            "-c",
+            "4",
+            "-m",
+            "2",
+        ],
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    ok(&out);
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    let rounds = cell["rounds"].as_u64().unwrap() as usize;
+    assert!(rounds >= 6, "{rounds}");
+    let plan = cell["notes"][0].as_str().unwrap();
+    assert!(
+        plan.starts_with(&format!(
+            "planned {rounds} rounds for a 50.0% change in cpu_us_per_req with 80% power"
+        )) && plan.contains("from an A/A pilot of 3 rounds"),
+        "{plan}"
+    );
+    assert_eq!(cell["runs"].as_array().unwrap().len(), 2 * rounds);
+}
