@@ -94,6 +94,10 @@ pub struct ServeArgs {
     /// haterm sends none: this gives its byte-exact heads).
     #[arg(long)]
     no_date: bool,
+    /// Seed the random draws (`r` suffix, distributions, `p` pieces) for reproducible runs:
+    /// worker thread n starts from a seed derived from N and n (exactly reproducible with -t 1).
+    #[arg(long, value_name = "N")]
+    seed: Option<u32>,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -198,6 +202,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         grace: a.grace,
         lenient: a.lenient,
         date: !a.no_date,
+        seed: a.seed,
         shutdown,
         h2: a.h2,
         h3: a.h3,
@@ -255,6 +260,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         None
     };
     let cfg = Arc::new(cfg);
+    crate::planner::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &specs, identity.filter(|_| any_tls))?;
     announce(&specs, &cfg, defaulted);
     shut_down_on_signal(stop, &conns, cfg.grace)

@@ -90,6 +90,8 @@ struct Conn<IO> {
     /// Response heads, with the extra lines (`alt-svc`) the listener adds.
     heads: H1Heads,
     shutdown: Shutdown,
+    /// How long to wait for the next request, when the last one set it (`w`).
+    idle: Option<Duration>,
 }
 
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
@@ -116,6 +118,7 @@ pub async fn serve<IO: Transport>(
                 .unwrap_or_default(),
         ),
         shutdown: cfg.shutdown.clone(),
+        idle: None,
     };
     loop {
         match c.request().await {
@@ -154,13 +157,18 @@ impl<IO: Transport> Conn<IO> {
     /// Read more request bytes (flushing pending output first: we are about to wait).
     /// `Ok(0)` is end of stream; `Err(None)` a timeout.
     async fn read_more(&mut self) -> Result<usize, Option<io::Error>> {
+        self.read_more_within(self.timeout).await
+    }
+
+    /// [`Self::read_more`] with another time limit.
+    async fn read_more_within(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
         self.flush().await.map_err(Some)?;
         if self.start > 0 {
             self.rbuf.drain(..self.start);
             self.start = 0;
         }
         self.rbuf.reserve(READ_CHUNK);
-        match timeout(self.timeout, self.io.read_buf(&mut self.rbuf)).await {
+        match timeout(limit, self.io.read_buf(&mut self.rbuf)).await {
             Ok(r) => r.map_err(Some),
             Err(_) => Err(None),
         }
@@ -229,13 +237,15 @@ impl<IO: Transport> Conn<IO> {
 
     /// Handle one request: wait for its head, answer it.
     async fn request(&mut self) -> Result<(), Stop> {
-        // Idle keep-alive: no byte of a next request within the timeout → silent close; at
-        // shutdown, close at once. (Flush outside the select: a cancelled flush loses output.)
+        // Idle keep-alive: no byte of a next request within the timeout (or the time the last
+        // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
+        // select: a cancelled flush loses output.)
+        let idle = self.idle.take().unwrap_or(self.timeout);
         if self.buffered().is_empty() {
             self.flush().await?;
             let stop = self.shutdown.clone();
             let r = tokio::select! {
-                r = self.read_more() => r,
+                r = self.read_more_within(idle) => r,
                 () = stop.wait() => return Err(Stop::Close),
             };
             match r {
@@ -283,6 +293,9 @@ impl<IO: Transport> Conn<IO> {
             has_body: framing != head::BodyFraming::None,
             head_bytes: head_len as u64,
             date: self.date,
+            is_get: self.head.is_get,
+            if_match: self.head.if_match.as_deref(),
+            if_none_match: self.head.if_none_match.as_deref(),
         };
         let mut x = crate::planner::exchange(&req, t_first);
         let mut decoder = Decoder::new(framing);
@@ -292,11 +305,15 @@ impl<IO: Transport> Conn<IO> {
         loop {
             match x.next(now) {
                 Step::Continue => self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n"),
-                Step::ReadBody => {
-                    match self.drain(&mut decoder).await {
-                        Ok(n) => {
+                Step::ReadBody { limit } => {
+                    match self.drain(&mut decoder, limit).await {
+                        Ok((n, true)) => {
                             x.body_bytes(n);
                             x.body_end();
+                        }
+                        Ok((n, false)) => {
+                            x.body_bytes(n);
+                            x.body_limit_reached();
                         }
                         Err((n, why)) => {
                             x.body_bytes(n);
@@ -310,8 +327,20 @@ impl<IO: Transport> Conn<IO> {
                     tokio::time::sleep_until(t.into()).await;
                     now = Instant::now();
                 }
+                Step::Pause(d) => {
+                    self.flush().await?;
+                    tokio::time::sleep(d).await;
+                    now = Instant::now();
+                }
                 Step::Head(h) => self.heads.write(&h, &crate::planner::date(), &mut self.out),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                Step::Body(Body::Generated {
+                    kind,
+                    size,
+                    chunked: true,
+                    byte_chunks: true,
+                    ..
+                }) => self.byte_chunks(kind, size, true).await?,
                 Step::Body(Body::Generated {
                     kind,
                     size,
@@ -319,7 +348,33 @@ impl<IO: Transport> Conn<IO> {
                     zero_copy,
                     ..
                 }) => self.body(kind, size, chunked, zero_copy).await?,
+                Step::Body(Body::Piece {
+                    kind,
+                    offset,
+                    len,
+                    chunked,
+                    byte_chunks,
+                    ..
+                }) => {
+                    // Each piece leaves on its own (the socket has TCP_NODELAY).
+                    if byte_chunks {
+                        self.byte_chunks(kind, len, len == 0).await?;
+                    } else if chunked && len == 0 {
+                        self.out.extend_from_slice(chunked::LAST_CHUNK);
+                    } else {
+                        let data = body::slice(kind, offset, len as usize);
+                        if chunked {
+                            chunked::put_size_line(&mut self.out, data.len());
+                        }
+                        self.out.extend_from_slice(data);
+                        if chunked {
+                            self.out.extend_from_slice(b"\r\n");
+                        }
+                    }
+                    self.flush().await?;
+                }
                 Step::Done(Ending::KeepAlive) => {
+                    self.idle = x.idle();
                     if self.out.len() >= OUT_FLUSH {
                         self.flush().await?;
                     }
@@ -331,12 +386,22 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Read and discard the request body: the bytes it took, or those and why it failed.
-    async fn drain(&mut self, dec: &mut Decoder) -> Result<u64, (u64, BodyFailure)> {
+    /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
+    /// whether the body ended, or those bytes and why it failed.
+    async fn drain(
+        &mut self,
+        dec: &mut Decoder,
+        limit: Option<u64>,
+    ) -> Result<(u64, bool), (u64, BodyFailure)> {
         let mut n = 0u64;
         loop {
+            let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
+            if room == 0 && !dec.is_done() {
+                return Ok((n, false));
+            }
             if !self.buffered().is_empty() {
-                match dec.feed(self.buffered()) {
+                let input = &self.buffered()[..self.buffered().len().min(room)];
+                match dec.feed(input) {
                     Ok(used) => {
                         self.consume(used);
                         n += used as u64;
@@ -345,7 +410,10 @@ impl<IO: Transport> Conn<IO> {
                 }
             }
             if dec.is_done() {
-                return Ok(n);
+                return Ok((n, true));
+            }
+            if limit == Some(n) {
+                return Ok((n, false));
             }
             match self.read_more().await {
                 // The connection ended inside the body.
@@ -393,6 +461,25 @@ impl<IO: Transport> Conn<IO> {
         } else {
             self.large_body(kind, size).await
         }
+    }
+
+    /// `size` bytes as one-byte chunks (`k=2`), then the last chunk if `end`.
+    async fn byte_chunks(&mut self, kind: BodyKind, size: u64, end: bool) -> io::Result<()> {
+        debug_assert_eq!(kind, BodyKind::Ones, "chunked bodies are made of ones");
+        let block = &loadterm_exchange::h1::BYTE_CHUNKS;
+        let mut left = size * 6;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            self.out.extend_from_slice(&block[..n]);
+            left -= n as u64;
+            if self.out.len() >= OUT_FLUSH {
+                self.flush().await?;
+            }
+        }
+        if end {
+            self.out.extend_from_slice(chunked::LAST_CHUNK);
+        }
+        Ok(())
     }
 
     /// Pending output (the head) plus the body, as vectored writes of up to `IOV` static slices.
