@@ -83,15 +83,17 @@ where
     let mut batch = Vec::new();
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
+    // The idle time in force: `w`'s once a request set it, until the next request arrives.
+    let mut w = None;
     loop {
-        // Idle connections (no stream for a whole timeout period) and every connection at
+        // Idle connections (no stream for a whole timeout period, or for `w` after a request
+        // that set it, once none is in progress) and every connection at
         // shutdown get GOAWAY, so clients waiting for the server to close do not hang.
-        let wait = match idle.swap(0, Ordering::Relaxed) {
-            0 => cfg.timeout,
-            ms => std::time::Duration::from_millis(ms),
-        };
+        if let ms @ 1.. = idle.swap(0, Ordering::Relaxed) {
+            w = Some(std::time::Duration::from_millis(ms));
+        }
         let next = tokio::select! {
-            r = tokio::time::timeout(wait, conn.accept()) => match r {
+            r = tokio::time::timeout(w.unwrap_or(cfg.timeout), conn.accept()) => match r {
                 Ok(next) => next,
                 Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
                 Err(_) => break,
@@ -99,7 +101,10 @@ where
             () = &mut stop => break,
         };
         match next {
-            Some(Ok(stream)) => batch.push(stream),
+            Some(Ok(stream)) => {
+                w = None;
+                batch.push(stream);
+            }
             Some(Err(e)) => return Err(e.into()),
             None => return Ok(()),
         }
