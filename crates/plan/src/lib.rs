@@ -317,6 +317,15 @@ mod tests {
             plan("/?w=4000000"),
             Outcome::Reject(PlanError::Wait(b'w', 4_000_000))
         );
+        // A drawn value is validated as a written one would be.
+        assert_eq!(
+            plan("/?t=7200s"),
+            Outcome::Reject(PlanError::Delay(7_200_000))
+        );
+        assert!(matches!(
+            plan("/?r=50-60:1"),
+            Outcome::Reject(PlanError::Status(50..=60))
+        ));
         let Outcome::Reject(e) = plan("/?t=1-10ms:99,5-1ms:1") else {
             panic!()
         };
