@@ -78,7 +78,8 @@ pub struct Plan {
     pub idle_ms: u32,
     /// `e`: the ETag's value (see [`etag`]).
     pub etag: Option<u32>,
-    /// `p`: send the body in pieces of 1..=pieces bytes with pauses of 0..=15 ms (0: off).
+    /// `p`: send the body in pieces of 1..=pieces bytes with pauses of 0..=15 ms (0: off; at
+    /// most [`body::WINDOW`]).
     pub pieces: u32,
 }
 
@@ -130,7 +131,8 @@ impl Plan {
         let pieces = match p.pieces {
             None => 0,
             Some(v) if v < 1 => return Outcome::Reject(PlanError::Pieces(v)),
-            Some(v) => u32::try_from(v).unwrap_or(u32::MAX),
+            // A piece is one slice of the static body blocks: at most their window.
+            Some(v) => v.min(body::WINDOW as i64) as u32,
         };
         let mut plan = Plan {
             status,
@@ -305,6 +307,8 @@ mod tests {
             (None, None, None, 0)
         );
         assert_eq!(ok("/?b=0").length, Some(0));
+        assert_eq!(ok("/?p=1g").pieces, 1, "no multiplier on p");
+        assert_eq!(ok("/?p=999999999").pieces, body::WINDOW as u32);
         assert_eq!(ok("/?B=-1").body_limit, None);
         assert_eq!(plan("/?b=-2"), Outcome::Reject(PlanError::Length(-2)));
         assert_eq!(plan("/?p=0"), Outcome::Reject(PlanError::Pieces(0)));
