@@ -37,7 +37,7 @@ pub fn help() -> &'static str {
              \x20             the rest after the response\n\
              \x20 P=<ms>      pause after the response (HTTP/2, /3: then end it)      e.g. P=500\n\
              \x20 w=<ms>      wait at most this long for the next request             e.g. w=200\n\
-             \x20 p=<n>       body in pieces of 1..n bytes, 0-15 ms apart (n<=64k)    e.g. p=100\n\
+             \x20 p=<n>       body in pieces of 1..n bytes, 0-15 ms apart, n<=65536  e.g. p=100\n\
              \x20 e=<n>       an ETag (the target's checksum plus n): If-None-Match   e.g. e=1\n\
              \x20             gives 304 (412 unless GET or HEAD), a failed If-Match 412\n\
              \n\
