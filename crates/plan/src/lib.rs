@@ -115,24 +115,14 @@ impl Plan {
         if delay_ms > MAX_DELAY_MS {
             return Outcome::Reject(PlanError::Delay(p.delay_ms));
         }
-        let wait = |key: u8, v: i64| match u32::try_from(v.max(0)) {
-            Ok(ms) if u64::from(ms) <= MAX_DELAY_MS => Ok(ms),
-            _ => Err(PlanError::Wait(key, v)),
-        };
-        let (pause_ms, idle_ms) = match (wait(b'P', p.pause_ms), wait(b'w', p.idle_ms)) {
-            (Ok(pause), Ok(idle)) => (pause, idle),
-            (Err(e), _) | (_, Err(e)) => return Outcome::Reject(e),
-        };
-        let length = match p.length {
-            -1 => None,
-            v if v < -1 => return Outcome::Reject(PlanError::Length(v)),
-            v => Some(v as u64),
-        };
-        let pieces = match p.pieces {
-            None => 0,
-            Some(v) if v < 1 => return Outcome::Reject(PlanError::Pieces(v)),
-            // A piece is one slice of the static body blocks: at most their window.
-            Some(v) => v.min(body::WINDOW as i64) as u32,
+        // Most requests use none of httpterm's extra letters: they skip their validation.
+        let extra = if p.httpterm {
+            match Extra::from_params(&p, target) {
+                Ok(extra) => extra,
+                Err(e) => return Outcome::Reject(e),
+            }
+        } else {
+            Extra::NONE
         };
         let mut plan = Plan {
             status,
@@ -152,12 +142,12 @@ impl Plan {
             },
             is_head,
             byte_chunks: p.byte_chunks,
-            length,
-            body_limit: u64::try_from(p.body_limit).ok(),
-            pause_ms,
-            idle_ms,
-            etag: p.etag.map(|e| etag(e, target)),
-            pieces,
+            length: extra.length,
+            body_limit: extra.body_limit,
+            pause_ms: extra.pause_ms,
+            idle_ms: extra.idle_ms,
+            etag: extra.etag,
+            pieces: extra.pieces,
         };
         if is_head || !status_allows_body(status) {
             plan.size = 0;
@@ -174,6 +164,51 @@ impl Plan {
     /// Whether a content-length header belongs on this response (framing aside).
     pub fn has_length_header(&self) -> bool {
         status_allows_body(self.status) && self.status != 304
+    }
+}
+
+/// httpterm's `b B P w e p`, validated.
+struct Extra {
+    length: Option<u64>,
+    body_limit: Option<u64>,
+    pause_ms: u32,
+    idle_ms: u32,
+    etag: Option<u32>,
+    pieces: u32,
+}
+
+impl Extra {
+    const NONE: Extra = Extra {
+        length: None,
+        body_limit: None,
+        pause_ms: 0,
+        idle_ms: 0,
+        etag: None,
+        pieces: 0,
+    };
+
+    fn from_params(p: &Params, target: &[u8]) -> Result<Extra, PlanError> {
+        let wait = |key: u8, v: i64| match u32::try_from(v.max(0)) {
+            Ok(ms) if u64::from(ms) <= MAX_DELAY_MS => Ok(ms),
+            _ => Err(PlanError::Wait(key, v)),
+        };
+        Ok(Extra {
+            length: match p.length {
+                -1 => None,
+                v if v < -1 => return Err(PlanError::Length(v)),
+                v => Some(v as u64),
+            },
+            body_limit: u64::try_from(p.body_limit).ok(),
+            pause_ms: wait(b'P', p.pause_ms)?,
+            idle_ms: wait(b'w', p.idle_ms)?,
+            etag: p.etag.map(|e| etag(e, target)),
+            pieces: match p.pieces {
+                None => 0,
+                Some(v) if v < 1 => return Err(PlanError::Pieces(v)),
+                // A piece is one slice of the static body blocks: at most their window.
+                Some(v) => v.min(body::WINDOW as i64) as u32,
+            },
+        })
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Params {
     pub etag: Option<i64>,
     /// `p`: send the body in pieces of at most this many bytes.
     pub pieces: Option<i64>,
+    /// One of `b B P w e p` was given (else their validation is skipped).
+    pub httpterm: bool,
 }
 
 impl Default for Params {
@@ -62,6 +64,7 @@ impl Default for Params {
             idle_ms: 0,
             etag: None,
             pieces: None,
+            httpterm: false,
         }
     }
 }
@@ -206,12 +209,17 @@ fn apply(key: u8, v: i64, shift: u32, p: &mut Params) {
         }
         b'S' => p.zero_copy = v >= 1,
         b'R' => p.random = v > 0,
-        b'b' => p.length = v,
-        b'B' => p.body_limit = v,
-        b'P' => p.pause_ms = v,
-        b'w' => p.idle_ms = v,
-        b'e' => p.etag = Some(v),
-        b'p' => p.pieces = Some(v),
+        b'b' | b'B' | b'P' | b'w' | b'e' | b'p' => {
+            p.httpterm = true;
+            match key {
+                b'b' => p.length = v,
+                b'B' => p.body_limit = v,
+                b'P' => p.pause_ms = v,
+                b'w' => p.idle_ms = v,
+                b'e' => p.etag = Some(v),
+                _ => p.pieces = Some(v),
+            }
+        }
         _ => {}
     }
 }
