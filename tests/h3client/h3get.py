@@ -11,7 +11,11 @@ request with a reserved frame type before FIN (RFC 9114 §7.2.8), as oha's clien
 sent as the whole field section, in order and unchecked, for malformed requests; "trailers"
 (a list of [name, value]) ends the request with a trailer section. A connection the
 server closes reports "closed": its error code for every request still waiting.
-Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds.
+{"wait_close": N} sends nothing: it waits up to N seconds for the server to close the
+connection and reports "closed" (the error code) and "elapsed" (seconds), or "closed": null.
+Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds,
+the number of DATA events (one per DATA frame when frames arrive apart) and when the last body
+bytes arrived.
 """
 import asyncio
 import json
@@ -35,6 +39,7 @@ class Client(QuicConnectionProtocol):
         self.h3 = H3Connection(self._quic)
         self.waiters = {}
         self.results = {}
+        self.terminated = None
 
     def _finish(self, sid):
         fut = self.waiters.pop(sid, None)
@@ -43,6 +48,8 @@ class Client(QuicConnectionProtocol):
 
     def quic_event_received(self, event):
         if isinstance(event, ConnectionTerminated):
+            if self.terminated is not None and not self.terminated.done():
+                self.terminated.set_result(event.error_code)
             for sid in list(self.waiters):
                 self.results.setdefault(sid, {})["closed"] = event.error_code
                 self._finish(sid)
@@ -60,10 +67,24 @@ class Client(QuicConnectionProtocol):
                     r["headers"] = headers
             elif isinstance(ev, DataReceived):
                 r.setdefault("body", bytearray()).extend(ev.data)
+                if ev.data:
+                    r["data_events"] = r.get("data_events", 0) + 1
+                    r["last_data"] = time.monotonic()
             if getattr(ev, "stream_ended", False):
                 self._finish(ev.stream_id)
 
+    async def wait_close(self, limit):
+        self.terminated = asyncio.get_running_loop().create_future()
+        start = time.monotonic()
+        try:
+            code = await asyncio.wait_for(self.terminated, timeout=limit)
+        except asyncio.TimeoutError:
+            return {"closed": None, "elapsed": time.monotonic() - start}
+        return {"closed": code, "elapsed": time.monotonic() - start}
+
     async def request(self, host, port, spec):
+        if "wait_close" in spec:
+            return await self.wait_close(spec["wait_close"])
         sid = self._quic.get_next_available_stream_id()
         data = b"x" * spec["data"] if spec.get("data") is not None else None
         headers = [
@@ -110,6 +131,8 @@ class Client(QuicConnectionProtocol):
             "body_len": len(body),
             "body_head": body[:60].decode("latin-1"),
             "elapsed": time.monotonic() - start,
+            "data_events": r.get("data_events", 0),
+            "last_data": r["last_data"] - start if "last_data" in r else None,
         }
 
 

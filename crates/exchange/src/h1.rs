@@ -4,6 +4,19 @@
 
 use loadterm_plan::{status_allows_body, ConnForce, Plan};
 
+/// One chunk per byte (`k=2`, httpterm's chunking), repeated: a body of `n` such chunks is the
+/// first `6 * n` bytes of as many copies as needed. The byte is always `1`: chunked bodies are
+/// made of ones (`k` wins over `R`).
+pub static BYTE_CHUNKS: [u8; 6 * 1024] = {
+    let mut b = [0u8; 6 * 1024];
+    let mut i = 0;
+    while i < b.len() {
+        b[i] = b"1\r\n1\r\n"[i % 6];
+        i += 1;
+    }
+    b
+};
+
 /// What the engine learnt from the request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H1Request {
@@ -57,8 +70,15 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
         ConnForce::Close => false,
         ConnForce::KeepAlive => true,
     };
+    // `b`: the length to advertise, whatever the body (not with chunks, which carry none).
+    let forced = plan
+        .length
+        .filter(|_| !plan.chunked && plan.has_length_header());
     let content_length =
-        (!plan.chunked && want_ka && plan.has_length_header()).then_some(plan.size);
+        forced.or((!plan.chunked && want_ka && plan.has_length_header()).then_some(plan.size));
+    // A length that lies breaks the connection's framing for the client: close after it, so
+    // the lie shows as a truncated (or overlong) response and not as a garbled next one.
+    let lying = !plan.is_head && forced.is_some_and(|b| b != plan.size);
     let chunked_te =
         plan.chunked && response_11 && status_allows_body(plan.status) && !plan.is_head;
     // The body's end is known without closing: a length, chunking, or no body at all.
@@ -69,7 +89,7 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
     } else {
         req.conn_keep_alive && !req.conn_close
     };
-    let keep_alive = client_ka && want_ka && delimited && !plan.is_informational();
+    let keep_alive = client_ka && want_ka && delimited && !plan.is_informational() && !lying;
     let conn_header = if keep_alive && !response_11 {
         Some(ConnHeader::KeepAlive)
     } else if !keep_alive && response_11 {
@@ -187,6 +207,34 @@ mod tests {
         };
         assert_eq!(frame("/?s=10", head), f(true, Some(0), false, None, true));
         assert_eq!(frame("/?s=10&k=1", head), f(true, None, false, None, true));
+    }
+
+    #[test]
+    fn lying_lengths_close() {
+        use ConnHeader::*;
+        let fr = frame("/?s=10&b=4", H1Request::HTTP11);
+        assert_eq!(
+            (fr.content_length, fr.keep_alive, fr.conn_header),
+            (Some(4), false, Some(Close))
+        );
+        let fr = frame("/?s=10&b=99", H1Request::HTTP11);
+        assert_eq!((fr.content_length, fr.keep_alive), (Some(99), false));
+        // The truth, or a HEAD's length, keeps the connection.
+        let fr = frame("/?s=10&b=10", H1Request::HTTP11);
+        assert_eq!((fr.content_length, fr.keep_alive), (Some(10), true));
+        let head = H1Request {
+            is_head: true,
+            ..H1Request::HTTP11
+        };
+        let fr = frame("/?s=10&b=7", head);
+        assert_eq!((fr.content_length, fr.keep_alive), (Some(7), true));
+        // b even in close mode (where haterm sends no length), never with chunks or on a 304.
+        let fr = frame("/?s=10&b=3", H1Request::HTTP10);
+        assert_eq!((fr.content_length, fr.keep_alive), (Some(3), false));
+        let fr = frame("/?s=10&b=3&k=1", H1Request::HTTP11);
+        assert_eq!((fr.content_length, fr.chunked_te), (None, true));
+        let fr = frame("/?r=304&b=3", H1Request::HTTP11);
+        assert_eq!((fr.content_length, fr.keep_alive), (None, true));
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Head {
     pub last: bool,
     /// A `date` field goes first (its value is the engine's clock: see [`http_date`]).
     pub date: bool,
+    /// An `etag` field (`e`), see [`etag_text`].
+    pub etag: Option<u32>,
 }
 
 /// An HTTP date (IMF-fixdate, RFC 9110 §5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -83,6 +85,16 @@ pub fn http_date(unix_secs: u64) -> HttpDate {
     two(&mut out, 17, secs / 3600);
     two(&mut out, 20, secs / 60 % 60);
     two(&mut out, 23, secs % 60);
+    out
+}
+
+/// An ETag as sent: 8 upper-case hex digits in quotes (a strong tag, as httpterm's).
+pub fn etag_text(tag: u32) -> [u8; 10] {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = *b"\"00000000\"";
+    for (i, digit) in out[1..9].iter_mut().enumerate() {
+        *digit = HEX[(tag >> (28 - 4 * i) & 0xf) as usize];
+    }
     out
 }
 
@@ -188,11 +200,12 @@ impl Head {
             chunked: false,
             last: false,
             date: false,
+            etag: None,
         }
     }
 
     /// The fields: `date` (if any, valued `date`), then haterm's order: content-length,
-    /// cache-control, content-type, x-req, x-rsp, then (HTTP/1.x) connection and
+    /// cache-control, etag, content-type, x-req, x-rsp, then (HTTP/1.x) connection and
     /// transfer-encoding. `scratch` holds rendered values.
     pub fn fields(
         &self,
@@ -215,6 +228,9 @@ impl Head {
         }
         if self.no_cache {
             sink.field(name!("cache-control"), b"no-cache");
+        }
+        if let Some(tag) = self.etag {
+            sink.field(name!("etag"), &etag_text(tag));
         }
         match &self.kind {
             Kind::Text => sink.field(name!("content-type"), b"text/plain"),

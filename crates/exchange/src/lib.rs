@@ -10,7 +10,11 @@
 //! - the delay, and the real times reported in `x-req`/`x-rsp`;
 //! - the head: status, content-length, cache-control, HTTP/1.x connection and framing;
 //! - the body: which bytes, chunked or not, whether zero-copy is allowed (`S=0`: not);
-//! - how the exchange ends: keep-alive, close, or a 1xx with no final response.
+//! - how the exchange ends: keep-alive, close, or a 1xx with no final response;
+//! - httpterm's misbehaviours: a lying content-length (`b`), a partial read of the request body
+//!   before responding (`B`), a pause after the response (`P`), the idle time allowed before the
+//!   next request (`w`), a body in random pieces with random pauses (`p`), one-byte chunks
+//!   (`k=2`), and an `ETag` (`e`) with the conditional requests it answers (304, 412).
 //!
 //! The engine never re-derives what this decided; nothing here touches a socket or a clock
 //! (times come in as arguments).
@@ -62,6 +66,12 @@ pub struct Request<'a> {
     /// Responses carry a `date` field (RFC 9110 §6.6.1: an origin server with a clock sends
     /// one; off for byte-exact parity with haterm, which sends none).
     pub date: bool,
+    /// The method is GET (a matching `If-None-Match` gives 304 to GET and HEAD, 412 otherwise).
+    pub is_get: bool,
+    /// `If-Match` and `If-None-Match` values (repeated fields joined with commas); looked at
+    /// only when the plan has an ETag (`e`).
+    pub if_match: Option<&'a [u8]>,
+    pub if_none_match: Option<&'a [u8]>,
 }
 
 /// The size of an HTTP/2 or HTTP/3 request head as `x-req` reports it: what it would take as
@@ -79,9 +89,24 @@ pub enum Body {
         size: u64,
         /// HTTP/1.1 chunked transfer coding (then `size` may be 0: the last chunk alone).
         chunked: bool,
+        /// With `chunked`: one chunk per byte (`k=2`), httpterm's `1\r\n1\r\n`...
+        byte_chunks: bool,
         /// Zero-copy paths (splice, tee, vmsplice) are allowed for this response.
         zero_copy: bool,
         /// Nothing follows (HTTP/2 and HTTP/3 end the stream with the body's last bytes).
+        last: bool,
+    },
+    /// One piece of a body sent in pieces (`p`, and `k=2` on HTTP/2 and HTTP/3): `len` bytes
+    /// of `kind` from `offset`, to send as they are (HTTP/1.x: flushed on their own, as one
+    /// chunk, or as `len` one-byte chunks; HTTP/2 and HTTP/3: one DATA frame). A `len` of 0
+    /// with `chunked` is the last chunk.
+    Piece {
+        kind: BodyKind,
+        offset: u64,
+        len: u64,
+        chunked: bool,
+        byte_chunks: bool,
+        /// Nothing follows (HTTP/2 and HTTP/3 end the stream with it).
         last: bool,
     },
     /// A text/plain page.
@@ -94,10 +119,16 @@ pub enum Step {
     /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
     Continue,
     /// Read the request body, reporting it with [`Exchange::body_bytes`] and then
-    /// [`Exchange::body_end`] or [`Exchange::body_failed`].
-    ReadBody,
+    /// [`Exchange::body_end`] or [`Exchange::body_failed`]; with a limit (`B`), stop once that
+    /// many body bytes were read and report [`Exchange::body_limit_reached`] if it is not over.
+    ReadBody {
+        limit: Option<u64>,
+    },
     /// Nothing to do until then (`t`); then ask again.
     WaitUntil(Instant),
+    /// Send everything so far, then wait this long (`P` after the response, `p` between
+    /// pieces); then ask again.
+    Pause(Duration),
     Head(Head),
     Body(Body),
     /// The exchange is over.
@@ -150,7 +181,13 @@ enum State {
     Delay,
     Head,
     Body,
-    /// After the response: read what is left of the body (`A=1`)?
+    /// The body in pieces: the next one.
+    Pieces,
+    /// The body in pieces: the pause before the next one.
+    PiecePause,
+    /// The response is out: pause (`P`)?
+    Pause,
+    /// After the response: read what is left of the body (`A=1`, `B`)?
     After,
     /// Reading the body after the response.
     ReadingAfter,
@@ -178,6 +215,12 @@ pub struct Exchange {
     /// HTTP/1.1: the body goes in the chunked coding (decided with the head).
     chunked_te: bool,
     date: bool,
+    /// The request body was read up to `B` only: the rest is read after the response.
+    limit_reached: bool,
+    /// Body in pieces: bytes sent so far, and the generator for their sizes and pauses
+    /// (seeded from the thread's generator only when pieces are used).
+    piece_off: u64,
+    piece_rng: Rng,
 }
 
 impl Exchange {
@@ -189,8 +232,17 @@ impl Exchange {
             control: req.control,
             is_head: req.is_head,
         };
+        let mut piece_rng = Rng::new(1);
         let answer = match Plan::from_request(&vocabulary, rng) {
-            Outcome::Respond(plan) => Answer::Dummy(plan),
+            Outcome::Respond(mut plan) => {
+                if plan.etag.is_some() {
+                    conditional(&mut plan, req);
+                }
+                if plan.pieces > 0 {
+                    piece_rng = Rng::new(rng.next_u32());
+                }
+                Answer::Dummy(plan)
+            }
             Outcome::Help => Answer::Help,
             Outcome::Reject(e) => Answer::Text {
                 status: 400,
@@ -212,6 +264,9 @@ impl Exchange {
             keep_alive: false,
             chunked_te: false,
             date: req.date,
+            limit_reached: false,
+            piece_off: 0,
+            piece_rng,
         }
     }
 
@@ -236,6 +291,9 @@ impl Exchange {
             keep_alive: false,
             chunked_te: false,
             date,
+            limit_reached: false,
+            piece_off: 0,
+            piece_rng: Rng::new(1),
         }
     }
 
@@ -252,6 +310,26 @@ impl Exchange {
             State::ReadingAfter => State::After,
             other => other,
         };
+    }
+
+    /// The request body was read up to the limit of [`Step::ReadBody`] and goes on: answer
+    /// now, read the rest afterwards.
+    pub fn body_limit_reached(&mut self) {
+        self.limit_reached = true;
+        if self.state == State::Reading {
+            self.state = State::Delay;
+        }
+    }
+
+    /// How long the connection waits for the next request after this exchange (`w`), if the
+    /// request set it (HTTP/1.x; HTTP/2 and HTTP/3 apply it to the connection's idle time).
+    pub fn idle(&self) -> Option<Duration> {
+        match &self.answer {
+            Answer::Dummy(plan) if plan.idle_ms > 0 => {
+                Some(Duration::from_millis(plan.idle_ms.into()))
+            }
+            _ => None,
+        }
     }
 
     /// Reading the request body failed.
@@ -303,7 +381,14 @@ impl Exchange {
                         return Step::Continue;
                     }
                 }
-                State::Reading | State::ReadingAfter => return Step::ReadBody,
+                State::Reading => {
+                    let limit = match &self.answer {
+                        Answer::Dummy(p) => p.body_limit,
+                        _ => None,
+                    };
+                    return Step::ReadBody { limit };
+                }
+                State::ReadingAfter => return Step::ReadBody { limit: None },
                 State::Delay => {
                     let t_req = *self.t_req.get_or_insert(now);
                     self.state = State::Head;
@@ -318,13 +403,38 @@ impl Exchange {
                     return Step::Head(self.head(now));
                 }
                 State::Body => {
-                    self.state = State::After;
+                    self.state = State::Pause;
+                    if self.in_pieces() {
+                        self.state = State::Pieces;
+                        continue;
+                    }
                     if let Some(body) = self.body() {
                         return Step::Body(body);
                     }
                 }
+                State::Pieces => {
+                    if let Some(step) = self.piece() {
+                        return step;
+                    }
+                }
+                State::PiecePause => {
+                    self.state = State::Pieces;
+                    let pause = self.piece_rng.next_u32() % 16;
+                    if pause > 0 {
+                        return Step::Pause(Duration::from_millis(pause.into()));
+                    }
+                }
+                State::Pause => {
+                    self.state = State::After;
+                    if let Answer::Dummy(plan) = &self.answer {
+                        if plan.pause_ms > 0 {
+                            return Step::Pause(Duration::from_millis(plan.pause_ms.into()));
+                        }
+                    }
+                }
                 State::After => {
-                    let drain_after = matches!(&self.answer, Answer::Dummy(p) if p.drain_after);
+                    let drain_after = matches!(&self.answer, Answer::Dummy(p) if p.drain_after)
+                        || self.limit_reached;
                     if self.body_left && drain_after {
                         self.state = State::ReadingAfter;
                         continue;
@@ -334,6 +444,64 @@ impl Exchange {
                 State::Done(ending) => return Step::Done(ending),
             }
         }
+    }
+
+    /// The body goes in pieces: `p`, or `k=2` on HTTP/2 and HTTP/3 (one byte per DATA frame).
+    fn in_pieces(&self) -> bool {
+        match &self.answer {
+            Answer::Dummy(plan) => {
+                plan.size > 0 && (plan.pieces > 0 || (plan.byte_chunks && !self.version.is_h1()))
+            }
+            _ => false,
+        }
+    }
+
+    /// The next piece of a body in pieces, the last chunk after them, or `None` at their end.
+    fn piece(&mut self) -> Option<Step> {
+        let Answer::Dummy(plan) = &self.answer else {
+            unreachable!("only dummy bodies go in pieces")
+        };
+        let (size, offset) = (plan.size, self.piece_off);
+        let (chunked, byte_chunks) = (self.chunked_te, self.chunked_te && plan.byte_chunks);
+        if offset == size {
+            self.state = State::Pause;
+            return chunked.then_some(Step::Body(Body::Piece {
+                kind: plan.body,
+                offset,
+                len: 0,
+                chunked,
+                byte_chunks,
+                last: true,
+            }));
+        }
+        let len = if plan.pieces > 0 {
+            1 + u64::from(self.piece_rng.next_u32() % plan.pieces)
+        } else {
+            1
+        }
+        .min(size - offset);
+        self.piece_off += len;
+        let end = self.piece_off == size;
+        let last = end && !chunked && !self.more_after_body(plan);
+        self.state = if plan.pieces > 0 && !end {
+            State::PiecePause
+        } else {
+            State::Pieces
+        };
+        Some(Step::Body(Body::Piece {
+            kind: plan.body,
+            offset,
+            len,
+            chunked,
+            byte_chunks,
+            last,
+        }))
+    }
+
+    /// Something follows the response body on its stream: the rest of the request body
+    /// (`A=1`, `B`) or a pause (`P`). HTTP/2 and HTTP/3 end the stream only after it.
+    fn more_after_body(&self, plan: &Plan) -> bool {
+        (self.body_left && (plan.drain_after || self.limit_reached)) || plan.pause_ms > 0
     }
 
     fn ending(&self) -> Ending {
@@ -379,24 +547,32 @@ impl Exchange {
                         chunked: fr.chunked_te,
                         last: plan.size == 0 && !fr.chunked_te,
                         date: self.date,
+                        etag: plan.etag,
                     };
                 }
                 if plan.is_informational() {
                     return Head::interim(plan.status);
                 }
-                // No connection or transfer-encoding fields here: C/K/k only drop the length.
-                let length =
-                    plan.has_length_header() && !plan.chunked && plan.conn != ConnForce::Close;
+                // No connection or transfer-encoding fields here: C/K/k only drop the length. A
+                // lying `b` is sent as asked: the DATA frames still carry the real body and end
+                // the stream, so framing and flow control hold; the client finds the response
+                // malformed (RFC 9113 §8.1.1, RFC 9114 §4.1.2) and says so.
+                let length = plan.has_length_header() && !plan.chunked;
+                let content_length = match plan.length {
+                    Some(b) if length => Some(b),
+                    _ => (length && plan.conn != ConnForce::Close).then_some(plan.size),
+                };
                 Head {
                     status: plan.status,
                     h1_11: true,
-                    content_length: length.then_some(plan.size),
+                    content_length,
                     no_cache: !plan.cacheable,
                     kind,
                     connection: None,
                     chunked: false,
-                    last: plan.size == 0 && !(self.body_left && plan.drain_after),
+                    last: plan.size == 0 && !self.more_after_body(plan),
                     date: self.date,
+                    etag: plan.etag,
                 }
             }
             Answer::Help => Head {
@@ -410,6 +586,7 @@ impl Exchange {
                 chunked: false,
                 last: self.is_head,
                 date: self.date,
+                etag: None,
             },
             Answer::Text { status, text } => Head {
                 status: *status,
@@ -421,6 +598,7 @@ impl Exchange {
                 chunked: false,
                 last: self.is_head,
                 date: self.date,
+                etag: None,
             },
         }
     }
@@ -433,8 +611,9 @@ impl Exchange {
                     kind: plan.body,
                     size: plan.size,
                     chunked,
+                    byte_chunks: chunked && plan.byte_chunks,
                     zero_copy: plan.zero_copy,
-                    last: !(self.body_left && plan.drain_after),
+                    last: !self.more_after_body(plan),
                 })
             }
             _ if self.is_head => None,
@@ -442,6 +621,46 @@ impl Exchange {
             Answer::Text { text, .. } => Some(Body::Text(text.clone())),
         }
     }
+}
+
+/// RFC 9110 §13.2.2, for a plan with an ETag: a false `If-Match` gives 412; else a true
+/// `If-None-Match` gives 304 to GET and HEAD, 412 to other methods. Only a response that would
+/// be 2xx is conditional (§13.2.1); the 304 keeps the ETag, the 412 has an empty body.
+fn conditional(plan: &mut Plan, req: &Request<'_>) {
+    let Some(tag) = plan.etag else { return };
+    if !(200..300).contains(&plan.status) {
+        return;
+    }
+    let status = match (req.if_match, req.if_none_match) {
+        (Some(list), _) if !etag_matches(list, tag, false) => 412,
+        (_, Some(list)) if etag_matches(list, tag, true) => {
+            if req.is_get || req.is_head {
+                304
+            } else {
+                412
+            }
+        }
+        _ => return,
+    };
+    plan.status = status;
+    plan.size = 0;
+    plan.length = None;
+}
+
+/// Whether a field value (`*` or a list of entity-tags) matches our strong tag `"XXXXXXXX"`.
+/// Weak comparison ignores a `W/` prefix; strong comparison never matches a weak tag.
+fn etag_matches(list: &[u8], tag: u32, weak: bool) -> bool {
+    if list.trim_ascii() == b"*" {
+        return true;
+    }
+    let ours = head::etag_text(tag);
+    list.split(|&b| b == b',').any(|item| {
+        let item = item.trim_ascii();
+        match item.strip_prefix(b"W/") {
+            Some(opaque) => weak && opaque == ours,
+            None => item == ours,
+        }
+    })
 }
 
 /// Whole milliseconds from `a` to `b`. Most requests are answered at the instant their head was

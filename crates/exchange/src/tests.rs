@@ -21,6 +21,8 @@ struct Row {
     expect: bool,
     upload: Option<Upload>,
     date: bool,
+    if_match: Option<&'static str>,
+    if_none_match: Option<&'static str>,
 }
 
 fn row(version: Version, target: &'static str) -> Row {
@@ -32,6 +34,8 @@ fn row(version: Version, target: &'static str) -> Row {
         expect: false,
         upload: None,
         date: false,
+        if_match: None,
+        if_none_match: None,
     }
 }
 
@@ -51,19 +55,30 @@ fn trace(r: &Row) -> String {
         has_body: r.upload.is_some(),
         head_bytes: 50,
         date: r.date,
+        is_get: r.method == "GET",
+        if_match: r.if_match.map(str::as_bytes),
+        if_none_match: r.if_none_match.map(str::as_bytes),
     };
     let mut x = Exchange::new(&req, &mut Rng::new(1), t0);
     let mut out = String::new();
-    for _ in 0..20 {
+    let mut read = 0;
+    for _ in 0..60 {
         match x.next(now) {
             Step::Continue => out.push_str("100; "),
-            Step::ReadBody => {
+            Step::ReadBody { limit } => {
                 now += Duration::from_millis(3);
                 match r.upload.expect("read without a body") {
+                    Upload::Bytes(n) if limit.is_some_and(|l| read + l < n) => {
+                        let l = limit.unwrap();
+                        read += l;
+                        x.body_bytes(l);
+                        x.body_limit_reached();
+                        write!(out, "read {l} (limit); ").unwrap();
+                    }
                     Upload::Bytes(n) => {
-                        x.body_bytes(n);
+                        x.body_bytes(n - read);
                         x.body_end();
-                        write!(out, "read {n}; ").unwrap();
+                        write!(out, "read {}; ", n - read).unwrap();
                     }
                     Upload::Fails(f) => {
                         x.body_failed(f);
@@ -74,6 +89,10 @@ fn trace(r: &Row) -> String {
             Step::WaitUntil(t) => {
                 write!(out, "wait {}ms; ", t.duration_since(now).as_millis()).unwrap();
                 now = t;
+            }
+            Step::Pause(d) => {
+                write!(out, "pause {}ms; ", d.as_millis()).unwrap();
+                now += d;
             }
             Step::Head(h) => {
                 let mut fields = String::new();
@@ -92,13 +111,34 @@ fn trace(r: &Row) -> String {
                 kind,
                 size,
                 chunked,
+                byte_chunks,
                 zero_copy,
                 last,
             }) => {
-                let c = if chunked { " chunked" } else { "" };
+                let c = match (chunked, byte_chunks) {
+                    (true, true) => " byte-chunked",
+                    (true, false) => " chunked",
+                    _ => "",
+                };
                 let z = if zero_copy { "" } else { " copy" };
                 let more = if last { "" } else { " (more)" };
                 write!(out, "body {kind:?} {size}{c}{z}{more}; ").unwrap();
+            }
+            Step::Body(Body::Piece {
+                kind,
+                offset,
+                len,
+                chunked,
+                byte_chunks,
+                last,
+            }) => {
+                let c = match (chunked, byte_chunks) {
+                    (true, true) => " byte-chunked",
+                    (true, false) => " chunked",
+                    _ => "",
+                };
+                let more = if last { "" } else { " (more)" };
+                write!(out, "piece {kind:?} {offset}+{len}{c}{more}; ").unwrap();
             }
             Step::Body(Body::Text(t)) => {
                 write!(out, "text {}; ", t.lines().next().unwrap_or("")).unwrap()
@@ -287,6 +327,9 @@ fn haterm_shaped_h1_heads() {
             has_body: false,
             head_bytes: 0,
             date: false,
+            is_get: true,
+            if_match: None,
+            if_none_match: None,
         };
         let now = Instant::now();
         let mut x = Exchange::new(&req, &mut Rng::new(1), now);
@@ -355,6 +398,9 @@ fn h1_heads_copy_only_what_repeats() {
             has_body: false,
             head_bytes,
             date: true,
+            is_get: true,
+            if_match: None,
+            if_none_match: None,
         };
         let now = Instant::now();
         let Step::Head(h) = Exchange::new(&req, &mut Rng::new(1), now).next(now) else {
@@ -385,4 +431,244 @@ fn h1_heads_copy_only_what_repeats() {
             String::from_utf8_lossy(&want)
         );
     }
+}
+
+/// Only the steps, without the head's x-req/x-rsp fields (checked elsewhere).
+fn steps(r: &Row) -> String {
+    let full = trace(r);
+    full.split("; ")
+        .map(|step| match step.find(" x-req=") {
+            Some(at) => {
+                let tail = step[at..]
+                    .find(" (0 real)")
+                    .map_or("", |end| &step[at + end + 9..]);
+                format!("{}{tail}", &step[..at])
+            }
+            None => step.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn check_steps(rows: &[(Row, &str)]) {
+    let mut failed = String::new();
+    for (r, want) in rows {
+        let got = steps(r);
+        if got != *want {
+            writeln!(
+                failed,
+                "{:?} {} {}:\n   got  {got}\n   want {want}",
+                r.version, r.method, r.target
+            )
+            .unwrap();
+        }
+    }
+    assert!(failed.is_empty(), "\n{failed}");
+}
+
+#[test]
+fn lying_lengths() {
+    check_steps(&[
+        // HTTP/1.1: the lie goes out, and the connection closes after it.
+        (
+            row(H11, "/?s=10&b=4"),
+            "head 1.1 200 content-length=4 connection=close; body Pattern 10; Close",
+        ),
+        (
+            row(H11, "/?s=4&b=10"),
+            "head 1.1 200 content-length=10 connection=close; body Pattern 4; Close",
+        ),
+        (
+            row(H11, "/?s=4&b=4"),
+            "head 1.1 200 content-length=4; body Pattern 4; KeepAlive",
+        ),
+        // HTTP/1.0 gets the length it would not have had.
+        (
+            row(H10, "/?s=4&b=2"),
+            "head 1.0 200 content-length=2; body Pattern 4; Close",
+        ),
+        // HTTP/2 and HTTP/3: the field as asked, the real body in DATA.
+        (
+            row(H2, "/?s=10&b=4"),
+            "head 200 content-length=4; body Pattern 10; KeepAlive",
+        ),
+        (
+            row(H3, "/?b=7"),
+            "head 200 content-length=7 (last); KeepAlive",
+        ),
+        (
+            row(H2, "/?s=3&b=9&C=1"),
+            "head 200 content-length=9; body Pattern 3; KeepAlive",
+        ),
+        // Not with chunks, nor on bodiless statuses.
+        (
+            row(H11, "/?s=3&b=9&k=1"),
+            "head 1.1 200 transfer-encoding=chunked; body Ones 3 chunked; KeepAlive",
+        ),
+        (row(H2, "/?r=204&b=9"), "head 204 (last); KeepAlive"),
+    ]);
+}
+
+#[test]
+fn partial_body_reads() {
+    let big = Some(Upload::Bytes(1000));
+    check_steps(&[
+        (Row { upload: big, ..row(H11, "/?s=5&B=100") }, "read 100 (limit); head 1.1 200 content-length=5; body Pattern 5 (more); read 900; KeepAlive"),
+        (Row { upload: big, ..row(H2, "/?B=100") }, "read 100 (limit); head 200 content-length=0; read 900; KeepAlive"),
+        (Row { upload: big, ..row(H3, "/?s=2&B=100&t=5") }, "read 100 (limit); wait 5ms; head 200 content-length=2; body Pattern 2 (more); read 900; KeepAlive"),
+        // A body within the limit is read whole, as without B.
+        (Row { upload: Some(Upload::Bytes(10)), ..row(H11, "/?s=5&B=100") }, "read 10; head 1.1 200 content-length=5; body Pattern 5; KeepAlive"),
+        // B=0: answer at once.
+        (Row { upload: big, ..row(H11, "/?B=0") }, "read 0 (limit); head 1.1 200 content-length=0 (last); read 1000; KeepAlive"),
+    ]);
+}
+
+#[test]
+fn pauses_and_idle_times() {
+    check_steps(&[
+        (
+            row(H11, "/?s=5&P=200"),
+            "head 1.1 200 content-length=5; body Pattern 5 (more); pause 200ms; KeepAlive",
+        ),
+        // HTTP/2 and HTTP/3 end the stream after the pause.
+        (
+            row(H2, "/?s=5&P=200"),
+            "head 200 content-length=5; body Pattern 5 (more); pause 200ms; KeepAlive",
+        ),
+        (
+            row(H3, "/?P=50"),
+            "head 200 content-length=0; pause 50ms; KeepAlive",
+        ),
+        (
+            row(H11, "/?t=10&P=20"),
+            "wait 10ms; head 1.1 200 content-length=0; pause 20ms; KeepAlive",
+        ),
+    ]);
+    let idle = |target: &'static str, version| {
+        let req = Request {
+            version,
+            is_head: false,
+            target: target.as_bytes(),
+            control: None,
+            expect_continue: false,
+            conn_close: false,
+            conn_keep_alive: false,
+            has_body: false,
+            head_bytes: 0,
+            date: false,
+            is_get: true,
+            if_match: None,
+            if_none_match: None,
+        };
+        Exchange::new(&req, &mut Rng::new(1), Instant::now()).idle()
+    };
+    assert_eq!(idle("/?w=300", H11), Some(Duration::from_millis(300)));
+    assert_eq!(idle("/?w=300", H2), Some(Duration::from_millis(300)));
+    assert_eq!(idle("/", H11), None);
+    assert_eq!(idle("/?w=0", H11), None);
+}
+
+#[test]
+fn one_byte_chunks() {
+    check_steps(&[
+        (
+            row(H11, "/?s=3&k=2"),
+            "head 1.1 200 transfer-encoding=chunked; body Ones 3 byte-chunked; KeepAlive",
+        ),
+        (
+            row(H11, "/?k=2"),
+            "head 1.1 200 transfer-encoding=chunked; body Ones 0 byte-chunked; KeepAlive",
+        ),
+        // HTTP/1.0: no chunks at all, as with k=1.
+        (row(H10, "/?s=3&k=2"), "head 1.0 200; body Ones 3; Close"),
+        // HTTP/2 and HTTP/3: one DATA frame per byte.
+        (
+            row(H2, "/?s=3&k=2"),
+            "head 200; piece Ones 0+1 (more); piece Ones 1+1 (more); piece Ones 2+1; KeepAlive",
+        ),
+        (
+            row(H3, "/?s=2&k=2&P=5"),
+            "head 200; piece Ones 0+1 (more); piece Ones 1+1 (more); pause 5ms; KeepAlive",
+        ),
+    ]);
+}
+
+#[test]
+fn bodies_in_pieces() {
+    // Sizes in 1..=p and pauses in 0..=15 ms, drawn from the thread's generator (seed 1 here).
+    check_steps(&[
+        (row(H11, "/?s=10&p=4"), "head 1.1 200 content-length=10; piece Pattern 0+2 (more); pause 5ms; piece Pattern 2+4 (more); pause 1ms; piece Pattern 6+1 (more); pause 10ms; piece Pattern 7+3; KeepAlive"),
+        // Chunked: one chunk per piece, or the piece's bytes as one-byte chunks; then the last chunk.
+        (row(H11, "/?s=3&p=2&k=1"), "head 1.1 200 transfer-encoding=chunked; piece Ones 0+2 chunked (more); pause 5ms; piece Ones 2+1 chunked (more); piece Ones 3+0 chunked; KeepAlive"),
+        (row(H11, "/?s=3&p=2&k=2"), "head 1.1 200 transfer-encoding=chunked; piece Ones 0+2 byte-chunked (more); pause 5ms; piece Ones 2+1 byte-chunked (more); piece Ones 3+0 byte-chunked; KeepAlive"),
+        // No pause after the last piece; P's comes after the body, then the stream ends.
+        (row(H2, "/?s=3&p=1&P=1"), "head 200 content-length=3; piece Pattern 0+1 (more); pause 5ms; piece Pattern 1+1 (more); pause 1ms; piece Pattern 2+1 (more); pause 1ms; KeepAlive"),
+        (row(H3, "/?s=0&p=5"), "head 200 content-length=0 (last); KeepAlive"),
+    ]);
+}
+
+#[test]
+fn conditional_requests() {
+    let tag = "\"9565D87B\"";
+    let c = |version, method: &'static str, target: &'static str, im, inm| Row {
+        method,
+        if_match: im,
+        if_none_match: inm,
+        ..row(version, target)
+    };
+    check_steps(&[
+        // "/?e=1&s=5" as big-endian words, plus 1.
+        (
+            c(H11, "GET", "/?e=1&s=5", None, None),
+            "head 1.1 200 content-length=5 etag=\"9565D87B\"; body Pattern 5; KeepAlive",
+        ),
+        (
+            c(H11, "GET", "/?e=1&s=5", None, Some(tag)),
+            "head 1.1 304 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        // If-None-Match compares weakly, in a list.
+        (
+            c(H2, "GET", "/?e=1&s=5", None, Some("\"x\", W/\"9565D87B\"")),
+            "head 304 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        (
+            c(H3, "HEAD", "/?e=1&s=5", None, Some("*")),
+            "head 304 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        (
+            c(H11, "POST", "/?e=1&s=5", None, Some(tag)),
+            "head 1.1 412 content-length=0 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        (
+            c(H11, "GET", "/?e=1&s=5", None, Some("\"other\"")),
+            "head 1.1 200 content-length=5 etag=\"9565D87B\"; body Pattern 5; KeepAlive",
+        ),
+        (
+            c(H11, "GET", "/?e=1&s=5", Some("\"other\""), None),
+            "head 1.1 412 content-length=0 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        (
+            c(H2, "GET", "/?e=1&s=5", Some(tag), None),
+            "head 200 content-length=5 etag=\"9565D87B\"; body Pattern 5; KeepAlive",
+        ),
+        // A true If-Match, then the If-None-Match: 412 for a PUT.
+        (
+            c(H11, "PUT", "/?e=1&s=5", Some("*"), Some(tag)),
+            "head 1.1 412 content-length=0 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        // If-Match compares strongly: a weak tag never matches.
+        (
+            c(H3, "GET", "/?e=1&s=5", Some("W/\"9565D87B\""), None),
+            "head 412 content-length=0 etag=\"9565D87B\" (last); KeepAlive",
+        ),
+        // Only 2xx responses are conditional; without e nothing is.
+        (
+            c(H11, "GET", "/?e=1&r=404", None, Some("*")),
+            "head 1.1 404 content-length=0 etag=\"94960B7B\" (last); KeepAlive",
+        ),
+        (
+            c(H11, "GET", "/?s=5", Some("\"nope\""), Some("*")),
+            "head 1.1 200 content-length=5; body Pattern 5; KeepAlive",
+        ),
+    ]);
 }

@@ -6,6 +6,7 @@
 //! head fields, framing, connection reuse) is `loadterm-exchange`'s job.
 
 pub mod body;
+pub mod dist;
 pub mod pages;
 pub mod query;
 pub mod reason;
@@ -65,6 +66,21 @@ pub struct Plan {
     pub zero_copy: bool,
     pub body: BodyKind,
     pub is_head: bool,
+    /// `k>=2`: httpterm's one-byte chunks (HTTP/1.1), one-byte DATA frames (HTTP/2, HTTP/3).
+    pub byte_chunks: bool,
+    /// `b`: the content-length to advertise whatever the body is (a lie on purpose).
+    pub length: Option<u64>,
+    /// `B`: read at most this many request body bytes before responding, the rest after.
+    pub body_limit: Option<u64>,
+    /// `P`: milliseconds to pause after the response.
+    pub pause_ms: u32,
+    /// `w`: milliseconds to wait for the next request on the connection (0: the default).
+    pub idle_ms: u32,
+    /// `e`: the ETag's value (see [`etag`]).
+    pub etag: Option<u32>,
+    /// `p`: send the body in pieces of 1..=pieces bytes with pauses of 0..=15 ms (0: off; at
+    /// most [`body::WINDOW`]).
+    pub pieces: u32,
 }
 
 impl Plan {
@@ -75,15 +91,19 @@ impl Plan {
             if query::is_help(query) {
                 return Outcome::Help;
             }
-            query::parse_into(query, &mut params, rng);
+            if let Err(e) = query::parse_into(query, &mut params, rng) {
+                return Outcome::Reject(e);
+            }
         }
         if let Some(header) = req.control {
-            query::parse_into(header, &mut params, rng);
+            if let Err(e) = query::parse_into(header, &mut params, rng) {
+                return Outcome::Reject(e);
+            }
         }
-        Self::from_params(params, req.is_head)
+        Self::from_params(params, req.is_head, req.target)
     }
 
-    fn from_params(p: Params, is_head: bool) -> Outcome {
+    fn from_params(p: Params, is_head: bool, target: &[u8]) -> Outcome {
         let status = match u16::try_from(p.status) {
             Ok(s @ 100..=999) => s,
             _ => return Outcome::Reject(PlanError::Status(p.status)),
@@ -95,6 +115,15 @@ impl Plan {
         if delay_ms > MAX_DELAY_MS {
             return Outcome::Reject(PlanError::Delay(p.delay_ms));
         }
+        // Most requests use none of httpterm's extra letters: they skip their validation.
+        let extra = if p.httpterm {
+            match Extra::from_params(&p, target) {
+                Ok(extra) => extra,
+                Err(e) => return Outcome::Reject(e),
+            }
+        } else {
+            Extra::NONE
+        };
         let mut plan = Plan {
             status,
             size,
@@ -112,6 +141,13 @@ impl Plan {
                 BodyKind::Pattern
             },
             is_head,
+            byte_chunks: p.byte_chunks,
+            length: extra.length,
+            body_limit: extra.body_limit,
+            pause_ms: extra.pause_ms,
+            idle_ms: extra.idle_ms,
+            etag: extra.etag,
+            pieces: extra.pieces,
         };
         if is_head || !status_allows_body(status) {
             plan.size = 0;
@@ -129,6 +165,67 @@ impl Plan {
     pub fn has_length_header(&self) -> bool {
         status_allows_body(self.status) && self.status != 304
     }
+}
+
+/// httpterm's `b B P w e p`, validated.
+struct Extra {
+    length: Option<u64>,
+    body_limit: Option<u64>,
+    pause_ms: u32,
+    idle_ms: u32,
+    etag: Option<u32>,
+    pieces: u32,
+}
+
+impl Extra {
+    const NONE: Extra = Extra {
+        length: None,
+        body_limit: None,
+        pause_ms: 0,
+        idle_ms: 0,
+        etag: None,
+        pieces: 0,
+    };
+
+    fn from_params(p: &Params, target: &[u8]) -> Result<Extra, PlanError> {
+        let wait = |key: u8, v: i64| match u32::try_from(v.max(0)) {
+            Ok(ms) if u64::from(ms) <= MAX_DELAY_MS => Ok(ms),
+            _ => Err(PlanError::Wait(key, v)),
+        };
+        Ok(Extra {
+            length: match p.length {
+                -1 => None,
+                v if v < -1 => return Err(PlanError::Length(v)),
+                v => Some(v as u64),
+            },
+            body_limit: u64::try_from(p.body_limit).ok(),
+            pause_ms: wait(b'P', p.pause_ms)?,
+            idle_ms: wait(b'w', p.idle_ms)?,
+            etag: p.etag.map(|e| etag(e, target)),
+            pieces: match p.pieces {
+                None => 0,
+                Some(v) if v < 1 => return Err(PlanError::Pieces(v)),
+                // A piece is one slice of the static body blocks: at most their window.
+                Some(v) => v.min(body::WINDOW as i64) as u32,
+            },
+        })
+    }
+}
+
+/// The ETag of `e=<seed>` (httpterm's idea, on the request-target rather than the whole request
+/// line so that HTTP/1, /2 and /3 agree): the seed's low 32 bits plus the target read as
+/// big-endian 32-bit words (the tail zero-padded), the carries folded back twice. Rendered as 8
+/// upper-case hex digits in quotes.
+pub fn etag(seed: i64, target: &[u8]) -> u32 {
+    let mut sum = u64::from(seed as u32);
+    for word in target.chunks(4) {
+        let mut be = [0u8; 4];
+        be[..word.len()].copy_from_slice(word);
+        sum += u64::from(u32::from_be_bytes(be));
+    }
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum as u32
 }
 
 /// 1xx, 204 and 304 never carry a body.
@@ -231,6 +328,62 @@ mod tests {
             panic!()
         };
         assert_eq!(p.status, 503);
+    }
+
+    #[test]
+    fn httpterm_parameters_validated() {
+        let p = ok("/?b=3&B=10&P=5&w=100&p=4&k=2");
+        assert_eq!((p.length, p.body_limit), (Some(3), Some(10)));
+        assert_eq!((p.pause_ms, p.idle_ms, p.pieces), (5, 100, 4));
+        assert!(p.byte_chunks && p.chunked);
+        let p = ok("/");
+        assert_eq!(
+            (p.length, p.body_limit, p.etag, p.pieces),
+            (None, None, None, 0)
+        );
+        assert_eq!(ok("/?b=0").length, Some(0));
+        assert_eq!(ok("/?p=1g").pieces, 1, "no multiplier on p");
+        assert_eq!(ok("/?p=999999999").pieces, body::WINDOW as u32);
+        assert_eq!(ok("/?B=-1").body_limit, None);
+        assert_eq!(plan("/?b=-2"), Outcome::Reject(PlanError::Length(-2)));
+        assert_eq!(plan("/?p=0"), Outcome::Reject(PlanError::Pieces(0)));
+        assert_eq!(plan("/?p=-3"), Outcome::Reject(PlanError::Pieces(-3)));
+        assert_eq!(
+            plan("/?P=3600001"),
+            Outcome::Reject(PlanError::Wait(b'P', 3_600_001))
+        );
+        assert_eq!(
+            plan("/?w=4000000"),
+            Outcome::Reject(PlanError::Wait(b'w', 4_000_000))
+        );
+        // A drawn value is validated as a written one would be.
+        assert_eq!(
+            plan("/?t=7200s"),
+            Outcome::Reject(PlanError::Delay(7_200_000))
+        );
+        assert!(matches!(
+            plan("/?r=50-60:1"),
+            Outcome::Reject(PlanError::Status(50..=60))
+        ));
+        let Outcome::Reject(e) = plan("/?t=1-10ms:99,5-1ms:1") else {
+            panic!()
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("t: a range has its low end above"),
+            "{text}"
+        );
+        assert!(text.contains("t=1-10ms:99,1s:1"), "{text}");
+    }
+
+    #[test]
+    fn etag_is_httpterms_checksum_of_the_target() {
+        // "/?e=" is 0x2F3F653D, "1" is padded to 0x31000000; plus the seed 1.
+        let want = 0x2F3F_653Du32.wrapping_add(0x3100_0000).wrapping_add(1);
+        assert_eq!(ok("/?e=1").etag, Some(want));
+        assert_eq!(etag(0, b"\xff\xff\xff\xff\xff\xff\xff\xff"), 0xffff_ffff);
+        assert_ne!(ok("/a?e=1").etag, ok("/b?e=1").etag);
+        assert_ne!(ok("/?e=1").etag, ok("/?e=2").etag);
     }
 
     #[test]

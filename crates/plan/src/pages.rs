@@ -29,6 +29,21 @@ pub fn help() -> &'static str {
              \x20 k=<n>       n>0: chunked transfer (HTTP/1.1), body made of '1' bytes\n\
              \x20 S=<n>       n<1: no zero-copy (splice) for this response\n\
              \x20 R=<n>       n>0: random bytes instead of the line pattern\n\
+             \x20 k=2         httpterm's one-byte chunks; HTTP/2 and /3: 1-byte DATA frames\n\
+             \x20 b=<n>       advertise content-length n whatever the body            e.g. b=10\n\
+             \x20             (-1: the real one); a lie closes the HTTP/1.x connection,\n\
+             \x20             HTTP/2 and HTTP/3 clients reject the response\n\
+             \x20 B=<n>       read at most n request body bytes before responding,    e.g. B=1000\n\
+             \x20             the rest after the response\n\
+             \x20 P=<ms>      pause after the response (HTTP/2, /3: then end it)      e.g. P=500\n\
+             \x20 w=<ms>      wait at most this long for the next request             e.g. w=200\n\
+             \x20 p=<n>       body in pieces of 1..n bytes, 0-15 ms apart, n<=65536  e.g. p=100\n\
+             \x20 e=<n>       an ETag (the target's checksum plus n): If-None-Match   e.g. e=1\n\
+             \x20             gives 304 (412 unless GET or HEAD), a failed If-Match 412\n\
+             \n\
+             Distributions for t, s and r: value[-value][:weight],... (at most 64 entries, one\n\
+             value drawn per request; t units ms or s, s suffixes k m g), e.g.\n\
+             \x20 t=5ms:99,500ms:1   t=1-10ms:99,1s:1   s=1k:90,1-4m:10   r=200:99,503:1\n\
              \n\
              Response headers: content-length (when the connection stays open),\n\
              x-req: size=<request bytes>, time=<ms to receive it> ms\n\
@@ -214,7 +229,10 @@ mod tests {
     fn help_lists_every_parameter_and_the_version() {
         let h = help();
         assert!(h.contains(env!("CARGO_PKG_VERSION")));
-        for key in ["s=", "r=", "t=", "c=", "A=", "C=", "K=", "k=", "S=", "R="] {
+        for key in [
+            "s=", "r=", "t=", "c=", "A=", "C=", "K=", "k=", "S=", "R=", "k=2", "b=", "B=", "P=",
+            "w=", "p=", "e=",
+        ] {
             assert!(h.contains(&format!("  {key}")), "help misses {key}");
         }
     }

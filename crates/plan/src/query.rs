@@ -2,6 +2,7 @@
 //! starts at the *first* `?`, parsing never reads past the given bytes, arithmetic is
 //! 128-bit and saturating (see [`scale`]).
 
+use crate::dist::{self, DistError};
 use crate::Rng;
 use std::fmt;
 
@@ -26,6 +27,22 @@ pub struct Params {
     pub chunked: bool,
     pub zero_copy: bool,
     pub random: bool,
+    /// `k>=2`: httpterm's one-byte chunks.
+    pub byte_chunks: bool,
+    /// `b`: content-length to advertise; -1 (the default) for the real one.
+    pub length: i64,
+    /// `B`: body bytes to read before responding; negative (the default) for all of them.
+    pub body_limit: i64,
+    /// `P`: milliseconds to pause after the response.
+    pub pause_ms: i64,
+    /// `w`: milliseconds to wait for the next request on the connection (0: the default).
+    pub idle_ms: i64,
+    /// `e`: send an ETag, with this value mixed in.
+    pub etag: Option<i64>,
+    /// `p`: send the body in pieces of at most this many bytes.
+    pub pieces: Option<i64>,
+    /// One of `b B P w e p` was given (else their validation is skipped).
+    pub httpterm: bool,
 }
 
 impl Default for Params {
@@ -40,6 +57,14 @@ impl Default for Params {
             chunked: false,
             zero_copy: true,
             random: false,
+            byte_chunks: false,
+            length: -1,
+            body_limit: -1,
+            pause_ms: 0,
+            idle_ms: 0,
+            etag: None,
+            pieces: None,
+            httpterm: false,
         }
     }
 }
@@ -50,6 +75,14 @@ pub enum PlanError {
     Status(i64),
     Size(i64),
     Delay(i64),
+    /// `b` below -1.
+    Length(i64),
+    /// `P` or `w` (the key) above [`crate::MAX_DELAY_MS`].
+    Wait(u8, i64),
+    /// `p` below 1.
+    Pieces(i64),
+    /// A distribution of `t`, `s` or `r` (the key) that does not parse.
+    Distribution(u8, DistError),
 }
 
 impl fmt::Display for PlanError {
@@ -61,6 +94,24 @@ impl fmt::Display for PlanError {
                 f,
                 "t={v}: the delay must not exceed {} ms",
                 crate::MAX_DELAY_MS
+            ),
+            PlanError::Length(v) => write!(
+                f,
+                "b={v}: the advertised length must be -1 (the real one) or a length >= 0"
+            ),
+            PlanError::Wait(key, v) => write!(
+                f,
+                "{}={v}: the time must be within 0..={} ms",
+                *key as char,
+                crate::MAX_DELAY_MS
+            ),
+            PlanError::Pieces(v) => write!(f, "p={v}: the largest piece must be >= 1 byte"),
+            PlanError::Distribution(key, e) => write!(
+                f,
+                "{}: {e}; accepted form: {}, at most {} entries",
+                *key as char,
+                dist::form(*key),
+                dist::MAX_ENTRIES
             ),
         }
     }
@@ -89,8 +140,10 @@ fn is_delimiter(b: u8) -> bool {
 }
 
 /// Apply every `X=<num>[kmgr]*` found in `query` to `params`. Parsing stops silently at the
-/// first thing that is not of that form, as in haterm; values are validated later.
-pub fn parse_into(query: &[u8], params: &mut Params, rng: &mut Rng) {
+/// first thing that is not of that form, as in haterm; values are validated later. A `t`, `s`
+/// or `r` written as a distribution (`t=1ms:90,1s:10`, see [`dist`]) gets one value drawn from
+/// it; a distribution that does not parse is the only error.
+pub fn parse_into(query: &[u8], params: &mut Params, rng: &mut Rng) -> Result<(), PlanError> {
     let mut rest = query;
     while rest.len() >= 2 && rest[1] == b'=' {
         let key = rest[0];
@@ -110,13 +163,23 @@ pub fn parse_into(query: &[u8], params: &mut Params, rng: &mut Rng) {
             }
             pos += 1;
         }
-        let v = if random { randomize(raw, rng) } else { raw };
-        apply(key, v, shift, params);
+        // Only a value the number grammar cannot finish is looked at again: plain values cost
+        // nothing more.
+        if dist::starts_here(key, rest.get(pos).copied()) {
+            let (v, used) =
+                dist::draw(key, &rest[2..], rng).map_err(|e| PlanError::Distribution(key, e))?;
+            pos = 2 + used;
+            apply(key, v, 0, params);
+        } else {
+            let v = if random { randomize(raw, rng) } else { raw };
+            apply(key, v, shift, params);
+        }
         match rest.get(pos) {
             Some(&d) if is_delimiter(d) => rest = &rest[pos + 1..],
             _ => break,
         }
     }
+    Ok(())
 }
 
 fn apply(key: u8, v: i64, shift: u32, p: &mut Params) {
@@ -140,9 +203,23 @@ fn apply(key: u8, v: i64, shift: u32, p: &mut Params) {
                 ConnForce::Close
             }
         }
-        b'k' => p.chunked = v > 0,
+        b'k' => {
+            p.chunked = v > 0;
+            p.byte_chunks = v >= 2;
+        }
         b'S' => p.zero_copy = v >= 1,
         b'R' => p.random = v > 0,
+        b'b' | b'B' | b'P' | b'w' | b'e' | b'p' => {
+            p.httpterm = true;
+            match key {
+                b'b' => p.length = v,
+                b'B' => p.body_limit = v,
+                b'P' => p.pause_ms = v,
+                b'w' => p.idle_ms = v,
+                b'e' => p.etag = Some(v),
+                _ => p.pieces = Some(v),
+            }
+        }
         _ => {}
     }
 }
@@ -212,7 +289,7 @@ mod tests {
 
     fn parse(q: &str) -> Params {
         let mut p = Params::default();
-        parse_into(q.as_bytes(), &mut p, &mut Rng::new(7));
+        parse_into(q.as_bytes(), &mut p, &mut Rng::new(7)).unwrap();
         p
     }
 
@@ -285,21 +362,50 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for _ in 0..2000 {
             let mut p = Params::default();
-            parse_into(b"s=10kr", &mut p, &mut rng);
+            parse_into(b"s=10kr", &mut p, &mut rng).unwrap();
             assert!((0..=10 * 1024).contains(&p.size));
             assert_eq!(p.size % 1024, 0, "random happens before the shift");
             seen.insert(p.size);
             let mut p = Params::default();
-            parse_into(b"s=-100r", &mut p, &mut rng);
+            parse_into(b"s=-100r", &mut p, &mut rng).unwrap();
             assert!((-100..=0).contains(&p.size));
             let mut p = Params::default();
-            parse_into(b"s=9000000000000r", &mut p, &mut rng);
+            parse_into(b"s=9000000000000r", &mut p, &mut rng).unwrap();
             assert!(
                 (0..=9_000_000_000_000).contains(&p.size),
                 "no 64-bit overflow"
             );
         }
         assert!(seen.len() >= 10, "r must actually randomize: {seen:?}");
+    }
+
+    #[test]
+    fn httpterm_parameters() {
+        let p = parse("b=5&B=100&P=20&w=300&e=7&p=3&k=2");
+        assert_eq!(
+            (p.length, p.body_limit, p.pause_ms, p.idle_ms),
+            (5, 100, 20, 300)
+        );
+        assert_eq!((p.etag, p.pieces), (Some(7), Some(3)));
+        assert!(p.chunked && p.byte_chunks);
+        assert!(!parse("k=1").byte_chunks);
+        assert_eq!(parse("b=1k").length, 1, "multipliers only apply to s, r, t");
+    }
+
+    #[test]
+    fn distributions_sit_among_parameters() {
+        let p = parse("t=5ms:99,500ms:1,s=3&r=200-204,c=0");
+        assert!([5, 500].contains(&p.delay_ms), "{}", p.delay_ms);
+        assert_eq!(p.size, 3);
+        assert!((200..=204).contains(&p.status));
+        assert!(!p.cacheable);
+        assert_eq!(parse("t=2s&s=1").delay_ms, 2000);
+        assert_eq!(parse("t=5ms").delay_ms, 5);
+        let mut p = Params::default();
+        assert_eq!(
+            parse_into(b"t=1ms:x", &mut p, &mut Rng::new(1)),
+            Err(PlanError::Distribution(b't', DistError::Weight))
+        );
     }
 
     #[test]

@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// server's own measured CPU cost per request, a known injected effect.
     #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
     burn: f64,
+    /// Seed the random draws (`r` suffix, distributions, `p` pieces) for reproducible runs:
+    /// worker thread n starts from a seed derived from N and n (exactly reproducible with -t 1).
+    #[arg(long, value_name = "N")]
+    seed: Option<u32>,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -249,6 +253,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         grace: a.grace,
         lenient: a.lenient,
         date: !a.no_date,
+        seed: a.seed,
         shutdown,
         h2: a.h2,
         h3: a.h3,
@@ -333,6 +338,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         bound.push((l, identity));
     }
     let cfg = Arc::new(cfg);
+    crate::planner::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
     announce(&bound, &cfg, defaulted);
     shut_down_on_signal(stop, &conns, cfg.grace)

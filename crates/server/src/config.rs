@@ -34,6 +34,8 @@ pub struct Config {
     pub lenient: bool,
     /// Send a `date` field on every response (off: `--no-date`, haterm's byte-exact heads).
     pub date: bool,
+    /// `--seed`: the worker threads' random generators start from it (else from entropy).
+    pub seed: Option<u32>,
     pub shutdown: crate::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

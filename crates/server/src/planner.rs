@@ -1,16 +1,39 @@
-//! Per-thread state the exchanges need: the random generator (for the `r` suffix), the HTTP
-//! date, rendered once a second, and the last HTTP/1.x head rendered; and `--burn`, the
-//! calibration-only extra cost per request.
+//! Per-thread state the exchanges need: the random generator (for the `r` suffix,
+//! distributions and pieces), the HTTP date, rendered once a second, and the last HTTP/1.x head
+//! rendered; and `--burn`, the calibration-only extra cost per request.
 
 use loadterm_exchange::{http_date, Exchange, H1Heads, Head, HttpDate, Request};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+/// `--seed`, set once at startup.
+static SEED: OnceLock<u32> = OnceLock::new();
+/// Threads that seeded their generator so far: each gets its own stream.
+static SEEDED: AtomicU32 = AtomicU32::new(0);
+
+/// Seed every thread's generator from `seed` (`None`: from entropy). Call before any request.
+pub fn seed(seed: Option<u32>) {
+    if let Some(s) = seed {
+        let _ = SEED.set(s);
+    }
+}
+
+fn thread_rng() -> Rng {
+    match SEED.get() {
+        // Golden-ratio steps keep the threads' streams apart.
+        Some(s) => {
+            let n = SEEDED.fetch_add(1, Ordering::Relaxed);
+            Rng::new(s.wrapping_add(n.wrapping_mul(0x9E37_79B9)))
+        }
+        None => Rng::from_entropy(),
+    }
+}
+
 thread_local! {
-    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
+    static RNG: RefCell<Rng> = RefCell::new(thread_rng());
     static DATE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [0; 29])) };
     static H1_HEADS: RefCell<H1Heads> = RefCell::new(H1Heads::default());
     /// Picoseconds of burn owed by this thread (negative after an overshoot).

@@ -95,6 +95,8 @@ struct Conn<IO> {
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: Vec<u8>,
     shutdown: Shutdown,
+    /// How long to wait for the next request, when the last one set it (`w`).
+    idle: Option<Duration>,
 }
 
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
@@ -121,6 +123,7 @@ pub async fn serve<IO: Transport>(
             .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
             .unwrap_or_default(),
         shutdown: cfg.shutdown.clone(),
+        idle: None,
     };
     let stop = loop {
         if let Err(stop) = c.request().await {
@@ -176,19 +179,19 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Wait up to the client timeout for a next request's first bytes. The buffers are kept for a
-    /// short spell (under load the next request comes sooner, and taking them back each time
-    /// costs); past it the connection is idle: it gives them back and, on TCP, awaits readiness
-    /// holding none. TLS streams are read into the read buffer at once (rustls keeps its own
-    /// buffers whatever we do).
-    async fn next_bytes(&mut self) -> Result<usize, Option<io::Error>> {
-        let hold = IDLE_HOLD.min(self.timeout);
+    /// Wait up to `limit` for a next request's first bytes. The buffers are kept for a short
+    /// spell (under load the next request comes sooner, and taking them back each time costs);
+    /// past it the connection is idle: it gives them back and, on TCP, awaits readiness holding
+    /// none. TLS streams are read into the read buffer at once (rustls keeps its own buffers
+    /// whatever we do).
+    async fn next_bytes(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
+        let hold = IDLE_HOLD.min(limit);
         match self.read_within(hold).await {
             Err(None) => {}
             r => return r,
         }
         self.idle();
-        let rest = self.timeout - hold;
+        let rest = limit - hold;
         if let Some(tcp) = self.io.tcp() {
             match timeout(rest, tcp.readable()).await {
                 Ok(Ok(())) => {}
@@ -205,6 +208,7 @@ impl<IO: Transport> Conn<IO> {
         self.read_within(self.timeout).await
     }
 
+    /// [`Self::read_more`] with another time limit.
     async fn read_within(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
         self.flush().await.map_err(Some)?;
         if self.start > 0 {
@@ -287,13 +291,15 @@ impl<IO: Transport> Conn<IO> {
 
     /// Handle one request: wait for its head, answer it.
     async fn request(&mut self) -> Result<(), Stop> {
-        // Idle keep-alive: no byte of a next request within the timeout → silent close; at
-        // shutdown, close at once. (Flush outside the select: a cancelled flush loses output.)
+        // Idle keep-alive: no byte of a next request within the timeout (or the time the last
+        // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
+        // select: a cancelled flush loses output.)
+        let idle = self.idle.take().unwrap_or(self.timeout);
         if self.buffered().is_empty() {
             self.flush().await?;
             let stop = self.shutdown.clone();
             let r = tokio::select! {
-                r = self.next_bytes() => r,
+                r = self.next_bytes(idle) => r,
                 () = stop.wait() => return Err(Stop::Close),
             };
             match r {
@@ -342,6 +348,9 @@ impl<IO: Transport> Conn<IO> {
             has_body: framing != head::BodyFraming::None,
             head_bytes: head_len as u64,
             date: self.date,
+            is_get: self.head.is_get,
+            if_match: self.head.if_match.as_deref(),
+            if_none_match: self.head.if_none_match.as_deref(),
         };
         let mut x = crate::planner::exchange(&req, t_first);
         let mut decoder = Decoder::new(framing);
@@ -351,11 +360,15 @@ impl<IO: Transport> Conn<IO> {
         loop {
             match x.next(now) {
                 Step::Continue => self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n"),
-                Step::ReadBody => {
-                    match Box::pin(self.drain(&mut decoder)).await {
-                        Ok(n) => {
+                Step::ReadBody { limit } => {
+                    match Box::pin(self.drain(&mut decoder, limit)).await {
+                        Ok((n, true)) => {
                             x.body_bytes(n);
                             x.body_end();
+                        }
+                        Ok((n, false)) => {
+                            x.body_bytes(n);
+                            x.body_limit_reached();
                         }
                         Err((n, why)) => {
                             x.body_bytes(n);
@@ -369,8 +382,20 @@ impl<IO: Transport> Conn<IO> {
                     Box::pin(tokio::time::sleep_until(t.into())).await;
                     now = Instant::now();
                 }
+                Step::Pause(d) => {
+                    self.flush().await?;
+                    Box::pin(tokio::time::sleep(d)).await;
+                    now = Instant::now();
+                }
                 Step::Head(h) => crate::planner::write_h1(&h, &self.extra_head, &mut self.out),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                Step::Body(Body::Generated {
+                    kind,
+                    size,
+                    chunked: true,
+                    byte_chunks: true,
+                    ..
+                }) => self.byte_chunks(kind, size, true).await?,
                 Step::Body(Body::Generated {
                     kind,
                     size,
@@ -378,7 +403,33 @@ impl<IO: Transport> Conn<IO> {
                     zero_copy,
                     ..
                 }) => self.body(kind, size, chunked, zero_copy).await?,
+                Step::Body(Body::Piece {
+                    kind,
+                    offset,
+                    len,
+                    chunked,
+                    byte_chunks,
+                    ..
+                }) => {
+                    // Each piece leaves on its own (the socket has TCP_NODELAY).
+                    if byte_chunks {
+                        self.byte_chunks(kind, len, len == 0).await?;
+                    } else if chunked && len == 0 {
+                        self.out.extend_from_slice(chunked::LAST_CHUNK);
+                    } else {
+                        let data = body::slice(kind, offset, len as usize);
+                        if chunked {
+                            chunked::put_size_line(&mut self.out, data.len());
+                        }
+                        self.out.extend_from_slice(data);
+                        if chunked {
+                            self.out.extend_from_slice(b"\r\n");
+                        }
+                    }
+                    self.flush().await?;
+                }
                 Step::Done(Ending::KeepAlive) => {
+                    self.idle = x.idle();
                     if self.out.len() >= OUT_FLUSH {
                         self.flush().await?;
                     }
@@ -390,12 +441,22 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Read and discard the request body: the bytes it took, or those and why it failed.
-    async fn drain(&mut self, dec: &mut Decoder) -> Result<u64, (u64, BodyFailure)> {
+    /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
+    /// whether the body ended, or those bytes and why it failed.
+    async fn drain(
+        &mut self,
+        dec: &mut Decoder,
+        limit: Option<u64>,
+    ) -> Result<(u64, bool), (u64, BodyFailure)> {
         let mut n = 0u64;
         loop {
+            let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
+            if room == 0 && !dec.is_done() {
+                return Ok((n, false));
+            }
             if !self.buffered().is_empty() {
-                match dec.feed(self.buffered()) {
+                let input = &self.buffered()[..self.buffered().len().min(room)];
+                match dec.feed(input) {
                     Ok(used) => {
                         self.consume(used);
                         n += used as u64;
@@ -404,7 +465,10 @@ impl<IO: Transport> Conn<IO> {
                 }
             }
             if dec.is_done() {
-                return Ok(n);
+                return Ok((n, true));
+            }
+            if limit == Some(n) {
+                return Ok((n, false));
             }
             match self.read_more().await {
                 // The connection ended inside the body.
@@ -448,10 +512,36 @@ impl<IO: Transport> Conn<IO> {
         {
             self.flush().await?;
             let tcp = self.io.tcp().expect("checked above");
-            Box::pin(super::splice::send(tcp, kind, size, self.timeout, self.pipe_size)).await
+            Box::pin(super::splice::send(
+                tcp,
+                kind,
+                size,
+                self.timeout,
+                self.pipe_size,
+            ))
+            .await
         } else {
             Box::pin(self.large_body(kind, size)).await
         }
+    }
+
+    /// `size` bytes as one-byte chunks (`k=2`), then the last chunk if `end`.
+    async fn byte_chunks(&mut self, kind: BodyKind, size: u64, end: bool) -> io::Result<()> {
+        debug_assert_eq!(kind, BodyKind::Ones, "chunked bodies are made of ones");
+        let block = &loadterm_exchange::h1::BYTE_CHUNKS;
+        let mut left = size * 6;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            self.out.extend_from_slice(&block[..n]);
+            left -= n as u64;
+            if self.out.len() >= OUT_FLUSH {
+                self.flush().await?;
+            }
+        }
+        if end {
+            self.out.extend_from_slice(chunked::LAST_CHUNK);
+        }
+        Ok(())
     }
 
     /// Pending output (the head) plus the body, as vectored writes of up to `IOV` static slices.

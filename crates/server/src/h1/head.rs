@@ -33,6 +33,7 @@ pub struct Head {
     pub len: usize,
     pub is_11: bool,
     pub is_head: bool,
+    pub is_get: bool,
     pub conn_close: bool,
     pub conn_keep_alive: bool,
     /// `Expect: 100-continue`.
@@ -46,7 +47,22 @@ pub struct Head {
     pub host: Option<Range<usize>>,
     pub target: Vec<u8>,
     pub control: Option<Vec<u8>>,
+    /// `If-Match` and `If-None-Match` values, repeated fields joined with commas (RFC 9110
+    /// §5.3); copied only when present.
+    pub if_match: Option<Vec<u8>>,
+    pub if_none_match: Option<Vec<u8>>,
     pub body: Option<BodyFraming>,
+}
+
+/// Append a field line's value to the values of earlier lines of the same field.
+fn join(slot: &mut Option<Vec<u8>>, value: &[u8]) {
+    match slot {
+        Some(v) => {
+            v.push(b',');
+            v.extend_from_slice(value);
+        }
+        None => *slot = Some(value.to_vec()),
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -108,6 +124,7 @@ pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
     head.len = len;
     head.is_11 = version >= 1;
     head.is_head = method == "HEAD";
+    head.is_get = method == "GET";
     let m = offset(buf, method.as_bytes());
     head.method = m..m + method.len();
     head.host = None;
@@ -118,6 +135,8 @@ pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
     head.expect = false;
     head.upgrade_h2c = false;
     head.control = None;
+    head.if_match = None;
+    head.if_none_match = None;
     let mut length: Option<u64> = None;
     let mut te = false;
     let mut chunked = false;
@@ -179,6 +198,10 @@ pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
             settings = true;
         } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
             head.control = Some(h.value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"if-none-match") {
+            join(&mut head.if_none_match, h.value);
+        } else if name.eq_ignore_ascii_case(b"if-match") {
+            join(&mut head.if_match, h.value);
         }
     }
     head.upgrade_h2c &=
@@ -480,6 +503,20 @@ mod tests {
         assert_eq!(h.len, req.len());
         assert_eq!(h.body, Some(BodyFraming::None));
         assert_eq!((h.method, h.host), (0..3, Some(26..27)));
+        assert_eq!(
+            (h.if_match.as_deref(), h.if_none_match.as_deref()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn conditional_fields_are_joined() {
+        let req = "GET / HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"a\"\r\nif-match: *\r\n\
+                   If-None-Match: W/\"b\"\r\n\r\n";
+        let (r, h) = p(req);
+        assert_eq!(r, Parsed::Complete);
+        assert_eq!(h.if_none_match.as_deref(), Some(&b"\"a\",W/\"b\""[..]));
+        assert_eq!(h.if_match.as_deref(), Some(&b"*"[..]));
     }
 
     #[test]

@@ -59,10 +59,17 @@ where
     .await??;
     let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
     let active = Arc::new(AtomicUsize::new(0));
+    // `w`: the idle time (ms, 0: none) the last request set for the connection.
+    let idle = std::sync::atomic::AtomicU64::new(0);
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
         let Some((stream, step)) = stream::Stream::new(req, respond, alt_svc.clone(), cfg.date)
-            .and_then(stream::Stream::try_now)
+            .and_then(|s| {
+                if let Some(w) = s.idle() {
+                    idle.store(w.as_millis() as u64, Ordering::Relaxed);
+                }
+                s.try_now()
+            })
         else {
             return;
         };
@@ -76,11 +83,17 @@ where
     let mut batch = Vec::new();
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
+    // The idle time in force: `w`'s once a request set it, until the next request arrives.
+    let mut w = None;
     loop {
-        // Idle connections (no stream for a whole timeout period) and every connection at
+        // Idle connections (no stream for a whole timeout period, or for `w` after a request
+        // that set it, once none is in progress) and every connection at
         // shutdown get GOAWAY, so clients waiting for the server to close do not hang.
+        if let ms @ 1.. = idle.swap(0, Ordering::Relaxed) {
+            w = Some(std::time::Duration::from_millis(ms));
+        }
         let next = tokio::select! {
-            r = tokio::time::timeout(cfg.timeout, conn.accept()) => match r {
+            r = tokio::time::timeout(w.unwrap_or(cfg.timeout), conn.accept()) => match r {
                 Ok(next) => next,
                 Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
                 Err(_) => break,
@@ -88,7 +101,10 @@ where
             () = &mut stop => break,
         };
         match next {
-            Some(Ok(stream)) => batch.push(stream),
+            Some(Ok(stream)) => {
+                w = None;
+                batch.push(stream);
+            }
             Some(Err(e)) => return Err(e.into()),
             None => return Ok(()),
         }

@@ -9,6 +9,7 @@ use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, HttpDate, Step, Version};
 use loadterm_plan::body;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,21 @@ fn header_map(head: &Head, date: &HttpDate) -> Result<HeaderMap, http::Error> {
         Some(e) => Err(e.into()),
         None => Ok(map),
     }
+}
+
+/// The values of a field, lines joined with commas (RFC 9110 §5.3); borrowed unless repeated.
+fn joined(headers: &http::HeaderMap, name: http::header::HeaderName) -> Option<Cow<'_, [u8]>> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?.as_bytes();
+    let Some(second) = values.next() else {
+        return Some(Cow::Borrowed(first));
+    };
+    let mut all = first.to_vec();
+    for v in std::iter::once(second).chain(values) {
+        all.push(b',');
+        all.extend_from_slice(v.as_bytes());
+    }
+    Some(Cow::Owned(all))
 }
 
 /// The h2 crate leaves whitespace around values to the application.
@@ -122,6 +138,8 @@ impl Stream {
             }
         };
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let if_match = joined(req.headers(), http::header::IF_MATCH);
+        let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
         let x = crate::planner::exchange(
             &loadterm_exchange::Request {
                 version: Version::H2,
@@ -144,6 +162,9 @@ impl Stream {
                     fields,
                 ),
                 date,
+                is_get: req.method() == http::Method::GET,
+                if_match: if_match.as_deref(),
+                if_none_match: if_none_match.as_deref(),
             },
             now,
         );
@@ -156,6 +177,11 @@ impl Stream {
             alt_svc,
             now,
         })
+    }
+
+    /// How long the connection may stay idle after this request (`w`), if it set that.
+    pub fn idle(&self) -> Option<Duration> {
+        self.x.idle()
     }
 
     /// Carry out every step that needs no waiting. Most requests (no body, no delay, a small
@@ -176,12 +202,16 @@ impl Stream {
     pub async fn run(mut self, mut step: Step, cfg: &Config) {
         loop {
             match step {
-                Step::ReadBody => {
+                Step::ReadBody { limit } => {
                     let mut n = 0;
-                    match drain(&mut self.body, &mut n, cfg.timeout).await {
-                        Ok(()) => {
+                    match drain(&mut self.body, &mut n, cfg.timeout, limit).await {
+                        Ok(true) => {
                             self.x.body_bytes(n);
                             self.x.body_end();
+                        }
+                        Ok(false) => {
+                            self.x.body_bytes(n);
+                            self.x.body_limit_reached();
                         }
                         Err(why) => {
                             self.x.body_bytes(n);
@@ -194,10 +224,29 @@ impl Stream {
                     tokio::time::sleep_until(t.into()).await;
                     self.now = Instant::now();
                 }
+                Step::Pause(d) => {
+                    tokio::time::sleep(d).await;
+                    self.now = Instant::now();
+                }
                 Step::Body(Body::Generated {
                     kind, size, last, ..
                 }) => {
-                    if !self.large_body(kind, size, last, cfg.timeout).await {
+                    if !self.large_body(kind, 0, size, last, cfg.timeout).await {
+                        return;
+                    }
+                }
+                // One DATA frame (flow control permitting), on its own.
+                Step::Body(Body::Piece {
+                    kind,
+                    offset,
+                    len,
+                    last,
+                    ..
+                }) => {
+                    if !self
+                        .large_body(kind, offset, offset + len, last, cfg.timeout)
+                        .await
+                    {
                         return;
                     }
                 }
@@ -300,11 +349,13 @@ impl Stream {
         }
     }
 
-    /// A body sent as flow control allows, in static slices: any size in constant memory.
-    /// False if the stream is gone (reset by the client, a client that stopped reading).
+    /// Body bytes `off..size` sent as flow control allows, in static slices: any size in
+    /// constant memory. False if the stream is gone (reset by the client, a client that stopped
+    /// reading).
     async fn large_body(
         &mut self,
         kind: body::BodyKind,
+        mut off: u64,
         size: u64,
         last: bool,
         timeout: Duration,
@@ -312,7 +363,6 @@ impl Stream {
         let Some(send) = &mut self.send else {
             return false;
         };
-        let mut off = 0u64;
         while off < size {
             send.reserve_capacity((size - off).min(1 << 20) as usize);
             let cap = match tokio::time::timeout(
@@ -346,12 +396,22 @@ impl Stream {
     }
 }
 
-/// Read and discard the request body, releasing flow-control capacity as it goes.
-async fn drain(body: &mut RecvStream, bytes: &mut u64, limit: Duration) -> Result<(), BodyFailure> {
+/// Read and discard the request body, releasing flow-control capacity as it goes: all of it
+/// (true), or DATA frames until `upto` bytes were read (false: the body goes on; the frame that
+/// crosses `upto` is read whole).
+async fn drain(
+    body: &mut RecvStream,
+    bytes: &mut u64,
+    limit: Duration,
+    upto: Option<u64>,
+) -> Result<bool, BodyFailure> {
     loop {
+        if upto.is_some_and(|u| *bytes >= u) && !body.is_end_stream() {
+            return Ok(false);
+        }
         match tokio::time::timeout(limit, body.data()).await {
             Err(_) => return Err(BodyFailure::Timeout),
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(true),
             Ok(Some(Ok(d))) => {
                 *bytes += d.len() as u64;
                 let _ = body.flow_control().release_capacity(d.len());

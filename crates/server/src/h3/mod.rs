@@ -114,17 +114,32 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
         }
     };
     let mut next_id = 0u64;
+    // `w`: once no request is in progress, close (GOAWAY) if none comes by then.
+    let mut idle_until: Option<tokio::time::Instant> = None;
     loop {
+        let idle = async {
+            match idle_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         let (send, recv) = tokio::select! {
             s = conn.accept_bi() => match s {
                 Ok(s) => s,
                 Err(_) => break,
             },
-            Some(_) = requests.next(), if !requests.is_empty() => continue,
+            Some(done) = requests.next(), if !requests.is_empty() => {
+                if let Some((_, Some(w))) = done {
+                    idle_until = Some(tokio::time::Instant::now() + w);
+                }
+                continue;
+            }
+            () = idle, if requests.is_empty() => break,
             () = &mut stop => break,
             () = &mut goaway => break,
         };
         next_id = u64::from(send.id()) + 4;
+        idle_until = None;
         requests.push(serve(send, recv));
     }
     uni.abort();
@@ -142,7 +157,7 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     // acknowledged (or stopped by the client) first.
     let _ = tokio::time::timeout(cfg.timeout, async {
         while let Some(send) = requests.next().await {
-            if let Some(send) = send {
+            if let Some((send, _)) = send {
                 let _ = send.stopped().await;
             }
         }

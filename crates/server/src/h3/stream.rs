@@ -29,6 +29,20 @@ struct RequestHead {
     field_bytes: u64,
     /// `expect: 100-continue` was sent.
     expect: bool,
+    /// `if-match` and `if-none-match` values, repeated fields joined with commas.
+    if_match: Option<Vec<u8>>,
+    if_none_match: Option<Vec<u8>>,
+}
+
+/// Append a field line's value to the values of earlier lines of the same field.
+fn join(slot: &mut Option<Vec<u8>>, value: &[u8]) {
+    match slot {
+        Some(v) => {
+            v.push(b',');
+            v.extend_from_slice(value);
+        }
+        None => *slot = Some(value.to_vec()),
+    }
 }
 
 /// Why a request's field section is refused.
@@ -48,10 +62,14 @@ impl RequestHead {
             control,
             field_bytes,
             expect,
+            if_match,
+            if_none_match,
         } = self;
         method.clear();
         path.clear();
         *control = None;
+        *if_match = None;
+        *if_none_match = None;
         *field_bytes = 0;
         *expect = false;
         fields.begin();
@@ -67,6 +85,11 @@ impl RequestHead {
                         *control = Some(value.to_vec());
                     }
                     *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
+                    match n {
+                        b"if-match" => join(if_match, value),
+                        b"if-none-match" => join(if_none_match, value),
+                        _ => {}
+                    }
                 }
             }
         });
@@ -132,6 +155,8 @@ struct Stream {
     read_all: bool,
     /// The request's `content-length`, checked against its DATA.
     content_length: Option<u64>,
+    /// DATA received so far (a body may be read in two parts, `B`), against the length.
+    length: Option<BodyLength>,
     /// `--h3-max-header-list`, for the trailers.
     max_section: u64,
     /// A response head (its buffer, and where the frame starts in it) waiting to go out with
@@ -185,16 +210,23 @@ impl Stream {
         }
     }
 
-    /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes.
-    async fn drain(&mut self, bytes: &mut u64) -> Result<(), Abort> {
+    /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes
+    /// into `bytes`: to its end (true), or until `upto` more body bytes were read (false).
+    async fn drain(&mut self, bytes: &mut u64, upto: Option<u64>) -> Result<bool, Abort> {
         let timeout = self.timeout;
-        let mut length = BodyLength::new(self.content_length);
+        let mut length = self
+            .length
+            .unwrap_or_else(|| BodyLength::new(self.content_length));
+        let before = length.received();
         let malformed = |e: FieldError| Abort::Reset(e.code());
         let drain = async {
             loop {
+                if upto.is_some_and(|u| length.received() - before >= u) {
+                    return Ok(false);
+                }
                 match self.recv.event(&mut self.msg).await? {
                     Event::Data(n) => length.data(n).map_err(malformed)?,
-                    Event::End => return length.end().map_err(malformed),
+                    Event::End => return length.end().map_err(malformed).map(|()| true),
                     Event::Trailers => {
                         let section = self.msg.section();
                         HEAD.with(|h| h.borrow_mut().trailers(section, self.max_section))
@@ -216,20 +248,21 @@ impl Stream {
         let r = tokio::time::timeout(timeout, drain)
             .await
             .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)));
-        *bytes = length.received();
-        self.read_all = r.is_ok();
+        *bytes = length.received() - before;
+        self.length = Some(length);
+        self.read_all = matches!(r, Ok(true));
         r
     }
 }
 
 /// Serve one request stream. Returns its send side (finished or reset; a connection that
-/// closes must let finished ones be acknowledged first), or the connection error code if the
-/// peer broke the protocol.
+/// closes must let finished ones be acknowledged first) and the idle time the request set for
+/// the connection (`w`), or the connection error code if the peer broke the protocol.
 pub async fn serve(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     cfg: &Config,
-) -> Result<quinn::SendStream, u32> {
+) -> Result<(quinn::SendStream, Option<Duration>), u32> {
     let mut s = Stream {
         send,
         recv: Reader::new(recv),
@@ -237,6 +270,7 @@ pub async fn serve(
         msg: Message::request(cfg.h3.h3_max_header_list),
         read_all: false,
         content_length: None,
+        length: None,
         max_section: cfg.h3.h3_max_header_list,
         pending: None,
     };
@@ -245,18 +279,19 @@ pub async fn serve(
         Ok(x) => x,
         Err(Abort::Reset(code)) => {
             s.reset(code);
-            return Ok(s.send);
+            return Ok((s.send, None));
         }
         Err(Abort::Connection(code)) => return Err(code),
         Err(Abort::Status(page)) => Exchange::error(page, Version::H3, cfg.date, t_first),
     };
+    let idle = x.idle();
     match answer(&mut s, x, t_first).await {
         Ok(()) => {}
         Err(Abort::Reset(code)) => s.reset(code),
         Err(Abort::Connection(code)) => return Err(code),
         Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
     }
-    Ok(s.send)
+    Ok((s.send, idle))
 }
 
 /// Read the request's head, decode it and plan the exchange.
@@ -296,6 +331,9 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
                 head.field_bytes as usize,
             ),
             date: cfg.date,
+            is_get: head.method == b"GET",
+            if_match: head.if_match.as_deref(),
+            if_none_match: head.if_none_match.as_deref(),
         };
         Ok(crate::planner::exchange(&req, t_first))
     })
@@ -311,12 +349,16 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
                 s.response_head(&Head::interim(100));
                 s.flush().await?;
             }
-            Step::ReadBody => {
+            Step::ReadBody { limit } => {
                 let mut n = 0;
-                match s.drain(&mut n).await {
-                    Ok(()) => {
+                match s.drain(&mut n, limit).await {
+                    Ok(true) => {
                         x.body_bytes(n);
                         x.body_end();
+                    }
+                    Ok(false) => {
+                        x.body_bytes(n);
+                        x.body_limit_reached();
                     }
                     Err(Abort::Status(_)) => x.body_failed(BodyFailure::Timeout),
                     Err(e) => return Err(e),
@@ -327,9 +369,18 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
                 tokio::time::sleep_until(t.into()).await;
                 now = Instant::now();
             }
+            Step::Pause(d) => {
+                s.flush().await?;
+                tokio::time::sleep(d).await;
+                now = Instant::now();
+            }
             Step::Head(head) => s.response_head(&head),
             Step::Body(Body::Text(text)) => s.text(&text).await?,
             Step::Body(Body::Generated { kind, size, .. }) => s.generated(kind, size).await?,
+            // One DATA frame, written on its own.
+            Step::Body(Body::Piece {
+                kind, offset, len, ..
+            }) => s.piece(kind, offset, len).await?,
             Step::Done(Ending::Abort) => return Err(Abort::Reset(code::REQUEST_CANCELLED)),
             // Complete, or a 1xx as the only head: the stream ends with what was sent (a
             // reset could overtake an interim head).
@@ -380,6 +431,15 @@ impl Stream {
         let (mut out, start) = self.take_pending();
         frame::put_frame(&mut out, frame::DATA, text.as_bytes());
         self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
+            .await
+    }
+
+    /// One DATA frame of `len` body bytes from `offset` (with the pending head, if any).
+    async fn piece(&mut self, kind: BodyKind, offset: u64, len: u64) -> Result<(), Abort> {
+        let (mut first, start) = self.take_pending();
+        frame::put_frame_head(&mut first, frame::DATA, len);
+        let data = Bytes::from_static(body::slice(kind, offset, len as usize));
+        self.write_or_reset(&mut [Bytes::from(first).slice(start..), data])
             .await
     }
 
