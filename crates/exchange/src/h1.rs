@@ -62,6 +62,7 @@ pub struct Framing {
     pub keep_alive: bool,
 }
 
+#[inline]
 pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
     let response_11 = req.is_11;
     // The server's intent ("ka" bit 0 in haterm): version default, then C/K.
