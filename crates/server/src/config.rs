@@ -1,7 +1,12 @@
 //! Settings shared by every listener and engine, built once from the command line; the engines'
 //! own settings (HTTP/2, HTTP/3) live here too, so that no engine module is imported back.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Header fields added to every response of a connection (`alt-svc`, `x-ja4`): per listener
+/// or per connection, the same for HTTP/1.x, HTTP/2 and HTTP/3.
+pub type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -24,6 +29,8 @@ pub struct Config {
     pub lenient: bool,
     /// Send a `date` field on every response (off: `--no-date`, haterm's byte-exact heads).
     pub date: bool,
+    /// `--ja4`: fingerprint every TLS and QUIC client (`x-ja4`), counted here.
+    pub ja4: Option<Arc<crate::ja4::Stats>>,
     pub shutdown: crate::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

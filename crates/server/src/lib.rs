@@ -4,6 +4,7 @@ pub mod config;
 pub mod h1;
 pub mod h2;
 pub mod h3;
+pub mod ja4;
 pub mod listen;
 mod planner;
 mod shutdown;

@@ -7,7 +7,7 @@ mod stream;
 pub mod upgrade;
 
 use futures::FutureExt;
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -24,17 +24,17 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     match upgrade::rewind(io, buffered, head, cfg.timeout).await {
-        Some(io) => serve_connection(io, cfg, None).await,
+        Some(io) => serve_connection(io, cfg, Vec::new()).await,
         None => Ok(()),
     }
 }
 
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-/// `alt_svc`: value of an `alt-svc` header to add to every response.
+/// `extra`: fields added to every response (`alt-svc`, `x-ja4`).
 pub async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
-    alt_svc: Option<String>,
+    extra: crate::config::ExtraHeaders,
 ) -> anyhow::Result<()>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -57,11 +57,11 @@ where
         builder.handshake::<_, bytes::Bytes>(coalesce::Coalesce::new(io)),
     )
     .await??;
-    let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
+    let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) = stream::Stream::new(req, respond, alt_svc.clone(), cfg.date)
+        let Some((stream, step)) = stream::Stream::new(req, respond, extra.clone(), cfg.date)
             .and_then(stream::Stream::try_now)
         else {
             return;

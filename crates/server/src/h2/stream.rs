@@ -6,9 +6,10 @@ use crate::config::Config;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use http::{HeaderValue, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
 use loadterm_plan::body;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bodies up to this size are queued whole by the inline path (h2 holds them until the
@@ -23,7 +24,8 @@ pub struct Stream {
     send: Option<SendStream<Bytes>>,
     /// Our side of the stream has ended.
     ended: bool,
-    alt_svc: Option<HeaderValue>,
+    /// Fields added to every response of the connection.
+    extra: Arc<[(HeaderName, HeaderValue)]>,
     /// The clock as last read: again only after waiting.
     now: Instant,
 }
@@ -83,7 +85,7 @@ impl Stream {
     pub fn new(
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
-        alt_svc: Option<HeaderValue>,
+        extra: Arc<[(HeaderName, HeaderValue)]>,
         date: bool,
     ) -> Option<Stream> {
         let now = Instant::now();
@@ -126,7 +128,7 @@ impl Stream {
             respond,
             send: None,
             ended: false,
-            alt_svc,
+            extra,
             now,
         })
     }
@@ -249,8 +251,8 @@ impl Stream {
                 b = std::mem::take(&mut b).header(name, value);
             },
         );
-        if let Some(v) = &self.alt_svc {
-            b = b.header(http::header::ALT_SVC, v.clone());
+        for (name, value) in self.extra.iter() {
+            b = b.header(name, value.clone());
         }
         b.body(())
     }
