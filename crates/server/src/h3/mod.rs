@@ -8,9 +8,9 @@ use crate::ja4;
 use crate::shutdown::ConnSlot;
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use quinn::Runtime;
 use loadterm_h3::frame;
 use loadterm_h3::reader::{ReadError, Reader};
+use quinn::Runtime;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 

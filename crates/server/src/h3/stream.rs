@@ -3,10 +3,9 @@
 //! fresh buffer first, and quinn's packet builder then read that cold copy (perf, H3 256k:
 //! 13% of server CPU in memcpy).
 
-use http::{HeaderName, HeaderValue};
-use std::sync::Arc;
 use crate::config::Config;
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
@@ -16,6 +15,7 @@ use loadterm_h3::reader::Reader;
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the server takes from a request's field section.
