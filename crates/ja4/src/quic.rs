@@ -212,10 +212,10 @@ struct Pending {
 impl Pending {
     fn add(&mut self, offset: u64, chunk: &[u8]) -> Result<(), Error> {
         let start = usize::try_from(offset).map_err(|_| Error::TooLarge)?;
-        let end = start + chunk.len();
-        if end > MAX_CLIENT_HELLO {
-            return Err(Error::TooLarge);
-        }
+        let end = start
+            .checked_add(chunk.len())
+            .filter(|&end| end <= MAX_CLIENT_HELLO)
+            .ok_or(Error::TooLarge)?;
         if chunk.is_empty() {
             return Ok(());
         }
