@@ -125,9 +125,11 @@ fn openssl_s_client_gets_a_stable_ja4() {
     assert_eq!(openssl_ja4(s.tls_port).as_deref(), Some(&*a));
 }
 
-fn h3_ja4(port: u16) -> Option<String> {
+/// `pad_alpn`: bytes of extra ALPN names aioquic offers (0: none).
+fn h3_ja4(port: u16, pad_alpn: usize) -> Option<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
     let out = Command::new("python3")
+        .env("H3GET_PAD_ALPN", pad_alpn.to_string())
         .arg(script)
         .args(["127.0.0.1", &port.to_string(), r#"{"path": "/?s=10"}"#])
         .output()
@@ -137,24 +139,45 @@ fn h3_ja4(port: u16) -> Option<String> {
     v["headers"]["x-ja4"].as_str().map(str::to_string)
 }
 
-#[test]
-fn aioquic_gets_a_stable_ja4() {
+fn have_aioquic() -> bool {
     let have = Command::new("python3")
         .args(["-c", "import aioquic"])
         .status()
         .is_ok_and(|s| s.success());
     if !have && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_some() {
-        return;
+        return false;
     }
     assert!(
         have,
         "python3 with aioquic is not installed (pip install aioquic)"
     );
+    true
+}
+
+#[test]
+fn aioquic_gets_a_stable_ja4() {
+    if !have_aioquic() {
+        return;
+    }
     let s = Server::start(&["--ja4", "-t", "1"]);
-    let a = h3_ja4(s.tls_port).expect("x-ja4 over HTTP/3");
+    let a = h3_ja4(s.tls_port, 0).expect("x-ja4 over HTTP/3");
     assert_ja4(&a, 'q');
     assert_eq!(&a[8..10], "h3", "{a}");
-    assert_eq!(h3_ja4(s.tls_port).as_deref(), Some(&*a));
+    assert_eq!(h3_ja4(s.tls_port, 0).as_deref(), Some(&*a));
+}
+
+#[test]
+fn quic_client_hello_over_several_initials_is_reassembled() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["--ja4", "-t", "1"]);
+    // 1500 more bytes of ALPN names: the ClientHello needs two Initial packets or more. JA4
+    // reads only the first ALPN name and leaves ALPN out of the extension hash, so the
+    // fingerprint is the one of the same client with a one-packet ClientHello.
+    let one_packet = h3_ja4(s.tls_port, 0).expect("x-ja4, one Initial");
+    let several = h3_ja4(s.tls_port, 1500).expect("x-ja4, several Initials");
+    assert_eq!(several, one_packet);
 }
 
 /// Run `loadterm load` (2 connections) against a `--ja4` server, stop the server, and return
