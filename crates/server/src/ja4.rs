@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// The response header.
-pub const HEADER: &str = "x-ja4";
+const HEADER: &str = "x-ja4";
 /// Distinct fingerprints counted; later new ones are counted together as "other".
 const MAX_DISTINCT: usize = 4096;
 /// Fingerprints printed at shutdown.
@@ -76,7 +76,7 @@ impl Stats {
 }
 
 /// The `x-ja4` field for a fingerprint (always a valid value: JA4 is `[0-9a-z_]`).
-pub fn header(fingerprint: &str) -> Option<(HeaderName, HeaderValue)> {
+fn header(fingerprint: &str) -> Option<(HeaderName, HeaderValue)> {
     Some((
         HeaderName::from_static(HEADER),
         HeaderValue::from_str(fingerprint).ok()?,
