@@ -5,8 +5,8 @@
 //!   ([`Prefixed`]).
 //! - QUIC: the UDP socket quinn reads from is wrapped ([`SniffingSocket`]); client Initial
 //!   datagrams are opened and reassembled as they pass, and the fingerprint waits, keyed by the
-//!   client's address and original Destination Connection ID, for the HTTP/3 engine to take it
-//!   when quinn hands over the connection (`Incoming` exposes both values).
+//!   client's address and original Destination Connection ID (quinn's `Incoming` exposes both),
+//!   for the HTTP/3 engine to take it once the connection's handshake is done.
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 

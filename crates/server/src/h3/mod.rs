@@ -11,6 +11,7 @@ use futures::StreamExt;
 use loadterm_h3::frame;
 use loadterm_h3::reader::{ReadError, Reader};
 use quinn::Runtime;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -80,14 +81,13 @@ pub async fn run_endpoint(
         let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns));
         // Found by the client's address and original DCID: the two values quinn's `Incoming`
         // and the Initial packet share (the address alone would mix up a client's concurrent
-        // connections from one port... which QUIC allows, by connection ID).
-        let fp = fingerprints
-            .as_ref()
-            .and_then(|f| f.take(incoming.remote_address(), &incoming.orig_dst_cid()));
-        let extra: Arc<[_]> = ja4::with_header(Vec::new(), fp.as_deref()).into();
+        // connections from one port, which QUIC tells apart by connection ID).
+        let fingerprint = fingerprints
+            .clone()
+            .map(|f| (f, incoming.remote_address(), incoming.orig_dst_cid()));
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = connection(incoming, cfg, extra).await;
+            let _ = connection(incoming, cfg, fingerprint).await;
         });
     }
     // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
@@ -100,9 +100,14 @@ pub async fn run_endpoint(
 async fn connection(
     incoming: quinn::Incoming,
     cfg: Arc<crate::config::Config>,
-    extra: Arc<[(http::HeaderName, http::HeaderValue)]>,
+    fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
 ) -> Result<()> {
     let conn = tokio::time::timeout(cfg.timeout, incoming).await??;
+    // Asked once the handshake is done, not when quinn yields the `Incoming` (at the first
+    // Initial): the rest of a ClientHello spread over several Initials may still be on its way
+    // then. Every datagram quinn read the ClientHello from went through the sniffing socket.
+    let fp = fingerprint.and_then(|(f, addr, dcid)| f.take(addr, &dcid));
+    let extra: Arc<[_]> = ja4::with_header(Vec::new(), fp.as_deref()).into();
     // Our control stream: SETTINGS first, GOAWAY at shutdown; kept open for the connection.
     let mut control = conn.open_uni().await?;
     let mut settings = Vec::new();
