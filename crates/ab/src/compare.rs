@@ -11,7 +11,12 @@ pub struct Comparison {
     pub rounds: usize,
     /// Median of the per-round ratios variant / baseline.
     pub ratio: f64,
+    /// The same as a signed change in percent: (ratio − 1) × 100.
+    pub change_pct: f64,
+    /// 95% CI of the ratio.
     pub ci: Option<(f64, f64)>,
+    /// The CI as signed changes in percent, in the same convention as `change_pct`.
+    pub ci_pct: Option<(f64, f64)>,
     pub p_wilcoxon: Option<f64>,
     pub p_mann_whitney: Option<f64>,
     /// A/A noise floor for this metric, percent (when measured).
@@ -21,21 +26,22 @@ pub struct Comparison {
     pub verdict: String,
 }
 
-fn describe(metric: &str, more: bool) -> (&'static str, &'static str) {
-    match (metric, more) {
-        ("cpu_us_per_req", true) => ("more", "CPU per request"),
-        ("cpu_us_per_req", false) => ("less", "CPU per request"),
-        ("rps", true) => ("more", "requests per second"),
-        ("rps", false) => ("fewer", "requests per second"),
-        ("p99_ms", true) => ("higher", "p99 latency"),
-        ("p99_ms", false) => ("lower", "p99 latency"),
-        ("mean_ms", true) => ("higher", "mean latency"),
-        ("mean_ms", false) => ("lower", "mean latency"),
-        ("bytes_per_req", true) => ("more", "bytes per request"),
-        ("bytes_per_req", false) => ("fewer", "bytes per request"),
-        (_, true) => ("more", "peak memory (RSS)"),
-        (_, false) => ("less", "peak memory (RSS)"),
+/// What a metric is called in a verdict, and the words for "above" and "below" the baseline.
+fn describe(metric: &str) -> (&'static str, &'static str, &'static str) {
+    match metric {
+        "cpu_us_per_req" => ("CPU per request", "more", "less"),
+        "rps" => ("requests per second", "more", "fewer"),
+        "p99_ms" => ("p99 latency", "higher", "lower"),
+        "mean_ms" => ("mean latency", "higher", "lower"),
+        "bytes_per_req" => ("bytes per request", "more", "fewer"),
+        _ => ("peak memory (RSS)", "more", "less"),
     }
+}
+
+/// A change in percent with its sign always written: the one convention of every report is
+/// "change = variant / baseline − 1", so −5% means the variant's value is 5% below the baseline's.
+pub fn signed_pct(x: f64) -> String {
+    format!("{x:+.1}%")
 }
 
 /// Paired by round: runs of `variant` and `baseline` with the same round number.
@@ -78,48 +84,46 @@ pub fn compare(
     let b: Vec<f64> = pairs.iter().map(|p| p.1).collect();
     let p_mw = stats::mann_whitney(&a, &b);
     let ci_excludes_one = ci.is_some_and(|(lo, hi)| lo > 1.0 || hi < 1.0);
-    let effect_pct = (ratio - 1.0) * 100.0;
-    let hidden_by_noise = noise_pct.is_some_and(|n| effect_pct.abs() < n);
+    let change_pct = (ratio - 1.0) * 100.0;
+    let ci_pct = ci.map(|(lo, hi)| ((lo - 1.0) * 100.0, (hi - 1.0) * 100.0));
+    let hidden_by_noise = noise_pct.is_some_and(|n| change_pct.abs() < n);
     let significant = ci_excludes_one && p_w.is_some_and(|p| p < 0.05) && !hidden_by_noise;
     let needed = stats::rounds_needed(&logs);
-    let (word, what) = describe(metric, ratio > 1.0);
-    let ci_text = match ci {
-        Some((lo, hi)) => {
-            let (lo, hi) = if ratio > 1.0 {
-                ((lo - 1.0) * 100.0, (hi - 1.0) * 100.0)
-            } else {
-                ((1.0 - hi) * 100.0, (1.0 - lo) * 100.0)
-            };
-            format!("95% CI {lo:.1}–{hi:.1}%")
-        }
-        None => format!("no 95% CI with {} rounds; need at least 6", pairs.len()),
+    let (what, up, down) = describe(metric);
+    let ci_text = match ci_pct {
+        Some((lo, hi)) => format!("95% CI {} to {}", signed_pct(lo), signed_pct(hi)),
+        None => format!("no 95% CI with {} rounds: need at least 6", pairs.len()),
     };
     let p_text = p_w.map_or("p=n/a".to_owned(), |p| format!("p={p:.4}"));
+    let numbers = format!("change {}, {ci_text}, {p_text}", signed_pct(change_pct));
     let more_rounds = match needed {
         Some(n) if n > pairs.len() => {
-            format!("; about {n} rounds would resolve an effect of this size")
+            format!("; about {n} rounds would resolve a change of this size")
         }
         _ => String::new(),
     };
     let verdict = if significant {
+        let word = if ratio > 1.0 { up } else { down };
         format!(
-            "{variant} {} {:.1}% {word} {what} ({ci_text}, {p_text})",
-            verb(metric),
-            effect_pct.abs()
+            "{variant}: {:.1}% {word} {what} ({numbers})",
+            change_pct.abs()
         )
     } else if let (true, Some(n)) = (hidden_by_noise, noise_pct) {
-        format!("not measurable: noise ±{n:.1}% is larger than the effect ({effect_pct:+.1}%){more_rounds}")
-    } else {
         format!(
-            "no significant difference (median ratio {ratio:.3}, {ci_text}, {p_text}){more_rounds}"
+            "{variant}: not measurable in {what}: the A/A noise ±{n:.1}% is larger than the change ({}){more_rounds}",
+            signed_pct(change_pct)
         )
+    } else {
+        format!("{variant}: no significant difference in {what} ({numbers}){more_rounds}")
     };
     Some(Comparison {
         metric: metric.to_owned(),
         variant: variant.to_owned(),
         rounds: pairs.len(),
         ratio,
+        change_pct,
         ci,
+        ci_pct,
         p_wilcoxon: p_w,
         p_mann_whitney: p_mw,
         noise_pct,
@@ -127,15 +131,6 @@ pub fn compare(
         significant,
         verdict,
     })
-}
-
-fn verb(metric: &str) -> &'static str {
-    match metric {
-        "rps" => "serves",
-        "p99_ms" | "mean_ms" => "has",
-        "bytes_per_req" => "sends",
-        _ => "uses",
-    }
 }
 
 /// Noise floor of a metric from A/A rounds: the half-width of the ratio's 95% CI around 1, or the
@@ -174,11 +169,26 @@ mod tests {
             p95_ms: 1.0,
             p99_ms: 1.0,
             corrected_p99_ms: None,
-            cpu_us_per_req: cpu,
-            server_cpu_util: 1.0,
-            rss_peak_mib: 10.0,
-            rss_mean_mib: 10.0,
-            ctx_switches_per_req: 0.1,
+            cpu_us_per_req: Some(cpu),
+            server_cpu_util: Some(1.0),
+            rss_peak_mib: Some(10.0),
+            rss_mean_mib: Some(10.0),
+            ctx_switches_per_req: Some(0.1),
+            series: Vec::new(),
+            wall_s: 1.0,
+            checks: crate::contam::Checks {
+                steal_pct: 0.0,
+                foreign_pct: Some(0.0),
+                client_busy_pct: 50.0,
+                settings: crate::contam::Settings {
+                    governor: None,
+                    boost: None,
+                    thp: None,
+                    load1: 0.0,
+                },
+                steady: None,
+                flags: Vec::new(),
+            },
         }
     }
 
@@ -192,11 +202,21 @@ mod tests {
         }
         let c = compare("cpu_us_per_req", "A", "B", &runs, None).unwrap();
         assert!(c.significant, "{}", c.verdict);
-        assert!(c.verdict.starts_with("B uses 18."), "{}", c.verdict);
         assert!(
-            c.verdict.contains("less CPU per request") && c.verdict.contains("95% CI"),
+            c.verdict.starts_with("B: 18.") && c.verdict.contains("% less CPU per request"),
             "{}",
             c.verdict
+        );
+        // One sign convention: the change and both CI bounds are negative (B below A).
+        assert!(
+            c.verdict.contains("change -18.") && c.verdict.contains("95% CI -"),
+            "{}",
+            c.verdict
+        );
+        let (lo, hi) = c.ci_pct.unwrap();
+        assert!(
+            lo < c.change_pct && c.change_pct < hi && hi < 0.0,
+            "{lo} {hi}"
         );
         let r = compare("rps", "A", "B", &runs, None).unwrap();
         assert!(
@@ -217,12 +237,19 @@ mod tests {
         let c = compare("cpu_us_per_req", "A", "B", &runs, Some(9.0)).unwrap();
         assert!(!c.significant);
         assert!(
-            c.verdict.starts_with("not measurable: noise ±9.0%"),
+            c.verdict
+                .starts_with("B: not measurable in CPU per request: the A/A noise ±9.0%"),
             "{}",
             c.verdict
         );
         let few: Vec<Run> = runs.into_iter().filter(|r| r.round < 4).collect();
         let c = compare("cpu_us_per_req", "A", "B", &few, None).unwrap();
-        assert!(c.verdict.contains("need at least 6"), "{}", c.verdict);
+        assert!(
+            c.verdict
+                .starts_with("B: no significant difference in CPU per request")
+                && c.verdict.contains("need at least 6"),
+            "{}",
+            c.verdict
+        );
     }
 }

@@ -10,6 +10,7 @@ pub struct Environment {
     pub cpus: usize,
     pub governor: Option<String>,
     pub boost: Option<String>,
+    pub thp: Option<String>,
     pub load_average: String,
     pub command_line: String,
 }
@@ -37,6 +38,8 @@ pub fn capture() -> Environment {
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         governor: read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         boost: read("/sys/devices/system/cpu/cpufreq/boost"),
+        thp: read("/sys/kernel/mm/transparent_hugepage/enabled")
+            .and_then(|s| crate::contam::selected_mode(&s)),
         load_average: read("/proc/loadavg").unwrap_or_default(),
         command_line: std::env::args()
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })

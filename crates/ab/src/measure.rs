@@ -1,6 +1,9 @@
-//! One measured run: a fresh server process, a warm-up, the measured client run (a separate
-//! `loadterm load --json` process pinned to the client CPUs), /proc samples around it.
+//! One measured run: a fresh server process (or an already running endpoint), a warm-up, the
+//! measured client run (a separate `loadterm load --json` process pinned to the client CPUs),
+//! /proc samples and contamination checks around it.
 
+use crate::contam::{self, Checks, Readings, Settings};
+use crate::fixture::{self, Scratch, Vars};
 use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -9,10 +12,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What a variant is.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A server started for every run; `config` is a template rendered per run into the file
+    /// substituted as `{config}` (its name keeps the template's, for tools that look at it).
+    Command {
+        command: String,
+        config: Option<(String, String)>,
+    },
+    /// A server already running at this base URL (`scheme://host:port`): no process control,
+    /// nothing measured on the server side.
+    Endpoint(String),
+}
+
 /// Everything a run needs to know.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    pub command: String,
+    pub target: Target,
     pub proto: String,
     pub host: String,
     pub url: String,
@@ -22,9 +39,15 @@ pub struct RunSpec {
     pub duration: Duration,
     /// Extra `loadterm load` options (-c, -m, -t, --rate).
     pub load_args: Vec<String>,
+    /// Substitutions besides the run's own ports (backend ports, variant name).
+    pub vars: Vars,
+    /// Machine settings when the comparison began.
+    pub reference: Settings,
+    pub smt: Vec<(usize, usize)>,
 }
 
-/// Metrics of one run (medians etc. are computed over runs later).
+/// Metrics of one run (medians etc. are computed over runs later). Server-side metrics are
+/// `None` in endpoint mode.
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
     pub variant: String,
@@ -39,44 +62,45 @@ pub struct Run {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub corrected_p99_ms: Option<f64>,
-    pub cpu_us_per_req: f64,
+    pub cpu_us_per_req: Option<f64>,
     /// Server CPU time / wall time over the measured run (1.0 = one core saturated).
-    pub server_cpu_util: f64,
-    pub rss_peak_mib: f64,
-    pub rss_mean_mib: f64,
-    pub ctx_switches_per_req: f64,
+    pub server_cpu_util: Option<f64>,
+    pub rss_peak_mib: Option<f64>,
+    pub rss_mean_mib: Option<f64>,
+    pub ctx_switches_per_req: Option<f64>,
+    /// Requests completed in each full second of the measured run.
+    pub series: Vec<f64>,
+    /// Wall time of the whole run: start-up, checks, warm-up, measurement, stop.
+    pub wall_s: f64,
+    pub checks: Checks,
 }
 
-/// Names of the metrics compared between variants, with "lower is better".
-pub const METRICS: &[(&str, bool)] = &[
-    ("cpu_us_per_req", true),
-    ("rps", false),
-    ("p99_ms", true),
-    ("mean_ms", true),
-    ("bytes_per_req", true),
-    ("rss_peak_mib", true),
+/// Names of the metrics compared between variants.
+pub const METRICS: &[&str] = &[
+    "cpu_us_per_req",
+    "rps",
+    "p99_ms",
+    "mean_ms",
+    "bytes_per_req",
+    "rss_peak_mib",
 ];
 
 impl Run {
+    /// A metric by name; NaN when not measured (comparisons skip those).
     pub fn metric(&self, name: &str) -> f64 {
+        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
         match name {
-            "cpu_us_per_req" => self.cpu_us_per_req,
+            "cpu_us_per_req" => opt(self.cpu_us_per_req),
             "rps" => self.rps,
             "p99_ms" => self.p99_ms,
             "mean_ms" => self.mean_ms,
             "bytes_per_req" => self.bytes_per_req,
-            "rss_peak_mib" => self.rss_peak_mib,
+            "rss_peak_mib" => opt(self.rss_peak_mib),
             "p95_ms" => self.p95_ms,
-            "mb_per_s" => self.mb_per_s,
+            "server_cpu_util" => opt(self.server_cpu_util),
             _ => f64::NAN,
         }
     }
-}
-
-fn expand(cmd: &str, host: &str, clear: u16, tls: u16) -> String {
-    cmd.replace("{clear_port}", &clear.to_string())
-        .replace("{tls_port}", &tls.to_string())
-        .replace("{host}", host)
 }
 
 fn client(
@@ -120,118 +144,198 @@ fn client(
     }
 }
 
-/// Wait until the server answers on `port`, and check that it is this process that listens.
-fn wait_ready(server: &mut ServerProc, host: &str, port: u16) -> Result<()> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(why) = server.exited() {
-            bail!("the server exited during start-up ({why})");
-        }
-        if std::net::TcpStream::connect((host, port)).is_ok() {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(15) {
-            bail!("the server did not listen on {host}:{port} within 15 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// The URL host part (IPv6 in brackets).
+fn url_host(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
     }
-    if !server.owns_port(port) {
-        bail!("{host}:{port} is answered by a process outside the server's process tree (port shared via SO_REUSEPORT?)");
+}
+
+/// A started server for one run, with its scratch directory (removed after the server stops).
+struct Started {
+    server: ServerProc,
+    base: String,
+    _scratch: Scratch,
+}
+
+fn start_server(
+    spec: &RunSpec,
+    variant: &str,
+    command: &str,
+    config: &Option<(String, String)>,
+) -> Result<Started> {
+    let clear = procs::free_port(&spec.host, &[])?;
+    let tls = procs::free_port(&spec.host, &[clear])?;
+    let scratch = Scratch::new(variant)?;
+    let mut vars = spec.vars.clone();
+    vars.set("host", &spec.host);
+    vars.set("clear_port", clear);
+    vars.set("tls_port", tls);
+    vars.set("tmp", scratch.path().display());
+    vars.set("variant", variant);
+    if let Some((name, template)) = config {
+        let path = scratch.path().join(name);
+        std::fs::write(&path, vars.render(template))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        vars.set("config", path.display());
     }
-    Ok(())
+    let command = vars.render(command);
+    let mut server =
+        ServerProc::start(&command, &spec.server_cpus, &scratch.path().join("stderr"))?;
+    let (scheme, port) = if spec.proto == "h1" {
+        ("http", clear)
+    } else {
+        ("https", tls)
+    };
+    if let Err(e) = fixture::wait_ready(&mut server, &spec.host, port) {
+        server.stop(Duration::from_secs(3));
+        return Err(e.context(format!("variant {variant}: `{command}`")));
+    }
+    Ok(Started {
+        server,
+        base: format!("{scheme}://{}:{port}", url_host(&spec.host)),
+        _scratch: scratch,
+    })
 }
 
 pub fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
-    let clear = procs::free_port(&spec.host, &[])?;
-    let tls = procs::free_port(&spec.host, &[clear])?;
-    let command = expand(&spec.command, &spec.host, clear, tls);
-    let mut server = ServerProc::start(&command, &spec.server_cpus)?;
-    let result = (|| {
-        let (scheme, port) = if spec.proto == "h1" {
-            ("http", clear)
-        } else {
-            ("https", tls)
-        };
-        wait_ready(&mut server, &spec.host, port)
-            .with_context(|| format!("variant {variant}: `{command}`"))?;
-        let host = if spec.host.contains(':') {
-            format!("[{}]", spec.host)
-        } else {
-            spec.host.clone()
-        };
-        let url = format!("{scheme}://{host}:{port}{}", spec.url);
-        // A real request through the same client proves this server answers this protocol.
-        client(spec, &url, Duration::from_millis(200), None)
-            .with_context(|| format!("variant {variant}: first request"))?;
-        if !spec.warmup.is_zero() {
-            client(spec, &url, spec.warmup, None)?;
+    let t_start = Instant::now();
+    let (started, base) = match &spec.target {
+        Target::Command { command, config } => {
+            let s = start_server(spec, variant, command, config)?;
+            let base = s.base.clone();
+            (Some(s), base)
         }
-        let json_path = std::env::temp_dir().join(format!(
-            "loadterm-ab-{}-{variant}-{round}.json",
-            std::process::id()
-        ));
-        let stop = Arc::new(AtomicBool::new(false));
-        let sampler = {
-            let (stop, tree_root) = (stop.clone(), server.pid());
-            std::thread::spawn(move || {
-                let (mut peak, mut sum, mut n) = (0u64, 0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let rss = procs::sample_tree(tree_root).rss_kib;
-                    peak = peak.max(rss);
-                    sum += rss;
-                    n += 1;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                (peak, sum.checked_div(n).unwrap_or(0))
-            })
-        };
-        let before = server.sample();
-        let t0 = Instant::now();
-        let report = client(spec, &url, spec.duration, Some(&json_path))?.expect("json requested");
-        let wall = t0.elapsed().as_secs_f64();
-        let after = server.sample();
-        stop.store(true, Ordering::Relaxed);
-        let (peak, mean) = sampler.join().unwrap_or((0, 0));
-        let _ = std::fs::remove_file(&json_path);
-        let f = |path: &[&str]| {
-            path.iter()
-                .fold(&report, |v, k| &v[*k])
-                .as_f64()
-                .unwrap_or(0.0)
-        };
-        let requests = f(&["requests", "completed"]);
-        if requests == 0.0 {
-            bail!("variant {variant}: no request completed in the measured run");
-        }
-        let errors = ["connect", "tls", "timeout", "reset", "protocol"]
-            .iter()
-            .map(|k| f(&["errors", k]))
-            .sum::<f64>();
-        let cpu_s = (after.cpu_ticks - before.cpu_ticks) as f64 / procs::clk_tck();
-        let corrected = report["latency_corrected_us"]["p99"]
-            .as_f64()
-            .map(|v| v / 1e3);
-        Ok(Run {
-            variant: variant.to_owned(),
-            round,
-            requests: requests as u64,
-            errors: errors as u64,
-            rps: f(&["rps"]),
-            mb_per_s: f(&["bytes_per_s"]) / 1e6,
-            bytes_per_req: f(&["bytes", "total"]) / requests,
-            mean_ms: f(&["latency_us", "mean"]) / 1e3,
-            p50_ms: f(&["latency_us", "p50"]) / 1e3,
-            p95_ms: f(&["latency_us", "p95"]) / 1e3,
-            p99_ms: f(&["latency_us", "p99"]) / 1e3,
-            corrected_p99_ms: corrected,
-            cpu_us_per_req: cpu_s * 1e6 / requests,
-            server_cpu_util: cpu_s / wall,
-            rss_peak_mib: peak as f64 / 1024.0,
-            rss_mean_mib: mean as f64 / 1024.0,
-            ctx_switches_per_req: (after.ctx_switches.saturating_sub(before.ctx_switches)) as f64
-                / requests,
+        Target::Endpoint(url) => (None, url.trim_end_matches('/').to_owned()),
+    };
+    let root = started.as_ref().map(|s| s.server.pid());
+    let result = measured(spec, variant, round, &format!("{base}{}", spec.url), root);
+    if let Some(s) = started {
+        s.server.stop(Duration::from_secs(3));
+    }
+    let mut run = result?;
+    run.wall_s = t_start.elapsed().as_secs_f64();
+    Ok(run)
+}
+
+fn measured(
+    spec: &RunSpec,
+    variant: &str,
+    round: usize,
+    url: &str,
+    root: Option<u32>,
+) -> Result<Run> {
+    // A real request through the same client proves this server answers this protocol.
+    client(spec, url, Duration::from_millis(200), None)
+        .with_context(|| format!("variant {variant}: first request"))?;
+    if !spec.warmup.is_zero() {
+        client(spec, url, spec.warmup, None)?;
+    }
+    // A variant's name is free text: only its safe characters go into a file name.
+    let json_path = std::env::temp_dir().join(format!(
+        "loadterm-ab-{}-{}-{round}.json",
+        std::process::id(),
+        variant.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = root.map(|tree_root| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut peak, mut sum, mut n) = (0u64, 0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let rss = procs::sample_tree(tree_root).rss_kib;
+                peak = peak.max(rss);
+                sum += rss;
+                n += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (peak, sum.checked_div(n).unwrap_or(0))
         })
-    })();
-    server.stop(Duration::from_secs(3));
-    result
+    });
+    let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
+    let before = root.map(procs::sample_tree);
+    let stat_before = contam::read_proc_stat();
+    let t0 = Instant::now();
+    let report = client(spec, url, spec.duration, Some(&json_path));
+    let wall = t0.elapsed().as_secs_f64();
+    let stat_after = contam::read_proc_stat();
+    let after = root.map(procs::sample_tree);
+    stop.store(true, Ordering::Relaxed);
+    let rss = sampler.map(|s| s.join().unwrap_or((0, 0)));
+    let _ = std::fs::remove_file(&json_path);
+    let report = report?.context("the load report is missing")?;
+    let f = |path: &[&str]| {
+        path.iter()
+            .fold(&report, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    let requests = f(&["requests", "completed"]);
+    if requests == 0.0 {
+        bail!("variant {variant}: no request completed in the measured run");
+    }
+    let errors = ["connect", "tls", "timeout", "reset", "protocol"]
+        .iter()
+        .map(|k| f(&["errors", k]))
+        .sum::<f64>();
+    let ticks = match (before, after) {
+        (Some(b), Some(a)) => Some(a.cpu_ticks.saturating_sub(b.cpu_ticks)),
+        _ => None,
+    };
+    let cpu_s = ticks.map(|t| t as f64 / procs::clk_tck());
+    let ctx = match (before, after) {
+        (Some(b), Some(a)) => Some(a.ctx_switches.saturating_sub(b.ctx_switches) as f64 / requests),
+        _ => None,
+    };
+    let corrected = report["latency_corrected_us"]["p99"]
+        .as_f64()
+        .map(|v| v / 1e3);
+    // Complete seconds only: the last, partial one would look like a drop in throughput.
+    let full_seconds = spec.duration.as_secs() as usize;
+    let series: Vec<f64> = report["timeseries"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .take(full_seconds)
+                .map(|s| s["requests"].as_f64().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let checks = contam::check(&Readings {
+        wall_s: wall,
+        ticks_per_s: procs::clk_tck(),
+        before: stat_before,
+        after: stat_after,
+        server_cpus: spec.server_cpus.clone(),
+        client_cpus: spec.client_cpus.clone(),
+        server_ticks: ticks,
+        start: settings,
+        reference: spec.reference.clone(),
+        smt: spec.smt.clone(),
+        series: series.clone(),
+    });
+    Ok(Run {
+        variant: variant.to_owned(),
+        round,
+        requests: requests as u64,
+        errors: errors as u64,
+        rps: f(&["rps"]),
+        mb_per_s: f(&["bytes_per_s"]) / 1e6,
+        bytes_per_req: f(&["bytes", "total"]) / requests,
+        mean_ms: f(&["latency_us", "mean"]) / 1e3,
+        p50_ms: f(&["latency_us", "p50"]) / 1e3,
+        p95_ms: f(&["latency_us", "p95"]) / 1e3,
+        p99_ms: f(&["latency_us", "p99"]) / 1e3,
+        corrected_p99_ms: corrected,
+        cpu_us_per_req: cpu_s.map(|c| c * 1e6 / requests),
+        server_cpu_util: cpu_s.map(|c| c / wall),
+        rss_peak_mib: rss.map(|(p, _)| p as f64 / 1024.0),
+        rss_mean_mib: rss.map(|(_, m)| m as f64 / 1024.0),
+        ctx_switches_per_req: ctx,
+        series,
+        wall_s: 0.0,
+        checks,
+    })
 }

@@ -29,6 +29,9 @@ pub fn pin(cmd: &mut Command, cpus: Vec<usize>) {
 
 pub struct ServerProc {
     child: Child,
+    /// Where its stderr goes (a file, not a pipe: a long-lived process writing logs would block
+    /// on a full pipe nobody reads).
+    log: std::path::PathBuf,
 }
 
 /// CPU, memory and scheduling counters of a process tree at one instant.
@@ -41,19 +44,24 @@ pub struct Sample {
 }
 
 impl ServerProc {
-    pub fn start(command: &str, cpus: &[usize]) -> Result<ServerProc> {
+    pub fn start(command: &str, cpus: &[usize], log: &std::path::Path) -> Result<ServerProc> {
+        let err = std::fs::File::create(log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(command)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(err)
             .process_group(0);
         pin(&mut cmd, cpus.to_vec());
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start `{command}`"))?;
-        Ok(ServerProc { child })
+        Ok(ServerProc {
+            child,
+            log: log.to_owned(),
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -64,18 +72,13 @@ impl ServerProc {
     pub fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => {
-                let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                Some(format!("{status}: {}", err.trim()))
+                let err = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let lines: Vec<&str> = err.lines().collect();
+                let tail = lines[lines.len().saturating_sub(5)..].join(" / ");
+                Some(format!("{status}: {}", tail.trim()))
             }
             _ => None,
         }
-    }
-
-    pub fn sample(&self) -> Sample {
-        sample_tree(self.pid())
     }
 
     /// Whether a socket listening on `port` (TCP) belongs to this process tree.

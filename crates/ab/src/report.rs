@@ -1,5 +1,5 @@
 //! Reports: terminal table, Markdown (shaped like the tables users post on mailing lists),
-//! JSON with every raw run, and an SVG chart.
+//! HTML (the Markdown's tables, the charts inline, the environment), JSON with every raw run.
 
 use crate::compare::Comparison;
 use crate::env::Environment;
@@ -16,6 +16,12 @@ pub struct Cell {
     pub runs: Vec<Run>,
     pub aa_runs: Vec<Run>,
     pub comparisons: Vec<Comparison>,
+    /// The load regime every verdict of this cell is about.
+    pub regime: String,
+    /// Measured rounds (planned from a pilot with `--target-effect`).
+    pub rounds: usize,
+    /// How the rounds were planned, or what the calibration found (sentences).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -28,8 +34,9 @@ pub struct Variant {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub environment: Environment,
-    pub rounds: usize,
     pub discarded_first_round: bool,
+    /// What this mode could not measure (endpoint mode: everything on the server side).
+    pub not_measured: Option<String>,
     pub cells: Vec<Cell>,
 }
 
@@ -38,6 +45,7 @@ fn stat(runs: &[Run], variant: &str, f: impl Fn(&Run) -> f64) -> (f64, f64, f64)
         .iter()
         .filter(|r| r.variant == variant)
         .map(f)
+        .filter(|v| v.is_finite())
         .collect();
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -52,10 +60,14 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
         .map(|v| {
             let s = |f: fn(&Run) -> f64, prec: usize| {
                 let (m, lo, hi) = stat(&c.runs, &v.name, f);
-                format!("{m:.prec$} ({lo:.prec$}–{hi:.prec$})")
+                if m.is_finite() {
+                    format!("{m:.prec$} ({lo:.prec$}–{hi:.prec$})")
+                } else {
+                    "n/a".to_owned()
+                }
             };
             let rps = stat(&c.runs, &v.name, |r| r.rps).0;
-            let util = stat(&c.runs, &v.name, |r| r.server_cpu_util).0;
+            let util = stat(&c.runs, &v.name, |r| r.metric("server_cpu_util")).0;
             [
                 v.name.clone(),
                 s(|r| r.rps, 0),
@@ -63,9 +75,13 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
                 s(|r| r.mean_ms, 2),
                 s(|r| r.p95_ms, 2),
                 s(|r| r.p99_ms, 2),
-                s(|r| r.cpu_us_per_req, 2),
-                format!("{:.0}%", util * 100.0),
-                s(|r| r.rss_peak_mib, 1),
+                s(|r| r.metric("cpu_us_per_req"), 2),
+                if util.is_finite() {
+                    format!("{:.0}%", util * 100.0)
+                } else {
+                    "n/a".to_owned()
+                },
+                s(|r| r.metric("rss_peak_mib"), 1),
             ]
         })
         .collect()
@@ -83,19 +99,82 @@ const HEADERS: [&str; 9] = [
     "peak RSS (MiB)",
 ];
 
+/// One line per flagged run: "round 3, B: foreign CPU 7.2% on the server cores; …".
+fn flag_lines(c: &Cell) -> Vec<String> {
+    c.aa_runs
+        .iter()
+        .map(|r| ("A/A ", r))
+        .chain(c.runs.iter().map(|r| ("", r)))
+        .filter(|(_, r)| !r.checks.flags.is_empty())
+        .map(|(aa, r)| {
+            format!(
+                "{aa}round {}, {}: {}",
+                r.round + 1,
+                r.variant,
+                r.checks.flags.join("; ")
+            )
+        })
+        .collect()
+}
+
+/// The contamination readings of every run in one line each, for the reader who wants to see
+/// the clean runs too.
+fn checks_table(c: &Cell) -> String {
+    let mut s = String::from(
+        "| round | variant | steal | foreign CPU (server cores) | client cores busy | load avg | req/s first → last third |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in &c.runs {
+        let k = &r.checks;
+        s += &format!(
+            "| {} | {} | {:.1}% | {} | {:.0}% | {:.2} | {} |\n",
+            r.round + 1,
+            r.variant,
+            k.steal_pct,
+            k.foreign_pct.map_or("n/a".into(), |f| format!("{f:.1}%")),
+            k.client_busy_pct,
+            k.settings.load1,
+            k.steady
+                .as_ref()
+                .map_or("n/a (under 3 s)".into(), |t| format!(
+                    "{:.0} → {:.0} ({:+.1}%)",
+                    t.first, t.last, t.change_pct
+                )),
+        );
+    }
+    s
+}
+
+fn cell_heading(r: &Report, c: &Cell) -> String {
+    format!(
+        "{} rounds, {}; regime: {}",
+        c.rounds,
+        if r.discarded_first_round {
+            "first round discarded as warm-up"
+        } else {
+            "first round kept"
+        },
+        c.regime
+    )
+}
+
 pub fn terminal(r: &Report) -> String {
     let mut s = String::new();
+    if let Some(n) = &r.not_measured {
+        s += &format!("\nnot measured: {n}\n");
+    }
     for c in &r.cells {
         s += &format!(
-            "\n== {} {} — {} rounds, medians (min–max) ==\n",
-            c.proto, c.url, r.rounds
+            "\n== {} {} — medians (min–max); {} ==\n",
+            c.proto,
+            c.url,
+            cell_heading(r, c)
         );
         let rows = cell_rows(c);
         let widths: Vec<usize> = (0..9)
             .map(|i| {
                 rows.iter()
                     .map(|row| row[i].chars().count())
-                    .chain([HEADERS[i].len()])
+                    .chain([HEADERS[i].chars().count()])
                     .max()
                     .unwrap_or(0)
             })
@@ -109,56 +188,34 @@ pub fn terminal(r: &Report) -> String {
             s += &line.join("  ");
             s += "\n";
         }
+        s += &format!(
+            "verdicts ({}; change = variant / baseline − 1):\n",
+            c.regime
+        );
         for cmp in &c.comparisons {
-            s += &format!("  {:<15} {}\n", cmp.metric, cmp.verdict);
+            s += &format!("  {}\n", cmp.verdict);
+        }
+        for n in &c.notes {
+            s += &format!("  {n}\n");
+        }
+        for f in flag_lines(c) {
+            s += &format!("  flagged: {f}\n");
         }
     }
     s
 }
 
-pub fn markdown(r: &Report) -> String {
+fn environment_text(r: &Report) -> String {
     let e = &r.environment;
-    let mut s = String::from("## A/B benchmark (loadterm ab)\n");
-    for c in &r.cells {
-        s += &format!("\n### {} `{}`\n\n", c.proto, c.url);
-        s += &format!("| {} |\n|{}\n", HEADERS.join(" | "), "---|".repeat(9));
-        for row in cell_rows(c) {
-            s += &format!("| {} |\n", row.join(" | "));
-        }
-        s += &format!(
-            "\nMedians over {} interleaved rounds (min–max); each run a fresh server process; {}.\n\n",
-            r.rounds,
-            if r.discarded_first_round { "first round discarded as warm-up" } else { "first round kept" }
-        );
-        for cmp in &c.comparisons {
-            let ci = cmp
-                .ci
-                .map_or("—".into(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"));
-            let noise = cmp
-                .noise_pct
-                .map_or(String::new(), |n| format!(", A/A noise ±{n:.1}%"));
-            s += &format!(
-                "- **{}** ({}, ratio {:.3}, CI {}, Mann–Whitney p={}{}): {}\n",
-                cmp.metric,
-                cmp.variant,
-                cmp.ratio,
-                ci,
-                cmp.p_mann_whitney
-                    .map_or("n/a".into(), |p| format!("{p:.4}")),
-                noise,
-                cmp.verdict
-            );
-        }
-    }
-    s += "\n<details><summary>Environment and commands</summary>\n\n```\n";
-    s += &format!(
-        "loadterm {}\nkernel {}\nCPU {} ({} usable)\ngovernor {}, boost {}\nload average before start: {}\n{}\n",
+    let mut s = format!(
+        "loadterm {}\nkernel {}\nCPU {} ({} usable)\ngovernor {}, boost {}, THP {}\nload average before start: {}\n{}\n",
         e.loadterm,
         e.kernel,
         e.cpu_model,
         e.cpus,
         e.governor.as_deref().unwrap_or("n/a"),
         e.boost.as_deref().unwrap_or("n/a"),
+        e.thp.as_deref().unwrap_or("n/a"),
         e.load_average,
         e.command_line
     );
@@ -167,73 +224,127 @@ pub fn markdown(r: &Report) -> String {
             s += &format!("{}: {}   (URL {})\n", v.name, v.command, v.url);
         }
     }
+    s
+}
+
+fn markdown_cell(r: &Report, c: &Cell) -> String {
+    let mut s = format!("| {} |\n|{}\n", HEADERS.join(" | "), "---|".repeat(9));
+    for row in cell_rows(c) {
+        s += &format!("| {} |\n", row.join(" | "));
+    }
+    s += &format!(
+        "\nMedians (min–max) over interleaved rounds, each run a fresh server process; {}.\n\n",
+        cell_heading(r, c)
+    );
+    s += &format!(
+        "Verdicts (regime: {}; change = variant / baseline − 1, negative = below the baseline):\n\n",
+        c.regime
+    );
+    for cmp in &c.comparisons {
+        let noise = cmp
+            .noise_pct
+            .map_or(String::new(), |n| format!(", A/A noise ±{n:.1}%"));
+        s += &format!(
+            "- **{}** ({}; Mann–Whitney p={}{})\n",
+            cmp.verdict,
+            cmp.metric,
+            cmp.p_mann_whitney
+                .map_or("n/a".into(), |p| format!("{p:.4}")),
+            noise,
+        );
+    }
+    for n in &c.notes {
+        s += &format!("- {n}\n");
+    }
+    let flags = flag_lines(c);
+    s += &format!(
+        "\nContamination checks: {}\n\n",
+        if flags.is_empty() {
+            "no run flagged.".to_owned()
+        } else {
+            format!("{} run(s) flagged.", flags.len())
+        }
+    );
+    for f in flags {
+        s += &format!("- flagged: {f}\n");
+    }
+    s += "\n<details><summary>Per-run checks</summary>\n\n";
+    s += &checks_table(c);
+    s += "\n</details>\n";
+    s
+}
+
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::from("## A/B benchmark (loadterm ab)\n");
+    if let Some(n) = &r.not_measured {
+        s += &format!("\n**Not measured:** {n}\n");
+    }
+    for c in &r.cells {
+        s += &format!("\n### {} `{}`\n\n", c.proto, c.url);
+        s += &markdown_cell(r, c);
+    }
+    s += "\n<details><summary>Environment and commands</summary>\n\n```\n";
+    s += &environment_text(r);
     s += "```\n</details>\n";
     s
 }
 
-/// Per-round CPU µs/request of every variant (one panel per cell), and each comparison's ratio
-/// with its CI.
-pub fn svg(r: &Report) -> String {
-    let (w, panel) = (760.0, 260.0);
-    let h = panel * r.cells.len() as f64 + 20.0;
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
-    let mut s = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n");
-    for (i, c) in r.cells.iter().enumerate() {
-        let y0 = 20.0 + panel * i as f64;
-        let values: Vec<f64> = c.runs.iter().map(|r| r.cpu_us_per_req).collect();
-        let (lo, hi) = values
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
-        let (lo, hi) = (lo * 0.95, hi * 1.05 + 1e-9);
-        let rounds = c.runs.iter().map(|r| r.round).max().unwrap_or(0).max(1) as f64;
-        s += &format!(
-            "<text x='10' y='{}'>{} {} — server CPU µs per request per round</text>\n",
-            y0 + 12.0,
-            c.proto,
-            c.url
-        );
-        s += &format!(
-            "<rect x='60' y='{}' width='420' height='180' fill='none' stroke='#999'/>\n",
-            y0 + 20.0
-        );
-        s += &format!(
-            "<text x='5' y='{}'>{hi:.1}</text><text x='5' y='{}'>{lo:.1}</text>\n",
-            y0 + 30.0,
-            y0 + 200.0
-        );
-        for (vi, v) in c.variants.iter().enumerate() {
-            let color = colors[vi % colors.len()];
-            for run in c.runs.iter().filter(|r| r.variant == v.name) {
-                let x = 60.0 + 420.0 * run.round as f64 / rounds;
-                let y = y0 + 200.0 - 180.0 * (run.cpu_us_per_req - lo) / (hi - lo);
-                s += &format!("<circle cx='{x:.1}' cy='{y:.1}' r='4' fill='{color}'/>\n");
-            }
-            s += &format!(
-                "<text x='70' y='{}' fill='{color}'>● {}</text>\n",
-                y0 + 40.0 + 14.0 * vi as f64,
-                v.name
-            );
+fn escape(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A self-contained HTML page: per cell the chart inline, the table and the verdicts; then the
+/// environment.
+pub fn html(r: &Report) -> anyhow::Result<String> {
+    let mut s = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>loadterm ab</title>\n<style>body{font-family:sans-serif;max-width:1040px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}.flag{color:#b00}</style></head><body>\n<h1>A/B benchmark (loadterm ab)</h1>\n",
+    );
+    if let Some(n) = &r.not_measured {
+        s += &format!("<p><b>Not measured:</b> {}</p>\n", escape(n));
+    }
+    for c in &r.cells {
+        s += &format!("<h2>{} <code>{}</code></h2>\n", c.proto, escape(&c.url));
+        s += &crate::plot::cell_svg(c)?;
+        s += "\n<table>\n<tr>";
+        for h in HEADERS {
+            s += &format!("<th>{}</th>", escape(h));
         }
-        // Ratio CIs, on a log-free linear axis from 0.5 to 1.5.
-        s += &format!(
-            "<text x='500' y='{}'>ratio vs baseline (95% CI)</text>\n",
-            y0 + 32.0
-        );
-        let xr = |v: f64| 500.0 + 240.0 * ((v - 0.5).clamp(0.0, 1.0));
-        s += &format!(
-            "<line x1='{0}' y1='{1}' x2='{0}' y2='{2}' stroke='#999' stroke-dasharray='3'/>\n",
-            xr(1.0),
-            y0 + 40.0,
-            y0 + 210.0
-        );
-        for (k, cmp) in c.comparisons.iter().enumerate() {
-            let y = y0 + 50.0 + 18.0 * k as f64;
-            if let Some((l, u)) = cmp.ci {
-                s += &format!("<line x1='{:.1}' y1='{y}' x2='{:.1}' y2='{y}' stroke='#333' stroke-width='2'/>\n", xr(l), xr(u));
+        s += "</tr>\n";
+        for row in cell_rows(c) {
+            s += "<tr>";
+            for v in row {
+                s += &format!("<td>{}</td>", escape(&v));
             }
-            let fill = if cmp.significant { "#d62728" } else { "#777" };
-            s += &format!("<circle cx='{:.1}' cy='{y}' r='3' fill='{fill}'/><text x='{}' y='{}' font-size='10'>{}</text>\n", xr(cmp.ratio), 500, y - 4.0, cmp.metric);
+            s += "</tr>\n";
+        }
+        s += &format!("</table>\n<p>{}.</p>\n", escape(&cell_heading(r, c)));
+        s += &format!(
+            "<p>Verdicts (regime: {}; change = variant / baseline − 1):</p>\n<ul>\n",
+            escape(&c.regime)
+        );
+        for cmp in &c.comparisons {
+            s += &format!("<li>{}</li>\n", escape(&cmp.verdict));
+        }
+        for n in &c.notes {
+            s += &format!("<li>{}</li>\n", escape(n));
+        }
+        s += "</ul>\n";
+        let flags = flag_lines(c);
+        if flags.is_empty() {
+            s += "<p>Contamination checks: no run flagged.</p>\n";
+        } else {
+            s += "<p>Contamination checks:</p>\n<ul>\n";
+            for f in flags {
+                s += &format!("<li class=\"flag\">flagged: {}</li>\n", escape(&f));
+            }
+            s += "</ul>\n";
         }
     }
-    s + "</svg>\n"
+    s += &format!(
+        "<h2>Environment and commands</h2>\n<pre>{}</pre>\n</body></html>\n",
+        escape(&environment_text(r))
+    );
+    Ok(s)
 }

@@ -1,6 +1,6 @@
-//! The `loadterm` binary: three subcommands, plus haterm's argv (`loadterm -L ...`).
+//! The `loadterm` binary: its subcommands, plus haterm's argv (`loadterm -L ...`).
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -21,6 +21,49 @@ enum Cmd {
     Load(Box<loadterm_load::cli::LoadArgs>),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
     Ab(Box<loadterm_ab::cli::AbArgs>),
+    /// Merge the JSON reports and interval logs of several runs (shards) into one, losslessly.
+    Merge(Box<loadterm_load::merge_cmd::MergeArgs>),
+    /// Print a shell completion script (e.g. `loadterm completions bash > /etc/bash_completion.d/loadterm`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of loadterm, or with DIR write one page per subcommand there.
+    Man {
+        /// Write loadterm.1, loadterm-serve.1, ... into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+/// The completion script, from the same clap definitions that parse the command line, so
+/// that it cannot drift from it.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "loadterm", &mut out);
+    print(&out)
+}
+
+/// The man page on stdout, or one page per subcommand in `dir`; from the clap definitions.
+fn man(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some(dir) = dir else {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+        return print(&out);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .with_context(|| format!("cannot write man pages into {}", dir.display()))
+}
+
+/// Write to stdout; a reader that went away (`| head`) is not an error.
+fn print(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 /// haterm is run as `haterm -L ...`: a first argument that is an option (other than help or
@@ -55,6 +98,9 @@ fn main() -> std::process::ExitCode {
         Cmd::Serve(a) => ("serve", loadterm_server::cli::run(*a)),
         Cmd::Load(a) => ("load", loadterm_load::cli::run(*a)),
         Cmd::Ab(a) => ("ab", loadterm_ab::cli::run(*a)),
+        Cmd::Merge(a) => ("merge", loadterm_load::merge_cmd::run(*a)),
+        Cmd::Completions { shell } => ("completions", completions(shell)),
+        Cmd::Man { dir } => ("man", man(dir.as_deref())),
     };
     let Err(e) = result else {
         return std::process::ExitCode::SUCCESS;

@@ -254,40 +254,29 @@ impl Head {
     }
 }
 
-/// HTTP/1.x heads for one connection, rendered once and copied while they repeat. Benchmark
-/// traffic asks the same question over and over, so consecutive heads are usually identical
-/// (same plan, timing and date second); copying the last rendering instead of writing it anew
-/// saves most of the head's cost (measured in docs/PERFORMANCE.md).
+/// The last HTTP/1.x head rendered, copied while heads repeat. Benchmark traffic asks the same
+/// question over and over, so consecutive heads are usually identical (same plan, timing, date
+/// second and extra lines); copying the last rendering instead of writing it anew saves most of
+/// the head's cost (measured in docs/PERFORMANCE.md). Engines keep one per thread.
 #[derive(Debug, Default)]
 pub struct H1Heads {
-    /// Header lines added to every head (`alt-svc`), each CRLF-terminated.
-    extra: Vec<u8>,
     last: Option<(Head, HttpDate)>,
+    /// The extra lines `rendered` was made with.
+    extra: Vec<u8>,
     rendered: Vec<u8>,
 }
 
 impl H1Heads {
-    pub fn new(extra: Vec<u8>) -> H1Heads {
-        H1Heads {
-            extra,
-            last: None,
-            rendered: Vec::new(),
-        }
-    }
-
     /// Append `head` as [`Head::write_h1`] would.
-    pub fn write(&mut self, head: &Head, date: &HttpDate, out: &mut Vec<u8>) {
+    pub fn write(&mut self, head: &Head, date: &HttpDate, extra: &[u8], out: &mut Vec<u8>) {
         let key = (*head, *date);
-        if self.last != Some(key) {
+        if self.last != Some(key) || self.extra != extra {
             self.rendered.clear();
-            head.write_h1(&mut self.rendered, date, &self.extra);
+            head.write_h1(&mut self.rendered, date, extra);
+            self.extra.clear();
+            self.extra.extend_from_slice(extra);
             self.last = Some(key);
         }
         out.extend_from_slice(&self.rendered);
-    }
-
-    /// Append `head` without keeping it (one-off heads: error pages).
-    pub fn write_once(&self, head: &Head, date: &HttpDate, out: &mut Vec<u8>) {
-        head.write_h1(out, date, &self.extra);
     }
 }

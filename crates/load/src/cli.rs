@@ -5,7 +5,7 @@ use crate::record::Recorder;
 use crate::report::{self, RunInfo};
 use crate::sched::Pace;
 use crate::setup::{Options, Proto, Setup};
-use crate::shared::Progress;
+use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
@@ -13,7 +13,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
@@ -99,6 +99,105 @@ pub struct LoadArgs {
     /// No progress line, no text summary (with --json -).
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Run shard I of N (0-based): this process takes the share of -n, --rate and -c that
+    /// thread I of -t N would, so that N shards together make the unsharded run.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shard_from_env")]
+    shard: Option<Shard>,
+    /// As --shard, the index I read from environment variable VAR (e.g.
+    /// JOB_COMPLETION_INDEX/4 in a Kubernetes Indexed Job).
+    #[arg(long, value_name = "VAR/N")]
+    shard_from_env: Option<String>,
+    /// Start the measured window at this instant (RFC 3339, or Unix seconds), any warm-up
+    /// before it, so that shards on several machines measure the same window.
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    start_at: Option<SystemTime>,
+}
+
+/// One shard of a run: `index` in `0..count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+/// `I/N`, with I in 0..N.
+fn parse_shard(s: &str) -> Result<Shard> {
+    let (i, n) = s.split_once('/').context("expected I/N, e.g. 0/4")?;
+    let (index, count): (usize, usize) = (
+        i.trim()
+            .parse()
+            .with_context(|| format!("invalid shard index '{i}'"))?,
+        n.trim()
+            .parse()
+            .with_context(|| format!("invalid shard count '{n}'"))?,
+    );
+    if index >= count {
+        bail!("shard index {index} is not below the shard count {count} (indexes start at 0)");
+    }
+    Ok(Shard { index, count })
+}
+
+/// `VAR/N`: the index from the environment (read through `env`, so that tests need not set
+/// the process's own).
+fn shard_from_env(spec: &str, env: impl Fn(&str) -> Option<String>) -> Result<Shard> {
+    let (var, n) = spec
+        .split_once('/')
+        .context("expected VAR/N, e.g. JOB_COMPLETION_INDEX/4")?;
+    let i = env(var).with_context(|| format!("environment variable {var} is not set"))?;
+    parse_shard(&format!("{i}/{n}")).with_context(|| format!("from {var}={i}"))
+}
+
+/// RFC 3339 (`2026-11-23T18:00:00Z`) or Unix seconds (`1795000000`, `1795000000.5`).
+fn parse_start_at(s: &str) -> Result<SystemTime> {
+    if let Ok(secs) = s.parse::<f64>() {
+        if !(secs.is_finite() && secs >= 0.0) {
+            bail!("invalid Unix time '{s}'");
+        }
+        return Ok(SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs));
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .with_context(|| format!("'{s}' is neither RFC 3339 nor Unix seconds"))?;
+    let ns = t.unix_timestamp_nanos();
+    let ns = u64::try_from(ns).context("--start-at before 1970")?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+/// When the run starts sending (`t0`) and recording (`from`), and how late `from` is against
+/// `--start-at`: the warm-up ends at the start time, unless this process came too late for
+/// that, and then it keeps its whole warm-up and starts measuring late.
+fn start_times(
+    now: (SystemTime, Instant),
+    start_at: Option<SystemTime>,
+    warm: Duration,
+) -> (Instant, Instant, Duration) {
+    let (wall, mono) = now;
+    // Time for the worker threads to start before the first send.
+    let earliest = mono + Duration::from_millis(20);
+    let Some(at) = start_at else {
+        return (earliest, earliest + warm, Duration::ZERO);
+    };
+    let wanted_t0 = match at.duration_since(wall) {
+        Ok(ahead) => (mono + ahead).checked_sub(warm),
+        Err(behind) => mono
+            .checked_sub(behind.duration())
+            .and_then(|t| t.checked_sub(warm)),
+    };
+    let t0 = wanted_t0.map_or(earliest, |t| t.max(earliest));
+    let from = t0 + warm;
+    let late = wall_clock(now, from)
+        .duration_since(at)
+        .unwrap_or(Duration::ZERO);
+    (t0, from, late)
+}
+
+/// The wall-clock time of `t`, an instant after `now`.
+fn wall_clock(now: (SystemTime, Instant), t: Instant) -> SystemTime {
+    now.0 + t.saturating_duration_since(now.1)
+}
+
+fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// `1`, `0-3`, `1,3-4`.
@@ -161,19 +260,14 @@ fn pace(rate_per_conn: Option<f64>, connections: usize) -> Pace {
     }
 }
 
-/// Each worker's connection slots (round-robin) and share of `-n`: in proportion to its
-/// connections, the rounding remainder spread one request each over the first workers.
-fn assign(
-    connections: usize,
-    threads: usize,
-    requests: Option<u64>,
-) -> Vec<(Vec<u64>, Option<u64>)> {
-    let conns: Vec<Vec<u64>> = (0..threads)
-        .map(|i| {
-            (0..connections as u64)
-                .filter(|c| *c as usize % threads == i)
-                .collect()
-        })
+/// The one rule for sharing out a run, used both across shards and across a process's
+/// threads: part `i` of `parts` gets every `parts`-th of `slots` from the `i`-th, and a share of
+/// `requests` in proportion to its slots, the rounding remainder spread one request each over
+/// the first parts. The shares sum exactly to `requests`.
+fn split(slots: &[u64], parts: usize, requests: Option<u64>) -> Vec<(Vec<u64>, Option<u64>)> {
+    let connections = slots.len();
+    let conns: Vec<Vec<u64>> = (0..parts)
+        .map(|i| slots.iter().skip(i).step_by(parts).copied().collect())
         .collect();
     let base = |n: u64, c: &Vec<u64>| n * c.len() as u64 / connections as u64;
     let remainder = requests.map_or(0, |n| n - conns.iter().map(|c| base(n, c)).sum::<u64>());
@@ -217,6 +311,19 @@ pub fn run(a: LoadArgs) -> Result<()> {
         (None, Some(n)) => bytes::Bytes::from(vec![b'x'; n]),
         (None, None) => bytes::Bytes::new(),
     };
+    let shard = match (&a.shard, &a.shard_from_env) {
+        (Some(s), _) => Some(*s),
+        (None, Some(spec)) => Some(
+            shard_from_env(spec, |v| std::env::var(v).ok())
+                .map_err(|e| usage_error(format!("--shard-from-env: {e:#}")))?,
+        ),
+        (None, None) => None,
+    };
+    if shard.is_some_and(|s| s.count > a.connections) {
+        return Err(usage_error(
+            "-c must be at least the shard count (each shard needs a connection)",
+        ));
+    }
     let proto = proto(&a).map_err(usage_error)?;
     let setup = Setup::new(&Options {
         urls: &a.urls,
@@ -239,34 +346,50 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .map(parse_cpus)
         .transpose()
         .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
-    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = a
-        .threads
-        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
-        .min(a.connections)
-        .max(1);
     let requests = match (a.requests, a.duration) {
         (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
         (n, None) => Some(n.unwrap_or(1000)),
         (None, Some(_)) => None,
     };
+    // This process's connection slots (their numbers in the whole run, so that open-loop
+    // schedules stay phased across shards) and its share of -n.
+    let (slots, requests) = match shard {
+        Some(s) => split(
+            &(0..a.connections as u64).collect::<Vec<_>>(),
+            s.count,
+            requests,
+        )
+        .swap_remove(s.index),
+        None => ((0..a.connections as u64).collect(), requests),
+    };
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = a
+        .threads
+        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
+        .min(slots.len())
+        .max(1);
     let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
     let pace = pace(rate_per_conn, a.connections);
     let interactive = !a.quiet && std::io::stderr().is_terminal();
     let progress = interactive.then(|| Arc::new(Progress::default()));
-    let t0 = Instant::now() + Duration::from_millis(20);
     let warm = if a.duration.is_some() {
         a.warm_up_time
     } else {
         Duration::ZERO
     };
-    let from = t0 + warm;
+    let now = (SystemTime::now(), Instant::now());
+    let (t0, from, late) = start_times(now, a.start_at, warm);
+    if a.start_at.is_some() && late > Duration::from_millis(1) {
+        eprintln!(
+            "loadterm: started late: the measured window begins {:.3}s after --start-at",
+            late.as_secs_f64()
+        );
+    }
     let until = a.duration.map(|d| from + d);
+    // The slots this process runs (its shard's, when sharded).
+    let startup = Arc::new(Startup::new(slots.len()));
     let mut handles = Vec::new();
-    for (i, (conns, share)) in assign(a.connections, threads, requests)
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (conns, share)) in split(&slots, threads, requests).into_iter().enumerate() {
         handles.push(worker::spawn(
             i,
             Job {
@@ -280,6 +403,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
                 hdr_log: a.hdr_log.is_some(),
                 progress: progress.clone(),
                 cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+                startup: startup.clone(),
             },
         )?);
     }
@@ -329,38 +453,66 @@ pub fn run(a: LoadArgs) -> Result<()> {
         RunInfo {
             protocol: setup.proto.name().to_owned(),
             urls: a.urls.clone(),
-            connections: a.connections,
+            connections: slots.len(),
             threads,
             streams: a.streams,
             duration_s,
-            rate: rate_per_conn.map(|r| r * a.connections as f64),
+            rate: rate_per_conn.map(|r| r * slots.len() as f64),
+            shard: shard.map(|s| report::ShardInfo {
+                index: s.index,
+                count: s.count,
+            }),
+            clock: report::Clock {
+                origin_unix_s: unix_s(wall_clock(now, t0)),
+                window_start_unix_s: unix_s(wall_clock(now, from)),
+                start_at_unix_s: a.start_at.map(unix_s),
+                late_s: late.as_secs_f64(),
+            },
         },
     );
     if let Some(path) = &a.hdr_log {
-        report::write_hdr_log(&total, path)?;
+        report::write_hdr_log(&total, wall_clock(now, t0), path)?;
     }
-    let to_stdout = a.json.as_deref() == Some("-");
-    if !(a.quiet || to_stdout) {
-        stdout(&report::text(&rep))?;
+    emit(&rep, a.json.as_deref(), a.quiet)?;
+    if total.completed == 0 && total.errors.total() > 0 {
+        let e = &total.errors;
+        let first = total
+            .first_reasons
+            .values()
+            .min()
+            .map_or(String::new(), |(_, r)| format!("{r}; "));
+        let stopped = if startup.stopped() {
+            "stopped early, every connection failed before any was made: "
+        } else {
+            "no request completed: "
+        };
+        bail!(
+            "{stopped}{first}{} connect, {} TLS, {} timeout, {} reset, {} protocol errors (server at {})",
+            e.connect,
+            e.tls,
+            e.timeout,
+            e.reset,
+            e.protocol,
+            setup.addr
+        );
     }
-    if let Some(j) = &a.json {
-        let doc = serde_json::to_string_pretty(&rep)? + "\n";
+    Ok(())
+}
+
+/// The text summary on stdout (unless quiet or the JSON goes there) and the JSON where asked
+/// (`-`: stdout).
+pub(crate) fn emit(rep: &report::Report, json: Option<&str>, quiet: bool) -> Result<()> {
+    let to_stdout = json == Some("-");
+    if !(quiet || to_stdout) {
+        stdout(&report::text(rep))?;
+    }
+    if let Some(j) = json {
+        let doc = serde_json::to_string_pretty(rep)? + "\n";
         if to_stdout {
             stdout(&doc)?;
         } else {
             std::fs::write(j, doc).with_context(|| format!("cannot write {j}"))?;
         }
-    }
-    if total.completed == 0 && total.errors.total() > 0 {
-        bail!(
-            "no request completed: {} connect, {} TLS, {} timeout, {} reset, {} protocol errors (is the server up at {}?)",
-            total.errors.connect,
-            total.errors.tls,
-            total.errors.timeout,
-            total.errors.reset,
-            total.errors.protocol,
-            setup.addr
-        );
     }
     Ok(())
 }
@@ -377,6 +529,19 @@ fn stdout(text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each worker's connection slots and share of `-n` in an unsharded run.
+    fn assign(
+        connections: usize,
+        threads: usize,
+        requests: Option<u64>,
+    ) -> Vec<(Vec<u64>, Option<u64>)> {
+        split(
+            &(0..connections as u64).collect::<Vec<_>>(),
+            threads,
+            requests,
+        )
+    }
 
     #[test]
     fn cpu_lists() {
@@ -472,5 +637,83 @@ mod tests {
             (Some(7), 3, 2, Some(Duration::from_secs(2)))
         );
         assert_eq!(a.urls, ["u1", "u2"]);
+    }
+
+    #[test]
+    fn shards_take_the_share_a_thread_would() {
+        // -n 1001 -c 7 in 3 shards: each shard's slots and requests are thread i of -t 3's,
+        // and the shards' threads then split their share again, summing to the whole run.
+        let all: Vec<u64> = (0..7).collect();
+        let shards = split(&all, 3, Some(1001));
+        assert_eq!(shards, assign(7, 3, Some(1001)));
+        assert_eq!(shards[1], (vec![1, 4], Some(286)));
+        let mut total = 0;
+        let mut slots = Vec::new();
+        for (s, n) in &shards {
+            for (c, k) in split(s, 2, *n) {
+                total += k.unwrap();
+                slots.extend(c);
+            }
+        }
+        slots.sort_unstable();
+        assert_eq!((total, slots), (1001, all));
+    }
+
+    #[test]
+    fn shard_options() {
+        assert_eq!(parse_shard("2/4").unwrap(), Shard { index: 2, count: 4 });
+        for bad in ["4/4", "1", "a/2", "1/x", "0/0"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+        let env = |v: &str| (v == "JOB_COMPLETION_INDEX").then(|| "3".to_owned());
+        assert_eq!(
+            shard_from_env("JOB_COMPLETION_INDEX/8", env).unwrap(),
+            Shard { index: 3, count: 8 }
+        );
+        let e = shard_from_env("OTHER/8", env).unwrap_err();
+        assert!(format!("{e:#}").contains("OTHER is not set"), "{e:#}");
+        assert!(shard_from_env("JOB_COMPLETION_INDEX/2", env).is_err());
+        assert!(args(&["--shard", "0/2", "--shard-from-env", "X/2", "u"]).is_err());
+        // More shards than connections leaves a shard with nothing to do.
+        let e = run(args(&["--shard", "0/4", "-c", "3", "http://127.0.0.1:9/"]).unwrap());
+        assert!(e.unwrap_err().downcast_ref::<UsageError>().is_some());
+    }
+
+    #[test]
+    fn start_at_forms() {
+        let t = parse_start_at("2026-11-23T18:00:00.5Z").unwrap();
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH).unwrap(),
+            Duration::from_millis(1_795_456_800_500)
+        );
+        assert_eq!(parse_start_at("2026-11-23T19:00:00.5+01:00").unwrap(), t);
+        assert_eq!(parse_start_at("1795456800.5").unwrap(), t);
+        for bad in ["tomorrow", "-5", "2026-11-23 18:00"] {
+            assert!(parse_start_at(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn warm_up_ends_at_the_start_time_or_late() {
+        let now = (SystemTime::now(), Instant::now());
+        let warm = Duration::from_secs(2);
+        let secs = Duration::from_secs;
+        // 10 s ahead: sending starts 8 s from now, measuring at the start time, not late.
+        let (t0, from, late) = start_times(now, Some(now.0 + secs(10)), warm);
+        assert_eq!(
+            (t0 - now.1, from - now.1, late),
+            (secs(8), secs(10), Duration::ZERO)
+        );
+        // 1 s ahead, less than the warm-up: the warm-up is not cut short, so the window
+        // starts 1.02 s late.
+        let (t0, from, late) = start_times(now, Some(now.0 + secs(1)), warm);
+        assert_eq!(t0 - now.1, Duration::from_millis(20));
+        assert_eq!((from - t0, late), (warm, Duration::from_millis(1020)));
+        // 5 s past: the whole warm-up, then measuring 5.02 + 2 s late.
+        let (t0, from, late) = start_times(now, Some(now.0 - secs(5)), warm);
+        assert_eq!(from - t0, warm);
+        assert_eq!(late, Duration::from_millis(7020));
+        // No start time: no lateness.
+        assert_eq!(start_times(now, None, warm).2, Duration::ZERO);
     }
 }

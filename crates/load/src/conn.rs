@@ -2,7 +2,7 @@
 //! as needed, each connection handed to the client of its protocol (`h1`, `h2`, `h3`).
 
 use crate::inflight::End;
-use crate::record::ErrorKind;
+use crate::record::{ErrorKind, Failure};
 use crate::sched::Schedules;
 use crate::setup::Proto;
 use crate::shared::WorkerRef;
@@ -11,17 +11,19 @@ use std::time::Duration;
 /// Run one connection slot until the worker runs out of work, reconnecting as needed.
 pub async fn run(w: WorkerRef, slot: u64) {
     let mut failures = 0u32;
+    let mut first_attempt = true;
     let mut scheds = Schedules::new(w.pace, w.start, slot, w.setup.streams as u64);
     while w.more() {
         let end = match w.setup.proto {
             Proto::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
             _ => tcp_connection(&w, &mut scheds).await,
         };
+        let first = std::mem::replace(&mut first_attempt, false);
         match end {
             Ok(End::Finished) => return,
             Ok(End::Reconnect) => failures = 0,
-            Err(kind) => {
-                w.error(kind);
+            Err(f) => {
+                w.failed(&f, first);
                 // A connection that cannot be made costs one request of the budget, so that
                 // `-n` runs against a dead server end; back off so `-D` runs do not spin.
                 let _ = w.take();
@@ -32,32 +34,45 @@ pub async fn run(w: WorkerRef, slot: u64) {
     }
 }
 
-async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, ErrorKind> {
+async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Failure> {
     let setup = &w.setup;
+    let connect_failed = |why: &dyn std::fmt::Display| {
+        Failure::new(ErrorKind::Connect, format!("{}: {why}", setup.addr))
+    };
     let tcp = tokio::time::timeout(setup.timeout, tokio::net::TcpStream::connect(setup.addr))
         .await
-        .map_err(|_| ErrorKind::Connect)?
-        .map_err(|_| ErrorKind::Connect)?;
+        .map_err(|_| connect_failed(&"timed out"))?
+        .map_err(|e| connect_failed(&e))?;
     let _ = tcp.set_nodelay(true);
     match &setup.tls_config {
         None if setup.proto == Proto::H2c => {
+            w.startup.connected();
             Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await)
         }
-        None => Ok(crate::h1::connection(w, tcp, &mut scheds.h1).await),
+        None => {
+            w.startup.connected();
+            Ok(crate::h1::connection(w, tcp, &mut scheds.h1).await)
+        }
         Some(cfg) => {
             let connector = tokio_rustls::TlsConnector::from(cfg.clone());
+            let name = setup.server_name.to_str();
             let tls = tokio::time::timeout(
                 setup.timeout,
                 connector.connect(setup.server_name.clone(), tcp),
             )
             .await
-            .map_err(|_| ErrorKind::Tls)?
-            .map_err(|_| ErrorKind::Tls)?;
+            .map_err(|_| crate::tls::failure(&name, "handshake timed out"))?
+            .map_err(|e| crate::tls::failure(&name, &e.to_string()))?;
             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                w.startup.connected();
                 Ok(crate::h2::connection(w, tls, &mut scheds.streams).await)
             } else if setup.proto == Proto::H2 {
-                Err(ErrorKind::Tls)
+                Err(crate::tls::failure(
+                    &name,
+                    "the server did not select h2 by ALPN",
+                ))
             } else {
+                w.startup.connected();
                 Ok(crate::h1::connection(w, tls, &mut scheds.h1).await)
             }
         }

@@ -4,13 +4,16 @@
 //! (one thread and runtime) → `conn` (dialing: TCP, TLS, ALPN, QUIC) → the protocol clients
 //! `h1`, `h2`, `h3` → `inflight` (requests in flight and their outcomes), with `shared` (a
 //! worker's state), `sched` (pacing), `record`, `timer` and `setup` (with `request`, `tls`)
-//! beneath.
+//! beneath. `merge` (sans-I/O) combines the reports and interval logs of several runs;
+//! `merge_cmd` is its command line.
 pub mod cli;
 mod conn;
 mod h1;
 mod h2;
 mod h3;
 mod inflight;
+pub mod merge;
+pub mod merge_cmd;
 pub mod record;
 pub mod report;
 mod request;

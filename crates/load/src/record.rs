@@ -11,7 +11,7 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Errors {
     pub connect: u64,
     pub tls: u64,
@@ -25,7 +25,7 @@ impl Errors {
         self.connect + self.tls + self.timeout + self.reset + self.protocol
     }
 
-    fn add(&mut self, o: &Errors) {
+    pub(crate) fn add(&mut self, o: &Errors) {
         self.connect += o.connect;
         self.tls += o.tls;
         self.timeout += o.timeout;
@@ -34,13 +34,42 @@ impl Errors {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ErrorKind {
     Connect,
     Tls,
     Timeout,
     Reset,
     Protocol,
+}
+
+impl ErrorKind {
+    /// The name used in the report (the `errors` fields).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Protocol => "protocol",
+        }
+    }
+}
+
+/// A connection attempt that failed, and why (the reason is shown to the user as is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: ErrorKind,
+    pub reason: String,
+}
+
+impl Failure {
+    pub fn new(kind: ErrorKind, reason: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind,
+            reason: format!("{}: {reason}", kind.name()),
+        }
+    }
 }
 
 /// One finished request's timestamps.
@@ -71,6 +100,9 @@ pub struct Recorder {
     /// server ends the exchange after one: that request is then an error).
     pub interim: u64,
     pub errors: Errors,
+    /// The first reason given for each kind of error, and when (kept also during the warm-up:
+    /// it explains what went wrong, it is not a measurement).
+    pub first_reasons: BTreeMap<ErrorKind, (Instant, String)>,
     pub started: u64,
     pub completed: u64,
     pub head_bytes: u64,
@@ -104,6 +136,7 @@ impl Recorder {
             status: BTreeMap::new(),
             interim: 0,
             errors: Errors::default(),
+            first_reasons: BTreeMap::new(),
             started: 0,
             completed: 0,
             head_bytes: 0,
@@ -191,6 +224,13 @@ impl Recorder {
         self.series[sec].1 += 1;
     }
 
+    /// Keep `f`'s reason if it is the first of its kind.
+    pub fn reason(&mut self, f: &Failure, at: Instant) {
+        self.first_reasons
+            .entry(f.kind)
+            .or_insert_with(|| (at, f.reason.clone()));
+    }
+
     pub fn merge(&mut self, o: &Recorder) {
         self.latency.add(&o.latency).expect("same bounds");
         self.ttfb.add(&o.ttfb).expect("same bounds");
@@ -200,6 +240,14 @@ impl Recorder {
         }
         self.interim += o.interim;
         self.errors.add(&o.errors);
+        for (kind, (at, reason)) in &o.first_reasons {
+            match self.first_reasons.get(kind) {
+                Some((mine, _)) if mine <= at => {}
+                _ => {
+                    self.first_reasons.insert(*kind, (*at, reason.clone()));
+                }
+            }
+        }
         self.started += o.started;
         self.completed += o.completed;
         self.head_bytes += o.head_bytes;
@@ -253,7 +301,15 @@ mod tests {
         b.done(&sample(2500, 30));
         b.done(&sample(3500, 10)); // after the end: ignored
         b.error(ErrorKind::Reset, t0 + Duration::from_millis(2600));
+        // The earliest reason of each kind wins, whichever worker saw it.
+        let tls = |n| Failure::new(ErrorKind::Tls, format!("bad {n}"));
+        a.reason(&tls(1), t0 + Duration::from_millis(20));
+        a.reason(&tls(2), t0 + Duration::from_millis(5));
+        b.reason(&tls(3), t0 + Duration::from_millis(10));
+        b.reason(&Failure::new(ErrorKind::Connect, "refused"), t0);
         a.merge(&b);
+        let reasons: Vec<_> = a.first_reasons.values().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(reasons, ["connect: refused", "tls: bad 3"]);
         assert_eq!((a.completed, a.body_bytes, a.errors.reset), (2, 200, 1));
         assert_eq!(a.series, vec![(0, 0), (1, 0), (1, 1)]);
         assert_eq!(a.latency.max() / 1000, 30);

@@ -3,10 +3,10 @@
 
 use crate::record::{Errors, Recorder};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Percentiles {
     pub min: u64,
     pub mean: f64,
@@ -22,7 +22,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Option<Percentiles> {
+    pub(crate) fn of(h: &Histogram<u64>) -> Option<Percentiles> {
         (!h.is_empty()).then(|| Percentiles {
             min: h.min(),
             mean: h.mean(),
@@ -39,7 +39,7 @@ impl Percentiles {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Requests {
     pub started: u64,
     pub completed: u64,
@@ -47,21 +47,26 @@ pub struct Requests {
     pub failed: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Bytes {
     pub total: u64,
     pub headers: u64,
     pub body: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ErrorCounts {
     #[serde(flatten)]
     pub transport: Errors,
     pub non_2xx: u64,
+    /// The first reason given for each kind of transport error that had one (connection
+    /// attempts: `connect`, `tls`), e.g. `"tls": "tls: certificate verify failed for ..."`.
+    /// Absent from reports of versions before it: empty.
+    #[serde(default)]
+    pub first: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct OpenLoop {
     pub rate: f64,
     pub sent: u64,
@@ -69,17 +74,17 @@ pub struct OpenLoop {
     pub missed: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Second {
     pub t: u64,
     pub requests: u64,
     pub errors: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
-    pub tool: &'static str,
-    pub version: &'static str,
+    pub tool: String,
+    pub version: String,
     pub protocol: String,
     pub urls: Vec<String>,
     pub connections: usize,
@@ -99,6 +104,63 @@ pub struct Report {
     pub latency_corrected_us: Option<Percentiles>,
     pub open_loop: Option<OpenLoop>,
     pub timeseries: Vec<Second>,
+    /// How many runs this report stands for: 1, or the number `loadterm merge` combined.
+    pub runs: usize,
+    pub shard: Option<ShardInfo>,
+    pub clock: Clock,
+    /// The histograms behind the percentiles, so that runs can be merged without loss.
+    pub histograms: Histograms,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub index: usize,
+    pub count: usize,
+}
+
+/// Wall-clock times (Unix seconds), which line runs from several processes up.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Clock {
+    /// Second 0 of `timeseries` and of the `--hdr-log` intervals: when sending started.
+    pub origin_unix_s: f64,
+    /// When the measured window started (after the warm-up).
+    pub window_start_unix_s: f64,
+    /// `--start-at`, if given.
+    pub start_at_unix_s: Option<f64>,
+    /// How much later than `--start-at` the measured window started (0 when on time).
+    pub late_s: f64,
+}
+
+/// HdrHistograms (microseconds) in the standard encoded form: the V2 encoding, deflate
+/// compressed, in base64, as in HdrHistogram interval logs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Histograms {
+    pub latency_us: String,
+    pub ttfb_us: String,
+    pub latency_corrected_us: String,
+}
+
+/// A histogram in the standard encoded form.
+pub(crate) fn encode(h: &Histogram<u64>) -> String {
+    use base64::Engine;
+    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut bytes)
+        .expect("encoding a histogram into memory cannot fail");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A histogram from the standard encoded form (any V2 encoding, compressed or not).
+pub(crate) fn decode(s: &str) -> anyhow::Result<Histogram<u64>> {
+    use anyhow::Context;
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .context("histogram: invalid base64")?;
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| anyhow::anyhow!("histogram: cannot decode: {e:?}"))
 }
 
 pub struct RunInfo {
@@ -110,6 +172,8 @@ pub struct RunInfo {
     /// The measured window in seconds (warm-up excluded).
     pub duration_s: f64,
     pub rate: Option<f64>,
+    pub shard: Option<ShardInfo>,
+    pub clock: Clock,
 }
 
 pub fn build(r: &Recorder, info: RunInfo) -> Report {
@@ -133,8 +197,8 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         }
     });
     Report {
-        tool: "loadterm",
-        version: env!("CARGO_PKG_VERSION"),
+        tool: "loadterm".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
         protocol: info.protocol,
         urls: info.urls,
         connections: info.connections,
@@ -159,6 +223,11 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         errors: ErrorCounts {
             transport: r.errors,
             non_2xx,
+            first: r
+                .first_reasons
+                .iter()
+                .map(|(k, (_, reason))| (k.name().to_owned(), reason.clone()))
+                .collect(),
         },
         latency_us: Percentiles::of(&r.latency),
         ttfb_us: Percentiles::of(&r.ttfb),
@@ -178,6 +247,14 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
                 errors: *e,
             })
             .collect(),
+        runs: 1,
+        shard: info.shard,
+        clock: info.clock,
+        histograms: Histograms {
+            latency_us: encode(&r.latency),
+            ttfb_us: encode(&r.ttfb),
+            latency_corrected_us: encode(&r.corrected),
+        },
     }
 }
 
@@ -210,6 +287,18 @@ pub fn text(r: &Report) -> String {
         r.rps,
         size(r.bytes_per_s)
     );
+    if let Some(sh) = &r.shard {
+        s += &format!("shard {}/{}\n", sh.index, sh.count);
+    }
+    if r.runs > 1 {
+        s += &format!("merged from {} runs\n", r.runs);
+    }
+    if r.clock.late_s > 0.001 {
+        s += &format!(
+            "started late: measured window began {:.3}s after --start-at\n",
+            r.clock.late_s
+        );
+    }
     s += &format!(
         "requests: {} started, {} done, {} succeeded, {} failed\n",
         r.requests.started, r.requests.completed, r.requests.succeeded, r.requests.failed
@@ -238,6 +327,9 @@ pub fn text(r: &Report) -> String {
         "errors: {} connect, {} tls, {} timeout, {} reset, {} protocol; {} non-2xx/3xx responses\n",
         e.connect, e.tls, e.timeout, e.reset, e.protocol, r.errors.non_2xx
     );
+    for reason in r.errors.first.values() {
+        s += &format!("  first {reason}\n");
+    }
     s += &format!(
         "traffic: {} total, {} headers, {} data\n",
         size(r.bytes.total as f64),
@@ -273,13 +365,17 @@ pub fn text(r: &Report) -> String {
     s
 }
 
-/// HdrHistogram interval log (one interval per second, request latency in microseconds).
-pub fn write_hdr_log(r: &Recorder, path: &std::path::Path) -> anyhow::Result<()> {
+/// HdrHistogram interval log (one interval per second, request latency in microseconds);
+/// `start` is the wall-clock time of second 0, so that logs of several runs can be aligned.
+pub fn write_hdr_log(
+    r: &Recorder,
+    start: std::time::SystemTime,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
     use hdrhistogram::serialization::V2DeflateSerializer;
     let mut out = Vec::new();
     let mut ser = V2DeflateSerializer::new();
-    let start = std::time::SystemTime::now();
     let mut w = IntervalLogWriterBuilder::new()
         .with_base_time(start)
         .with_start_time(start)
@@ -302,7 +398,7 @@ pub fn write_hdr_log(r: &Recorder, path: &std::path::Path) -> anyhow::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{ErrorKind, Sample};
+    use crate::record::{ErrorKind, Failure, Sample};
     use std::time::{Duration, Instant};
 
     fn info(rate: Option<f64>) -> RunInfo {
@@ -314,6 +410,13 @@ mod tests {
             streams: 1,
             duration_s: 2.0,
             rate,
+            shard: None,
+            clock: Clock {
+                origin_unix_s: 1e9,
+                window_start_unix_s: 1e9,
+                start_at_unix_s: None,
+                late_s: 0.0,
+            },
         }
     }
 
@@ -341,6 +444,7 @@ mod tests {
         r.interim(at(102));
         r.error(ErrorKind::Reset, at(1500));
         r.error(ErrorKind::Reset, at(1600));
+        r.reason(&Failure::new(ErrorKind::Connect, "refused"), at(1700));
         r
     }
 
@@ -376,6 +480,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("  corrected (CO)"), "{text}");
+        assert!(text.contains("\n  first connect: refused\n"), "{text}");
+        assert_eq!(rep.errors.first["connect"], "connect: refused");
         // Interim heads are counted apart from the final statuses.
         assert_eq!(rep.interim, 2);
         assert_eq!(rep.status.values().sum::<u64>(), 6);

@@ -2,12 +2,12 @@
 //! deadline (`-D`), the pace. Shared between this worker's tasks only (Rc/RefCell), never across
 //! threads (but for the progress counters).
 
-use crate::record::{ErrorKind, Recorder};
+use crate::record::{ErrorKind, Failure, Recorder};
 use crate::sched::Pace;
 use crate::setup::Setup;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,6 +16,48 @@ use std::time::Instant;
 pub struct Progress {
     pub done: AtomicU64,
     pub errors: AtomicU64,
+}
+
+/// Stops a run that cannot work (a certificate the client does not trust, nothing listening)
+/// instead of letting it burn its whole budget on retries: when every connection slot failed
+/// its first attempt and no connection was ever made, the run ends (shared across workers).
+#[derive(Debug)]
+pub struct Startup {
+    slots: u64,
+    failed: AtomicU64,
+    connected: AtomicBool,
+    stopped: AtomicBool,
+}
+
+impl Startup {
+    pub fn new(slots: usize) -> Startup {
+        Startup {
+            slots: slots as u64,
+            failed: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// A connection was made (TCP, TLS and ALPN done, or QUIC handshake done).
+    pub fn connected(&self) {
+        if !self.connected.load(Ordering::Relaxed) {
+            self.connected.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A slot's first attempt failed.
+    fn first_attempt_failed(&self) {
+        let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+        if failed >= self.slots && !self.connected.load(Ordering::Relaxed) {
+            self.stopped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the run was stopped because no connection could be made.
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
 }
 
 /// One worker thread's state, shared by its connection tasks.
@@ -30,11 +72,15 @@ pub struct Worker {
     pub progress: Option<Arc<Progress>>,
     pub endpoint: Option<quinn::Endpoint>,
     pub counter: Cell<u64>,
+    pub startup: Arc<Startup>,
 }
 
 impl Worker {
     /// Whether more requests may start now.
     pub fn more(&self) -> bool {
+        if self.startup.stopped() {
+            return false;
+        }
         match &self.tickets {
             Some(t) => t.get() > 0,
             None => self.deadline.is_none_or(|d| Instant::now() < d),
@@ -43,13 +89,11 @@ impl Worker {
 
     /// Take the right to send one request; returns its index (for round-robin URLs).
     pub fn take(&self) -> Option<u64> {
-        if let Some(t) = &self.tickets {
-            if t.get() == 0 {
-                return None;
-            }
-            t.set(t.get() - 1);
-        } else if !self.more() {
+        if !self.more() {
             return None;
+        }
+        if let Some(t) = &self.tickets {
+            t.set(t.get() - 1);
         }
         let i = self.counter.get();
         self.counter.set(i + 1);
@@ -60,6 +104,16 @@ impl Worker {
         self.rec.borrow_mut().error(kind, Instant::now());
         if let Some(p) = &self.progress {
             p.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A connection attempt failed: counted, its reason kept if it is the first of its kind;
+    /// `first` when it was the slot's first attempt.
+    pub fn failed(&self, f: &Failure, first: bool) {
+        self.error(f.kind);
+        self.rec.borrow_mut().reason(f, Instant::now());
+        if first {
+            self.startup.first_attempt_failed();
         }
     }
 
@@ -110,6 +164,7 @@ mod tests {
             progress: None,
             endpoint: None,
             counter: Cell::new(0),
+            startup: Arc::new(Startup::new(2)),
         }
     }
 
@@ -121,6 +176,24 @@ mod tests {
         assert_eq!(taken, [0, 1, 2]);
         assert!(!w.more());
         assert_eq!(w.take(), None);
+    }
+
+    #[test]
+    fn a_run_stops_when_every_first_attempt_fails() {
+        let f = Failure::new(ErrorKind::Tls, "certificate verify failed");
+        let w = worker(Some(100), None);
+        w.failed(&f, true);
+        w.failed(&f, false); // a retry: not a slot's first attempt
+        assert!(w.more(), "one slot of two failed so far");
+        w.failed(&f, true);
+        assert!(!w.more() && w.take().is_none());
+        assert_eq!(w.rec.borrow().errors.tls, 3);
+        // Once a connection was made, failures never stop the run.
+        let w = worker(Some(100), None);
+        w.startup.connected();
+        w.failed(&f, true);
+        w.failed(&f, true);
+        assert!(w.more());
     }
 
     #[test]

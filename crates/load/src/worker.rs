@@ -4,7 +4,7 @@
 use crate::record::Recorder;
 use crate::sched::Pace;
 use crate::setup::{Proto, Setup};
-use crate::shared::{Progress, Worker};
+use crate::shared::{Progress, Startup, Worker};
 use anyhow::{Context, Result};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -29,6 +29,8 @@ pub struct Job {
     pub progress: Option<Arc<Progress>>,
     /// Pin the thread to this CPU.
     pub cpu: Option<usize>,
+    /// Shared by every worker: stops the run when no connection can be made.
+    pub startup: Arc<Startup>,
 }
 
 /// Start worker thread `i`.
@@ -64,6 +66,7 @@ async fn run(job: Job) -> Result<Recorder> {
         progress: job.progress,
         endpoint,
         counter: Cell::new(0),
+        startup: job.startup,
     });
     tokio::time::sleep_until(job.t0.into()).await;
     let tasks: Vec<_> = job

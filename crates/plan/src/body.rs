@@ -78,6 +78,17 @@ pub fn byte_at(kind: BodyKind, n: u64) -> u8 {
     slice(kind, n, 1)[0]
 }
 
+/// `s` with a `'static` lifetime if it lies inside one of the static blocks (so a writer may keep
+/// it past the call that lent it, instead of copying it).
+pub fn as_static(s: &[u8]) -> Option<&'static [u8]> {
+    let blocks: [&'static [u8]; 3] = [&PATTERN, &ONES, RANDOM.get().map_or(&[][..], |b| &b[..])];
+    let start = s.as_ptr() as usize;
+    blocks.into_iter().find_map(|block| {
+        let offset = start.checked_sub(block.as_ptr() as usize)?;
+        block.get(offset..offset.checked_add(s.len())?)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +123,17 @@ mod tests {
     fn lengths_are_capped() {
         assert_eq!(slice(BodyKind::Ones, 5, 3), b"111");
         assert_eq!(slice(BodyKind::Ones, 5, usize::MAX).len(), WINDOW);
+    }
+
+    #[test]
+    fn static_slices_are_recognised_and_copies_are_not() {
+        init();
+        for kind in [BodyKind::Pattern, BodyKind::Random, BodyKind::Ones] {
+            let s = slice(kind, 7, 1000);
+            let back = as_static(s).expect("a slice of a static block");
+            assert_eq!((back.as_ptr(), back.len()), (s.as_ptr(), s.len()));
+            let copy = s.to_vec();
+            assert_eq!(as_static(&copy), None);
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Command-line durations shared by every subcommand: `25s`, `500ms`, `2m`, `1h`, or plain seconds.
+//! Command-line durations shared by every subcommand: `25s`, `500ms`, `2m`, `1h`, or plain seconds;
+//! and sizes: `2048`, `2k`, `1m`, `1g` (binary multiples, as `s=` in the vocabulary).
 
 use std::time::Duration;
 
@@ -29,9 +30,33 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(1 << shift))
+        .ok_or_else(|| format!("invalid size '{s}' (examples: 100, 2k, 1m)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("2048"), Ok(2048));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("-1k").is_err());
+        assert!(parse_size("99999999999999999g").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -1,10 +1,12 @@
 //! `loadterm serve` command line, including haterm's options (`-L`, `-G 'nbthread 1'`, `-C`, `-v`...).
 
 use crate::config::Config;
-use crate::listen::ListenSpec;
+use crate::haterm_cfg::{self, Directive};
+use crate::listen::{self, Kind, ListenSpec, Listener};
 use crate::shutdown::Shutdown;
-use crate::tls::{self, CertSource, Curve, Identity};
+use crate::tls::{self, CertSource, Curve, Identity, Policy};
 use anyhow::{Context, Result};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,8 +45,8 @@ pub struct ServeArgs {
         value_name = "CURVE"
     )]
     curve: Curve,
-    /// PEM file with certificate chain and private key (HAProxy's `crt` format) instead of a
-    /// generated certificate.
+    /// PEM file with certificate chain and private key (HAProxy's `crt` format), or a
+    /// directory of them chosen by SNI, instead of a generated certificate.
     #[arg(long, value_name = "FILE")]
     cert: Option<PathBuf>,
     /// Write the generated certificates (PEM) here, for clients to trust.
@@ -73,11 +75,13 @@ pub struct ServeArgs {
     #[arg(short = 'C')]
     dump_config: bool,
     /// haterm "global" line; understood: `nbthread N`, `maxconn N`, `timeout client T`,
+    /// `cpu-map`, `tune.pipesize N`, `ssl-default-bind-ciphersuites|ciphers|curves`,
     /// `limited-quic` (no effect), `option accept-unsafe-violations-in-http-request` (= --lenient);
-    /// others are ignored with a warning.
+    /// others are ignored with a warning (table in docs/COMPATIBILITY.md).
     #[arg(short = 'G', value_name = "LINE")]
     global: Vec<String>,
-    /// haterm "frontend" line; same subset as -G.
+    /// haterm "frontend" line: `bind ADDR [ssl] [crt FILE|DIR]... [alpn LIST]` (ADDR: IP:PORT,
+    /// :PORT, [v6]:PORT, ipv4@, ipv6@, quic4@, quic6@), and the same subset as -G.
     #[arg(short = 'F', value_name = "LINE")]
     frontend: Vec<String>,
     /// haterm "traces" line: accepted and ignored (loadterm has no HAProxy traces).
@@ -99,6 +103,10 @@ pub struct ServeArgs {
     /// haterm sends none: this gives its byte-exact heads).
     #[arg(long)]
     no_date: bool,
+    /// Calibration only (`loadterm ab --calibrate`): spin for this extra percentage of the
+    /// server's own measured CPU cost per request, a known injected effect.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
+    burn: f64,
     /// haterm's -dS: no splice(): large clear-text HTTP/1 bodies are copied with writev
     /// instead of spliced from the static body blocks.
     #[arg(long)]
@@ -144,36 +152,74 @@ fn cpus_available() -> usize {
         .unwrap_or(1)
 }
 
-/// Apply the understood subset of haterm's -G/-F lines.
-fn apply_haproxy_line(line: &str, threads: &mut Option<usize>, cfg: &mut Config) -> Result<()> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let number = |w: Option<&&str>| w.and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
-    match words.as_slice() {
-        ["nbthread", rest @ ..] => match number(rest.first()) {
-            Some(n) => *threads = Some(n),
-            None => {
-                return Err(usage_error(format!(
-                    "'{line}': nbthread needs a positive number"
-                )))
+/// What the -G/-F lines ask for beyond `Config`'s settings.
+#[derive(Debug, Default)]
+struct Lines {
+    threads: Option<usize>,
+    binds: Vec<Listener>,
+    cpu_maps: Vec<haterm_cfg::CpuMap>,
+    policy: Policy,
+}
+
+/// Apply haterm's -G/-F values (each one or more lines), in order; warnings are printed.
+fn apply_haproxy_lines<'a>(
+    values: impl Iterator<Item = &'a String>,
+    cfg: &mut Config,
+) -> Result<Lines> {
+    let mut out = Lines::default();
+    for line in values.flat_map(|v| haterm_cfg::lines(v)) {
+        let parsed = haterm_cfg::parse(&line).map_err(usage_error)?;
+        warn(&parsed.warnings);
+        match parsed.directive {
+            Directive::Threads(n) => out.threads = Some(n),
+            Directive::MaxConn(n) => cfg.maxconn = n,
+            Directive::TimeoutClient(d) => cfg.timeout = d,
+            Directive::Lenient => cfg.lenient = true,
+            Directive::PipeSize(n) => cfg.pipe_size = n,
+            Directive::Bind(b) => {
+                let kind = match (b.transport, b.ssl) {
+                    (haterm_cfg::Transport::Quic, _) => Kind::Quic,
+                    (haterm_cfg::Transport::Tcp, true) => Kind::Tls,
+                    (haterm_cfg::Transport::Tcp, false) => Kind::Clear,
+                };
+                out.binds.push(Listener {
+                    kind,
+                    addr: b.addr,
+                    crt: b.crt,
+                    alpn: b.alpn,
+                });
             }
-        },
-        ["maxconn", rest @ ..] => match number(rest.first()) {
-            Some(n) => cfg.maxconn = n,
-            None => {
-                return Err(usage_error(format!(
-                    "'{line}': maxconn needs a positive number"
-                )))
-            }
-        },
-        ["timeout", "client", v] => match parse_timeout(v) {
-            Ok(d) => cfg.timeout = d,
-            Err(e) => return Err(usage_error(format!("'{line}': {e}"))),
-        },
-        ["option", "accept-unsafe-violations-in-http-request"] => cfg.lenient = true,
-        ["limited-quic"] | [] => {}
-        _ => eprintln!("loadterm: warning: ignoring haterm configuration line '{line}'"),
+            Directive::CpuMap(m) => out.cpu_maps.push(m),
+            Directive::Ciphersuites(l) => out.policy.ciphersuites = Some(l),
+            Directive::Ciphers(l) => out.policy.ciphers = Some(l),
+            Directive::Curves(l) => out.policy.curves = Some(l),
+            Directive::Nothing => {}
+        }
     }
-    Ok(())
+    Ok(out)
+}
+
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("loadterm: warning: {w}");
+    }
+}
+
+/// Each worker's CPUs from the `cpu-map` lines, refused if they name a CPU this process may
+/// not use.
+fn pinning(maps: &[haterm_cfg::CpuMap], threads: usize) -> Result<Vec<Vec<usize>>> {
+    if maps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (pins, warnings) = haterm_cfg::pinning(maps, threads).map_err(usage_error)?;
+    warn(&warnings);
+    let allowed = crate::workers::allowed_cpus()?;
+    if let Some(cpu) = pins.iter().flatten().find(|c| !allowed.contains(c)) {
+        return Err(usage_error(format!(
+            "cpu-map: CPU {cpu} is not available to this process (allowed: {allowed:?})"
+        )));
+    }
+    Ok(pins)
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -192,6 +238,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
             "--alt-svc advertises HTTP/3, which --no-quic turns off",
         ));
     }
+    if !(0.0..=1000.0).contains(&a.burn) {
+        return Err(usage_error("--burn must be a percentage in [0, 1000]"));
+    }
+    crate::planner::set_burn(a.burn);
     let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
         timeout: a.timeout,
@@ -199,6 +249,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         maxconn: a.maxconn.max(1),
         quic: !a.no_quic,
         splice: !a.no_splice,
+        pipe_size: crate::config::PIPE_SIZE,
         alt_svc: a.alt_svc,
         grace: a.grace,
         lenient: a.lenient,
@@ -208,11 +259,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         h2: a.h2,
         h3: a.h3,
     };
-    let mut threads = a.threads;
-    for line in a.global.iter().chain(&a.frontend) {
-        apply_haproxy_line(line, &mut threads, &mut cfg)?;
-    }
-    cfg.threads = threads.unwrap_or_else(cpus_available);
+    let lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
+    cfg.threads = lines.threads.or(a.threads).unwrap_or_else(cpus_available);
     for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
         if set {
             eprintln!("loadterm: warning: {flag} (HAProxy traces) has no effect in loadterm");
@@ -226,17 +274,20 @@ pub fn run(a: ServeArgs) -> Result<()> {
             eprintln!("loadterm: warning: {flag} '{v}' has no effect in loadterm");
         }
     }
-    let defaulted = a.listen.is_empty();
+    // The loopback defaults only when nothing at all says where to listen.
+    let defaulted = a.listen.is_empty() && lines.binds.is_empty();
     let specs = if defaulted {
         vec![ListenSpec::default_loopback()]
     } else {
         a.listen
     };
-    let any_tls = specs.iter().any(|s| s.tls_port.is_some());
+    let mut listeners = listen::from_specs(&specs, cfg.quic);
+    listeners.extend(lines.binds);
+    listen::check_unique(&listeners).map_err(|e| usage_error(format!("{e:#}")))?;
     let source = match a.cert {
-        Some(path) => CertSource::File(path),
+        Some(path) => CertSource::Files(vec![path]),
         None => {
-            let ips: Vec<_> = specs.iter().map(|s| s.ip).collect();
+            let ips: Vec<_> = listeners.iter().map(|l| l.addr.ip()).collect();
             let (names, ips) = tls::default_sans(&ips);
             CertSource::Generate {
                 rsa_bits: a.rsa_bits,
@@ -247,11 +298,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
     };
     if a.dump_config {
-        println!("{cfg:#?}\nlisteners: {specs:#?}\ncertificate: {source:?}");
+        println!(
+            "{cfg:#?}\nlisteners: {listeners:#?}\ncertificate: {source:?}\ntls: {:?}\ncpu-map: {:?}",
+            lines.policy, lines.cpu_maps
+        );
         return Ok(());
     }
-    let identity = if any_tls || a.cert_out.is_some() {
-        let id = Identity::load(&source).context("TLS certificate")?;
+    let pins = pinning(&lines.cpu_maps, cfg.threads)?;
+    let (crypto, warnings) = lines.policy.crypto();
+    warn(&warnings);
+    // The default identity, if a listener or --cert-out needs it; `crt` lists loaded once each.
+    let needs_default = listeners.iter().any(|l| l.secure() && l.crt.is_empty());
+    let default = if needs_default || a.cert_out.is_some() {
+        let id = Identity::load(&source, crypto.clone()).context("TLS certificate")?;
         if let Some(out) = &a.cert_out {
             std::fs::write(out, &id.generated_pem)
                 .with_context(|| format!("cannot write {}", out.display()))?;
@@ -260,9 +319,28 @@ pub fn run(a: ServeArgs) -> Result<()> {
     } else {
         None
     };
+    let mut loaded: HashMap<Vec<PathBuf>, Arc<Identity>> = HashMap::new();
+    let mut bound = Vec::new();
+    for l in listeners {
+        let identity = match (l.secure(), l.crt.is_empty()) {
+            (false, _) => None,
+            (true, true) => default.clone(),
+            (true, false) => Some(match loaded.get(&l.crt) {
+                Some(id) => id.clone(),
+                None => {
+                    let id = Identity::load(&CertSource::Files(l.crt.clone()), crypto.clone())
+                        .with_context(|| format!("crt of {} {}", l.proto(), l.addr))?;
+                    let id = Arc::new(id);
+                    loaded.insert(l.crt.clone(), id.clone());
+                    id
+                }
+            }),
+        };
+        bound.push((l, identity));
+    }
     let cfg = Arc::new(cfg);
-    let conns = crate::workers::start(cfg.clone(), &specs, identity.filter(|_| any_tls))?;
-    announce(&specs, &cfg, defaulted);
+    let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
+    announce(&bound, &cfg, defaulted);
     let r = shut_down_on_signal(stop, &conns, cfg.grace);
     if let Some(stats) = &cfg.ja4 {
         eprint!("{}", stats.report());
@@ -270,7 +348,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     r
 }
 
-fn announce(specs: &[ListenSpec], cfg: &Config, defaulted: bool) {
+fn announce(listeners: &[crate::workers::Bound], cfg: &Config, defaulted: bool) {
     let mut msg = format!(
         "loadterm {} serving with {} thread(s)",
         env!("CARGO_PKG_VERSION"),
@@ -280,12 +358,12 @@ fn announce(specs: &[ListenSpec], cfg: &Config, defaulted: bool) {
         msg.push_str(" (no -L given: loopback defaults)");
     }
     msg.push_str(":\n");
-    for s in specs {
-        msg.push_str(&format!("  http://{}   HTTP/1.1, h2c\n", s.clear()));
-        if let Some(tls) = s.tls() {
-            let h3 = if cfg.quic { "; UDP: HTTP/3" } else { "" };
-            msg.push_str(&format!("  https://{tls}  TLS: HTTP/2, HTTP/1.1{h3}\n"));
-        }
+    for (l, _) in listeners {
+        msg.push_str(&match l.kind {
+            Kind::Clear => format!("  http://{}   HTTP/1.1, h2c\n", l.addr),
+            Kind::Tls => format!("  https://{}  TLS, ALPN {}\n", l.addr, l.alpn.join(",")),
+            Kind::Quic => format!("  https://{}  QUIC (UDP): HTTP/3\n", l.addr),
+        });
     }
     if defaulted {
         msg.push_str(

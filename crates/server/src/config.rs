@@ -8,6 +8,14 @@ use std::time::Duration;
 /// or per connection, the same for HTTP/1.x, HTTP/2 and HTTP/3.
 pub type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
 
+/// ALPN protocols offered on TLS/TCP unless a `bind` line names others, most preferred first
+/// (HAProxy 2.8+ offers `h2,http/1.1` on HTTP binds by default).
+pub const TCP_ALPN: &[&str] = &["h2", "http/1.1", "http/1.0"];
+
+/// Capacity asked for each splice pipe unless `-G 'tune.pipesize N'` says otherwise (haterm
+/// sets 262144 itself on kTLS builds).
+pub const PIPE_SIZE: usize = 256 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Client timeout: incomplete request head/body, idle keep-alive, and write inactivity.
@@ -16,10 +24,12 @@ pub struct Config {
     pub threads: usize,
     /// Most connections served at once by the whole process; more are closed on accept.
     pub maxconn: usize,
-    /// Serve HTTP/3 on the UDP twin of every TLS port.
+    /// Serve HTTP/3 on the UDP twin of every `-L` TLS port (`bind quic4@` lines are explicit).
     pub quic: bool,
     /// Send large clear-text HTTP/1 bodies with splice() (zero copy).
     pub splice: bool,
+    /// Capacity asked for each splice pipe, bytes (`-G 'tune.pipesize N'`).
+    pub pipe_size: usize,
     /// Advertise HTTP/3 (`alt-svc: h3=":port"`) on responses over TLS/TCP.
     pub alt_svc: bool,
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.
@@ -55,6 +65,23 @@ pub struct H2Args {
     /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
     #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
     pub max_header_list: u32,
+    /// How response frames reach the transport: copy a pass into one buffer (drain), keep body
+    /// bytes by reference and write the pass as one vectored write (gather), or reference only
+    /// body pieces of at least --h2-emit-threshold (hybrid). See docs/PERFORMANCE.md.
+    #[arg(long = "h2-emit", value_enum, default_value_t = Emit::Drain, value_name = "STRATEGY")]
+    pub emit: Emit,
+    /// Hybrid: body pieces of this size or more go by reference.
+    #[arg(long = "h2-emit-threshold", default_value = "2k", value_name = "SIZE",
+          value_parser = loadterm_plan::units::parse_size)]
+    pub emit_threshold: u64,
+}
+
+/// `--h2-emit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emit {
+    Drain,
+    Gather,
+    Hybrid,
 }
 
 impl Default for H2Args {
@@ -65,6 +92,8 @@ impl Default for H2Args {
             conn_window: 16 << 20,
             max_frame_size: 16384,
             max_header_list: 64 << 10,
+            emit: Emit::Drain,
+            emit_threshold: 2048,
         }
     }
 }

@@ -4,6 +4,7 @@ pub mod config;
 pub mod h1;
 pub mod h2;
 pub mod h3;
+pub mod haterm_cfg;
 pub mod ja4;
 pub mod listen;
 mod planner;
@@ -11,4 +12,4 @@ mod shutdown;
 pub mod tls;
 mod workers;
 
-pub use workers::TCP_ALPN;
+pub use config::TCP_ALPN;

@@ -1,10 +1,99 @@
-//! `-L [<ip>]:<clear port>[:<tls port>]` (haterm's syntax) and the sockets behind it: one
-//! SO_REUSEPORT socket per worker thread and address, bound up front so that errors surface at
-//! start-up with a clear message.
+//! What is listened on: `-L [<ip>]:<clear port>[:<tls port>]` (haterm's syntax) and `bind`
+//! lines, as one list of listeners, and the sockets behind them: one SO_REUSEPORT socket per
+//! worker thread and address, bound up front so that errors surface at start-up with a clear
+//! message.
 
+use crate::config::TCP_ALPN;
 use anyhow::{bail, Context, Result};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// TCP: HTTP/1.1 and h2c (prior knowledge or Upgrade).
+    Clear,
+    /// TLS over TCP: HTTP/2 and HTTP/1.x by ALPN.
+    Tls,
+    /// QUIC over UDP: HTTP/3.
+    Quic,
+}
+
+/// One listening address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub kind: Kind,
+    pub addr: SocketAddr,
+    /// Certificate files or directories (TLS, QUIC); empty: the default certificate
+    /// (generated, or `--cert`).
+    pub crt: Vec<PathBuf>,
+    /// ALPN offered on TLS/TCP, most preferred first.
+    pub alpn: Vec<String>,
+}
+
+impl Listener {
+    pub fn new(kind: Kind, addr: SocketAddr) -> Listener {
+        let alpn = match kind {
+            Kind::Clear => Vec::new(),
+            Kind::Tls => TCP_ALPN.iter().map(|p| p.to_string()).collect(),
+            Kind::Quic => vec!["h3".to_owned()],
+        };
+        Listener {
+            kind,
+            addr,
+            crt: Vec::new(),
+            alpn,
+        }
+    }
+
+    /// The transport's name, for messages.
+    pub fn proto(&self) -> &'static str {
+        match self.kind {
+            Kind::Clear | Kind::Tls => "TCP",
+            Kind::Quic => "UDP",
+        }
+    }
+
+    /// Whether it needs a certificate.
+    pub fn secure(&self) -> bool {
+        self.kind != Kind::Clear
+    }
+}
+
+/// The listeners of `-L` specs: the clear port, and on the TLS port TLS/TCP and (unless
+/// `quic` is off) QUIC on its UDP twin.
+pub fn from_specs(specs: &[ListenSpec], quic: bool) -> Vec<Listener> {
+    let mut out = Vec::new();
+    for s in specs {
+        out.push(Listener::new(Kind::Clear, s.clear()));
+        if let Some(tls) = s.tls() {
+            out.push(Listener::new(Kind::Tls, tls));
+            if quic {
+                out.push(Listener::new(Kind::Quic, tls));
+            }
+        }
+    }
+    out
+}
+
+/// Refuse an address given twice for the same transport (the second bind would only share
+/// the first one's traffic).
+pub fn check_unique(listeners: &[Listener]) -> Result<()> {
+    for (i, l) in listeners.iter().enumerate() {
+        if listeners[..i]
+            .iter()
+            .any(|o| o.addr == l.addr && o.proto() == l.proto())
+        {
+            bail!(
+                "{} {} is given twice (-L and bind lines)",
+                l.proto(),
+                l.addr
+            );
+        }
+    }
+    Ok(())
+}
 
 /// One `-L` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +245,33 @@ mod tests {
 
     fn p(s: &str) -> Result<ListenSpec, String> {
         s.parse()
+    }
+
+    #[test]
+    fn specs_and_duplicates() {
+        let specs = [p("127.0.0.1:80:443").unwrap(), p("127.0.0.1:81").unwrap()];
+        let kinds = |quic| -> Vec<_> {
+            from_specs(&specs, quic)
+                .iter()
+                .map(|l| (l.kind, l.addr.port()))
+                .collect()
+        };
+        assert_eq!(
+            kinds(true),
+            [
+                (Kind::Clear, 80),
+                (Kind::Tls, 443),
+                (Kind::Quic, 443),
+                (Kind::Clear, 81)
+            ]
+        );
+        assert_eq!(kinds(false).len(), 3);
+        // TCP and UDP may share a port (the seed's two bind lines); one transport may not.
+        let mut all = from_specs(&specs, true);
+        assert!(check_unique(&all).is_ok());
+        all.push(Listener::new(Kind::Clear, "127.0.0.1:443".parse().unwrap()));
+        let e = check_unique(&all).unwrap_err().to_string();
+        assert_eq!(e, "TCP 127.0.0.1:443 is given twice (-L and bind lines)");
     }
 
     #[test]

@@ -1,18 +1,98 @@
-//! Per-thread state the exchanges need: the random generator (for the `r` suffix) and the HTTP
-//! date, rendered once a second.
+//! Per-thread state the exchanges need: the random generator (for the `r` suffix), the HTTP
+//! date, rendered once a second, and the last HTTP/1.x head rendered; and `--burn`, the
+//! calibration-only extra cost per request.
 
-use loadterm_exchange::{http_date, Exchange, HttpDate, Request};
+use loadterm_exchange::{http_date, Exchange, H1Heads, Head, HttpDate, Request};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Instant;
 
 thread_local! {
     static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
     static DATE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [0; 29])) };
+    static H1_HEADS: RefCell<H1Heads> = RefCell::new(H1Heads::default());
+    /// Picoseconds of burn owed by this thread (negative after an overshoot).
+    static BURN_DEBT: Cell<i64> = const { Cell::new(0) };
 }
 
+/// Append `head` in HTTP/1.x, dated now, with `extra` header lines (CRLF-terminated).
+pub fn write_h1(head: &Head, extra: &[u8], out: &mut Vec<u8>) {
+    let date = date();
+    H1_HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
+}
+
+/// Every request's plan is built here, for all three engines: the one place `--burn` spins.
 pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
+    if BURN_FRACTION.load(Relaxed) != 0 {
+        burn();
+    }
     RNG.with(|r| Exchange::new(req, &mut r.borrow_mut(), t_first))
+}
+
+/// `--burn PERCENT`: the extra fraction (f64 bits; 0 = off).
+static BURN_FRACTION: AtomicU64 = AtomicU64::new(0);
+static BURN_REQUESTS: AtomicU64 = AtomicU64::new(0);
+static BURNED_NS: AtomicU64 = AtomicU64::new(0);
+/// The current extra cost per request, picoseconds.
+static BURN_PER_REQUEST_PS: AtomicU64 = AtomicU64::new(0);
+/// (process CPU ns, requests, burned ns) at the last re-estimate.
+static BURN_MARK: Mutex<Option<(u64, u64, u64)>> = Mutex::new(None);
+/// Requests between re-estimates of the own cost per request (the first mark is taken at the
+/// first request, so a short run burns from its 257th request on).
+const BURN_WINDOW: u64 = 256;
+/// Spin only once this much is owed: a clock read costs far more than a few nanoseconds.
+const BURN_QUANTUM_PS: i64 = 20_000_000;
+
+pub fn set_burn(percent: f64) {
+    BURN_FRACTION.store((percent / 100.0).to_bits(), Relaxed);
+}
+
+fn cpu_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to; both CPU-time clocks exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec.max(0) as u64 * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+}
+
+/// Spin for the requested fraction of the process's own CPU cost per request, measured over
+/// the last `BURN_WINDOW` requests minus what was burnt in them (so the burn does not feed on
+/// itself). Spinning is counted in thread CPU time, so preemption does not shorten it.
+fn burn() {
+    let n = BURN_REQUESTS.fetch_add(1, Relaxed) + 1;
+    if n == 1 || n.is_multiple_of(BURN_WINDOW) {
+        if let Ok(mut mark) = BURN_MARK.try_lock() {
+            let now = (
+                cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+                n,
+                BURNED_NS.load(Relaxed),
+            );
+            if let Some((cpu, reqs, burned)) = *mark {
+                let own = (now.0 - cpu).saturating_sub(now.2 - burned) as f64;
+                let fraction = f64::from_bits(BURN_FRACTION.load(Relaxed));
+                let ps = own * 1000.0 / (now.1 - reqs).max(1) as f64 * fraction;
+                BURN_PER_REQUEST_PS.store(ps as u64, Relaxed);
+            }
+            *mark = Some(now);
+        }
+    }
+    let debt = BURN_DEBT.get() + BURN_PER_REQUEST_PS.load(Relaxed) as i64;
+    if debt < BURN_QUANTUM_PS {
+        BURN_DEBT.set(debt);
+        return;
+    }
+    let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let target = (debt / 1000) as u64;
+    let mut spent = 0;
+    while spent < target {
+        spent = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0;
+    }
+    BURNED_NS.fetch_add(spent, Relaxed);
+    BURN_DEBT.set(debt - spent as i64 * 1000);
 }
 
 /// The current HTTP date. The coarse clock costs a few nanoseconds (no system call, no

@@ -1,12 +1,18 @@
 //! TLS identity: self-signed certificates generated at every start (RSA and ECDSA, valid now, for
-//! localhost and the listen addresses) or a user PEM (chain + key, HAProxy's `crt` format), and
-//! the rustls server configs built from it (aws-lc-rs provider, chosen explicitly).
+//! localhost and the listen addresses) or user PEMs (chain + key, HAProxy's `crt` format; a
+//! directory of them served by SNI), and the rustls server configs built from it (aws-lc-rs
+//! provider, chosen explicitly, restricted by haterm's `ssl-default-bind-*` lines).
 
 use anyhow::{bail, Context, Result};
+use rustls::crypto::aws_lc_rs;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::{CipherSuite, NamedGroup};
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Which certificates to present.
@@ -18,7 +24,8 @@ pub enum CertSource {
         names: Vec<String>,
         ips: Vec<IpAddr>,
     },
-    File(std::path::PathBuf),
+    /// PEM files (chain and key; the key may also be in `<file>.key`) or directories of them.
+    Files(Vec<PathBuf>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,29 +45,224 @@ impl std::str::FromStr for Curve {
     }
 }
 
-/// Certificates and keys the TLS and QUIC listeners present.
+/// The `ssl-default-bind-*` settings (OpenSSL names, `:`-separated); `None`: rustls's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// TLS 1.3 suites (`ssl-default-bind-ciphersuites`).
+    pub ciphersuites: Option<String>,
+    /// TLS 1.2 suites (`ssl-default-bind-ciphers`).
+    pub ciphers: Option<String>,
+    /// Key exchange groups (`ssl-default-bind-curves`).
+    pub curves: Option<String>,
+}
+
+/// OpenSSL's names of the suites rustls (aws-lc-rs) implements.
+const SUITES: &[(&str, CipherSuite)] = &[
+    (
+        "TLS_AES_128_GCM_SHA256",
+        CipherSuite::TLS13_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_AES_256_GCM_SHA384",
+        CipherSuite::TLS13_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_CHACHA20_POLY1305_SHA256",
+        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// OpenSSL's names (and aliases) of the groups rustls (aws-lc-rs) implements.
+const GROUPS: &[(&str, NamedGroup)] = &[
+    ("X25519", NamedGroup::X25519),
+    ("P-256", NamedGroup::secp256r1),
+    ("prime256v1", NamedGroup::secp256r1),
+    ("secp256r1", NamedGroup::secp256r1),
+    ("P-384", NamedGroup::secp384r1),
+    ("secp384r1", NamedGroup::secp384r1),
+    ("X25519MLKEM768", NamedGroup::X25519MLKEM768),
+    ("SecP256r1MLKEM768", NamedGroup::secp256r1MLKEM768),
+    ("MLKEM768", NamedGroup::MLKEM768),
+    ("MLKEM1024", NamedGroup::MLKEM1024),
+];
+
+/// The entries of `list` found in `table` (case-insensitive), in the list's order, and a
+/// warning naming the others.
+fn pick<T: Copy + PartialEq>(
+    what: &str,
+    list: &str,
+    table: &[(&str, T)],
+    available: impl Fn(T) -> bool,
+    warnings: &mut Vec<String>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut unknown = Vec::new();
+    for name in list.split(':').filter(|n| !n.is_empty()) {
+        match table.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            Some((_, v)) if available(*v) => {
+                if !out.contains(v) {
+                    out.push(*v);
+                }
+            }
+            _ => unknown.push(name),
+        }
+    }
+    if !unknown.is_empty() {
+        warnings.push(format!(
+            "{what}: {} not available in rustls (aws-lc-rs), ignored",
+            unknown.join(", ")
+        ));
+    }
+    out
+}
+
+/// The crypto a policy leaves: the provider, and whether the server's order of suites decides
+/// (when the policy lists suites, as HAProxy prefers its own order; rustls's default follows
+/// the client's).
+#[derive(Debug, Clone)]
+pub struct Crypto {
+    provider: Arc<CryptoProvider>,
+    server_order: bool,
+}
+
+impl Policy {
+    /// The crypto this policy leaves (aws-lc-rs's defaults where it says nothing or names
+    /// nothing rustls has), and warnings for what it cannot honour.
+    pub fn crypto(&self) -> (Crypto, Vec<String>) {
+        let mut p = aws_lc_rs::default_provider();
+        let mut warnings = Vec::new();
+        let all = aws_lc_rs::ALL_CIPHER_SUITES;
+        let mut keep =
+            |line: &str, list: &Option<String>, tls13: bool, warnings: &mut Vec<String>| {
+                let Some(list) = list else { return };
+                let wanted = pick(
+                    line,
+                    list,
+                    SUITES,
+                    |cs| {
+                        all.iter()
+                            .any(|s| s.suite() == cs && (s.tls13().is_some() == tls13))
+                    },
+                    warnings,
+                );
+                if wanted.is_empty() {
+                    warnings.push(format!("{line}: nothing usable, rustls's defaults kept"));
+                    return;
+                }
+                // This version's suites in the order asked for, the other version's kept.
+                let mut suites: Vec<_> = wanted
+                    .iter()
+                    .filter_map(|cs| all.iter().find(|s| s.suite() == *cs).copied())
+                    .collect();
+                suites.extend(
+                    p.cipher_suites
+                        .iter()
+                        .filter(|s| s.tls13().is_some() != tls13)
+                        .copied(),
+                );
+                p.cipher_suites = suites;
+            };
+        keep(
+            "ssl-default-bind-ciphersuites",
+            &self.ciphersuites,
+            true,
+            &mut warnings,
+        );
+        keep(
+            "ssl-default-bind-ciphers",
+            &self.ciphers,
+            false,
+            &mut warnings,
+        );
+        if let Some(list) = &self.curves {
+            let groups = aws_lc_rs::ALL_KX_GROUPS;
+            let wanted = pick(
+                "ssl-default-bind-curves",
+                list,
+                GROUPS,
+                |g| groups.iter().any(|k| k.name() == g),
+                &mut warnings,
+            );
+            if wanted.is_empty() {
+                warnings
+                    .push("ssl-default-bind-curves: nothing usable, rustls's defaults kept".into());
+            } else {
+                p.kx_groups = wanted
+                    .iter()
+                    .filter_map(|g| groups.iter().find(|k| k.name() == *g).copied())
+                    .collect();
+            }
+        }
+        let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
+        if self.ciphersuites.is_some() && !p.cipher_suites.iter().any(|s| s.suite() == aes128) {
+            warnings.push(
+                "ssl-default-bind-ciphersuites: QUIC listeners keep TLS_AES_128_GCM_SHA256 last \
+                 (QUIC's Initial packets need it, RFC 9001 §5.2)"
+                    .into(),
+            );
+        }
+        let server_order = self.ciphersuites.is_some() || self.ciphers.is_some();
+        (
+            Crypto {
+                provider: Arc::new(p),
+                server_order,
+            },
+            warnings,
+        )
+    }
+}
+
+/// Certificates and keys the TLS and QUIC listeners present, with the crypto provider they
+/// use.
 #[derive(Debug)]
 pub struct Identity {
-    keys: Vec<Arc<CertifiedKey>>,
-    /// PEM of the generated certificates (for `--cert-out`); empty for a user file.
+    keys: Arc<Keys>,
+    crypto: Crypto,
+    /// PEM of the generated certificates (for `--cert-out`); empty for user files.
     pub generated_pem: String,
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
-
 impl Identity {
-    pub fn load(source: &CertSource) -> Result<Identity> {
-        match source {
+    pub fn load(source: &CertSource, crypto: Crypto) -> Result<Identity> {
+        let provider = &crypto.provider;
+        let (keys, generated_pem) = match source {
             CertSource::Generate {
                 rsa_bits,
                 curve,
                 names,
                 ips,
-            } => generate(*rsa_bits, *curve, names, ips),
-            CertSource::File(path) => from_pem_file(path),
-        }
+            } => generate(*rsa_bits, *curve, names, ips, provider)?,
+            CertSource::Files(paths) => (from_paths(paths, provider)?, String::new()),
+        };
+        Ok(Identity {
+            keys: Arc::new(Keys::new(keys)),
+            crypto,
+            generated_pem,
+        })
     }
 
     /// A rustls server config presenting this identity with the given ALPN protocols; TLS 1.2
@@ -71,30 +273,96 @@ impl Identity {
         } else {
             &[&rustls::version::TLS13, &rustls::version::TLS12]
         };
-        let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        let mut provider = self.crypto.provider.clone();
+        let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
+        if tls13_only && !provider.cipher_suites.iter().any(|s| s.suite() == aes128) {
+            // QUIC protects its Initial packets with it whatever is negotiated (RFC 9001 §5.2).
+            let mut p = (*provider).clone();
+            p.cipher_suites.extend(
+                aws_lc_rs::ALL_CIPHER_SUITES
+                    .iter()
+                    .filter(|s| s.suite() == aes128),
+            );
+            provider = Arc::new(p);
+        }
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
-            .context("TLS protocol versions")?
+            .context("TLS protocol versions (do the ssl-default-bind-* lines leave a suite?)")?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Resolver(self.keys.clone())));
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        cfg.ignore_client_order = self.crypto.server_order;
         // No 0-RTT (quinn accepts 0 or u32::MAX).
         cfg.max_early_data_size = 0;
         Ok(cfg)
     }
 }
 
-/// Picks ECDSA when the client accepts it, RSA otherwise (as haterm's two `crt` lines do).
+/// Keys in load order, and the DNS names of their certificates (subjectAltName, lower case,
+/// `*.` wildcards kept as such) for choosing by SNI.
 #[derive(Debug)]
-struct Resolver(Vec<Arc<CertifiedKey>>);
+struct Keys {
+    keys: Vec<Arc<CertifiedKey>>,
+    by_name: HashMap<String, Vec<usize>>,
+}
+
+impl Keys {
+    fn new(keys: Vec<Arc<CertifiedKey>>) -> Keys {
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let Some(Ok(cert)) = k.cert.first().map(webpki::EndEntityCert::try_from) else {
+                continue;
+            };
+            for name in cert.valid_dns_names() {
+                let slot = by_name.entry(name.to_ascii_lowercase()).or_default();
+                if !slot.contains(&i) {
+                    slot.push(i);
+                }
+            }
+        }
+        Keys { keys, by_name }
+    }
+
+    /// The keys whose certificate names `sni` (exactly, else by a `*.` wildcard for its first
+    /// label), or `None`.
+    fn named(&self, sni: &str) -> Option<&[usize]> {
+        let sni = sni.to_ascii_lowercase();
+        self.by_name
+            .get(&sni)
+            .or_else(|| {
+                let parent = sni.split_once('.')?.1;
+                self.by_name.get(&format!("*.{parent}"))
+            })
+            .map(Vec::as_slice)
+    }
+
+    /// Among `candidates`, the first key the client can verify (by its signature schemes: ECDSA
+    /// or RSA, as haterm's two `crt` lines), else the first.
+    fn choose<'a>(
+        mut candidates: impl Iterator<Item = &'a Arc<CertifiedKey>> + Clone,
+        offered: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        candidates
+            .clone()
+            .find(|k| k.key.choose_scheme(offered).is_some())
+            .or_else(|| candidates.next())
+            .cloned()
+    }
+}
+
+/// Chooses by SNI among the certificates that name it; without SNI, or for a name no
+/// certificate has, among all (HAProxy serves its default certificate then).
+#[derive(Debug)]
+struct Resolver(Arc<Keys>);
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let keys = &self.0;
         let offered = hello.signature_schemes();
-        self.0
-            .iter()
-            .find(|k| k.key.choose_scheme(offered).is_some())
-            .or_else(|| self.0.first())
-            .cloned()
+        match hello.server_name().and_then(|n| keys.named(n)) {
+            Some(idx) => Keys::choose(idx.iter().map(|&i| &keys.keys[i]), offered),
+            None => Keys::choose(keys.keys.iter(), offered),
+        }
     }
 }
 
@@ -102,8 +370,9 @@ fn certified(
     cert: CertificateDer<'static>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>> {
-    let signing = provider()
+    let signing = provider
         .key_provider
         .load_private_key(key)
         .context("unsupported private key")?;
@@ -112,7 +381,13 @@ fn certified(
     Ok(Arc::new(CertifiedKey::new(certs, signing)))
 }
 
-fn generate(rsa_bits: u32, curve: Curve, names: &[String], ips: &[IpAddr]) -> Result<Identity> {
+fn generate(
+    rsa_bits: u32,
+    curve: Curve,
+    names: &[String],
+    ips: &[IpAddr],
+    provider: &CryptoProvider,
+) -> Result<(Vec<Arc<CertifiedKey>>, String)> {
     let rsa_size = match rsa_bits {
         2048 => rcgen::RsaKeySize::_2048,
         3072 => rcgen::RsaKeySize::_3072,
@@ -147,36 +422,96 @@ fn generate(rsa_bits: u32, curve: Curve, names: &[String], ips: &[IpAddr]) -> Re
         pem.push_str(&cert.pem());
         let der_key =
             PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        keys.push(certified(cert.der().clone(), Vec::new(), der_key)?);
+        keys.push(certified(
+            cert.der().clone(),
+            Vec::new(),
+            der_key,
+            provider,
+        )?);
     }
-    Ok(Identity {
-        keys,
-        generated_pem: pem,
-    })
+    Ok((keys, pem))
 }
 
-fn from_pem_file(path: &std::path::Path) -> Result<Identity> {
-    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut certs = Vec::new();
-    let mut key = None;
-    for item in rustls_pemfile::read_all(&mut data.as_slice()) {
-        match item.with_context(|| format!("{}: malformed PEM", path.display()))? {
-            rustls_pemfile::Item::X509Certificate(c) => certs.push(c),
-            rustls_pemfile::Item::Pkcs1Key(k) => key = key.or(Some(PrivateKeyDer::Pkcs1(k))),
-            rustls_pemfile::Item::Pkcs8Key(k) => key = key.or(Some(PrivateKeyDer::Pkcs8(k))),
-            rustls_pemfile::Item::Sec1Key(k) => key = key.or(Some(PrivateKeyDer::Sec1(k))),
-            _ => {}
+/// Keys from `crt` paths in order: a file, or every file of a directory (sorted by name;
+/// hidden files and the companions HAProxy reads beside a certificate, `.key`, `.ocsp`,
+/// `.issuer`, `.sctl`, skipped).
+fn from_paths(paths: &[PathBuf], provider: &CryptoProvider) -> Result<Vec<Arc<CertifiedKey>>> {
+    let mut keys = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && !companion_or_hidden(p))
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no certificate file in this directory", path.display());
+            }
+            for f in files {
+                keys.push(from_pem_file(&f, provider)?);
+            }
+        } else {
+            keys.push(from_pem_file(path, provider)?);
         }
     }
-    let key = key.with_context(|| format!("{}: no private key found", path.display()))?;
+    Ok(keys)
+}
+
+fn companion_or_hidden(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with('.')
+        || [".key", ".ocsp", ".issuer", ".sctl"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+}
+
+/// One HAProxy `crt` file: the chain (leaf first) and the key, or the key in `<file>.key`.
+fn from_pem_file(path: &Path, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>> {
+    let read =
+        |p: &Path| -> Result<(Vec<CertificateDer<'static>>, Option<PrivateKeyDer<'static>>)> {
+            let data = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let mut certs = Vec::new();
+            let mut key = None;
+            for item in rustls_pemfile::read_all(&mut data.as_slice()) {
+                match item.with_context(|| format!("{}: malformed PEM", p.display()))? {
+                    rustls_pemfile::Item::X509Certificate(c) => certs.push(c),
+                    rustls_pemfile::Item::Pkcs1Key(k) => {
+                        key = key.or(Some(PrivateKeyDer::Pkcs1(k)))
+                    }
+                    rustls_pemfile::Item::Pkcs8Key(k) => {
+                        key = key.or(Some(PrivateKeyDer::Pkcs8(k)))
+                    }
+                    rustls_pemfile::Item::Sec1Key(k) => key = key.or(Some(PrivateKeyDer::Sec1(k))),
+                    _ => {}
+                }
+            }
+            Ok((certs, key))
+        };
+    let (mut certs, key) = read(path)?;
+    let key = match key {
+        Some(k) => k,
+        None => {
+            let mut companion = path.as_os_str().to_owned();
+            companion.push(".key");
+            let companion = PathBuf::from(companion);
+            if !companion.exists() {
+                bail!(
+                    "{}: no private key found (nor in {})",
+                    path.display(),
+                    companion.display()
+                );
+            }
+            read(&companion)?
+                .1
+                .with_context(|| format!("{}: no private key found", companion.display()))?
+        }
+    };
     if certs.is_empty() {
         bail!("{}: no certificate found", path.display());
     }
     let leaf = certs.remove(0);
-    Ok(Identity {
-        keys: vec![certified(leaf, certs, key)?],
-        generated_pem: String::new(),
-    })
+    certified(leaf, certs, key, provider).with_context(|| format!("{}", path.display()))
 }
 
 /// Names and addresses the generated certificate covers: localhost, the loopback addresses and

@@ -1,12 +1,12 @@
 //! Worker threads: each owns a current-thread tokio runtime and its own SO_REUSEPORT sockets
-//! (bound up front by the caller), so nothing on the request path is shared.
+//! (bound up front), so nothing on the request path is shared; `cpu-map` pins them.
 
 use crate::config::{Config, ExtraHeaders};
-use crate::listen::{self, ListenSpec};
+use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::tls::Identity;
 use crate::{h1, h2, h3, ja4};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,78 +15,108 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-/// ALPN protocols offered on TLS/TCP, most preferred first.
-pub const TCP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1", b"http/1.0"];
-
 /// Sockets of one worker.
 #[derive(Default)]
 struct WorkerSockets {
     clear: Vec<std::net::TcpListener>,
-    tls: Vec<std::net::TcpListener>,
-    udp: Vec<std::net::UdpSocket>,
+    tls: Vec<(std::net::TcpListener, TlsAcceptor)>,
+    udp: Vec<(std::net::UdpSocket, Arc<Identity>)>,
 }
 
-/// Bind everything, start the workers, and return once they run, with the count of open
-/// connections (TCP and QUIC) for the shutdown to wait on.
+/// A listener and the certificates it presents (TLS and QUIC).
+pub type Bound = (Listener, Option<Arc<Identity>>);
+
+/// Bind everything, start the workers (worker `i` pinned to the CPUs `pins[i]`, if any), and
+/// return once they run, with the count of open connections (TCP and QUIC) for the shutdown
+/// to wait on.
 pub fn start(
     cfg: Arc<Config>,
-    specs: &[ListenSpec],
-    identity: Option<Arc<Identity>>,
+    listeners: &[Bound],
+    pins: &[Vec<usize>],
 ) -> Result<Arc<AtomicUsize>> {
     let n = cfg.threads;
     let mut per_worker: Vec<WorkerSockets> = (0..n).map(|_| WorkerSockets::default()).collect();
-    for spec in specs {
-        for (w, l) in per_worker
-            .iter_mut()
-            .zip(listen::tcp_listeners(spec.clear(), n)?)
-        {
-            w.clear.push(l);
-        }
-        if let Some(addr) = spec.tls() {
-            for (w, l) in per_worker.iter_mut().zip(listen::tcp_listeners(addr, n)?) {
-                w.tls.push(l);
+    for (l, identity) in listeners {
+        let identity = || {
+            identity
+                .clone()
+                .with_context(|| format!("{} {} has no certificate", l.proto(), l.addr))
+        };
+        match l.kind {
+            Kind::Clear => {
+                for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
+                    w.clear.push(s);
+                }
             }
-            if cfg.quic {
-                for (w, s) in per_worker.iter_mut().zip(listen::udp_sockets(addr, n)?) {
-                    w.udp.push(s);
+            Kind::Tls => {
+                let alpn: Vec<&[u8]> = l.alpn.iter().map(|p| p.as_bytes()).collect();
+                let acceptor =
+                    TlsAcceptor::from(Arc::new(identity()?.rustls_config(&alpn, false)?));
+                for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
+                    w.tls.push((s, acceptor.clone()));
+                }
+            }
+            Kind::Quic => {
+                let identity = identity()?;
+                for (w, s) in per_worker.iter_mut().zip(listen::udp_sockets(l.addr, n)?) {
+                    w.udp.push((s, identity.clone()));
                 }
             }
         }
     }
-    let acceptor = match &identity {
-        Some(id) => Some(TlsAcceptor::from(Arc::new(
-            id.rustls_config(TCP_ALPN, false)?,
-        ))),
-        None => None,
-    };
     let conns = Arc::new(AtomicUsize::new(0));
     for (i, sockets) in per_worker.into_iter().enumerate() {
-        let (cfg, acceptor, identity, conns) = (
-            cfg.clone(),
-            acceptor.clone(),
-            identity.clone(),
-            conns.clone(),
-        );
+        let (cfg, conns) = (cfg.clone(), conns.clone());
+        let cpus = pins.get(i).cloned().unwrap_or_default();
         loadterm_runtime::spawn(format!("worker-{i}"), None, move || {
-            worker(sockets, cfg, acceptor, identity, conns)
+            if let Err(e) = pin(&cpus) {
+                eprintln!("loadterm: warning: worker {i}: cannot pin to CPUs {cpus:?}: {e}");
+            }
+            worker(sockets, cfg, conns)
         })
         .context("cannot start a worker thread")?;
     }
     Ok(conns)
 }
 
-async fn worker(
-    sockets: WorkerSockets,
-    cfg: Arc<Config>,
-    acceptor: Option<TlsAcceptor>,
-    identity: Option<Arc<Identity>>,
-    conns: Arc<AtomicUsize>,
-) {
+/// The CPUs this process may run on (its affinity mask).
+pub fn allowed_cpus() -> Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Pin the calling thread to `cpus` (`cpu-map`); nothing for an empty set.
+fn pin(cpus: &[usize]) -> Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: as in `allowed_cpus`; CPU_SET is given CPUs below CPU_SETSIZE only.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            bail!("CPU {cpu} is out of range");
+        }
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize>) {
     let listeners = sockets
         .clear
         .into_iter()
         .map(|l| (l, None))
-        .chain(sockets.tls.into_iter().map(|l| (l, acceptor.clone())));
+        .chain(sockets.tls.into_iter().map(|(l, a)| (l, Some(a))));
     for (l, tls) in listeners {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => {
@@ -95,15 +125,13 @@ async fn worker(
             Err(e) => eprintln!("loadterm: cannot register a listener: {e}"),
         }
     }
-    if let Some(identity) = identity {
-        for s in sockets.udp {
-            let (identity, cfg, conns) = (identity.clone(), cfg.clone(), conns.clone());
-            tokio::spawn(async move {
-                if let Err(e) = h3::run_endpoint(s, identity, cfg, conns).await {
-                    eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
-                }
-            });
-        }
+    for (s, identity) in sockets.udp {
+        let (cfg, conns) = (cfg.clone(), conns.clone());
+        tokio::spawn(async move {
+            if let Err(e) = h3::run_endpoint(s, identity, cfg, conns).await {
+                eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
+            }
+        });
     }
     std::future::pending::<()>().await;
 }
@@ -147,16 +175,20 @@ async fn accept_loop(
             let _slot = slot;
             match tls {
                 None => serve_clear(sock, cfg).await,
-                Some(acceptor) => serve_tls(sock, acceptor, cfg, extra).await,
+                // Boxed: TLS state would otherwise enlarge every clear connection's task.
+                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, extra)).await,
             }
         });
     }
 }
 
+// The HTTP/2 futures are boxed: a task's future is as large as its largest state, and HTTP/2's
+// (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
+// ones included.
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
         Some(true) => {
-            let _ = h2::serve_connection(sock, cfg, Vec::new()).await;
+            let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
         }
         Some(false) => {
             let opts = h1::Options {
@@ -165,7 +197,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 splice: cfg.splice,
             };
             if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
-                let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+                let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
             }
         }
         None => {}
@@ -194,7 +226,7 @@ where
         return;
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = h2::serve_connection(stream, cfg, extra).await;
+        let _ = Box::pin(h2::serve_connection(stream, cfg, extra)).await;
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {

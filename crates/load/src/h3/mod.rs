@@ -6,7 +6,7 @@
 mod stream;
 
 use crate::inflight::End;
-use crate::record::ErrorKind;
+use crate::record::{ErrorKind, Failure};
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
 use loadterm_h3::frame::{self, code};
@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 /// One HTTP/3 connection: `scheds` holds one schedule per concurrent stream slot.
-pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, ErrorKind> {
+pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, Failure> {
     let setup = w.setup.clone();
     let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
     let config = setup
@@ -23,25 +23,33 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
         .clone()
         .expect("H3 setup has a QUIC config");
     let name = setup.server_name.to_str();
+    let connect_failed = |why: &dyn std::fmt::Display| {
+        Failure::new(ErrorKind::Connect, format!("QUIC {}: {why}", setup.addr))
+    };
     let connecting = endpoint
         .connect_with(config, setup.addr, &name)
-        .map_err(|_| ErrorKind::Connect)?;
+        .map_err(|e| connect_failed(&e))?;
     let conn = tokio::time::timeout(setup.timeout, connecting)
         .await
-        .map_err(|_| ErrorKind::Connect)?
+        .map_err(|_| connect_failed(&"timed out"))?
         .map_err(|e| match e {
-            quinn::ConnectionError::TransportError(_)
-            | quinn::ConnectionError::ConnectionClosed(_) => ErrorKind::Tls,
-            _ => ErrorKind::Connect,
+            // The handshake failed on our side (e.g. certificate verification): rustls's
+            // reason is in the transport error.
+            quinn::ConnectionError::TransportError(t) => crate::tls::failure(&name, &t.reason),
+            quinn::ConnectionError::ConnectionClosed(c) => {
+                crate::tls::failure(&name, &format!("closed by the server: {c}"))
+            }
+            e => connect_failed(&e),
         })?;
+    w.startup.connected();
     // Our control stream, with empty SETTINGS; open as long as the connection.
     let mut hello = vec![frame::STREAM_CONTROL as u8];
     frame::put_frame(&mut hello, frame::SETTINGS, &[]);
-    let mut control = conn.open_uni().await.map_err(|_| ErrorKind::Connect)?;
+    let mut control = conn.open_uni().await.map_err(|e| connect_failed(&e))?;
     control
         .write_all(&hello)
         .await
-        .map_err(|_| ErrorKind::Connect)?;
+        .map_err(|e| connect_failed(&e))?;
     let goaway = Rc::new(Cell::new(false));
     let peer = tokio::task::spawn_local(server_streams(conn.clone(), goaway.clone()));
     let loops = scheds

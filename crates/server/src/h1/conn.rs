@@ -3,12 +3,13 @@
 //! small responses leave in one write; large bodies go out as vectored writes of static slices.
 
 use super::body::Decoder;
+use super::buffers;
 use super::head::{self, Head, Parsed};
 use super::Upgrade;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
 use loadterm_codec::chunked;
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, H1Heads, Request, Step, Version};
+use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
 use std::io::{self, IoSlice};
@@ -29,6 +30,8 @@ const IOV: usize = 8;
 /// After deciding to close, keep reading (and discarding) this long so that unread request bytes
 /// do not turn our close into a reset that destroys the response in flight.
 const LINGER: Duration = Duration::from_millis(500);
+/// How long a connection waiting for its next request keeps its buffers (see `next_bytes`).
+const IDLE_HOLD: Duration = Duration::from_millis(10);
 
 /// The answer that switches the connection to HTTP/2 (`Upgrade: h2c`).
 const SWITCHING: &[u8] =
@@ -81,14 +84,16 @@ struct Conn<IO> {
     start: usize,
     out: Vec<u8>,
     timeout: Duration,
+    /// Capacity asked for splice pipes (`tune.pipesize`).
+    pipe_size: usize,
     head: Head,
     lenient: bool,
     /// Send `date` fields.
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
-    /// Response heads, with the extra lines (`alt-svc`) the listener adds.
-    heads: H1Heads,
+    /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
+    extra_head: Vec<u8>,
     shutdown: Shutdown,
 }
 
@@ -101,43 +106,48 @@ pub async fn serve<IO: Transport>(
 ) -> io::Result<Option<Upgrade<IO>>> {
     let mut c = Conn {
         io,
-        rbuf: Vec::with_capacity(READ_CHUNK),
+        rbuf: Vec::new(),
         start: 0,
-        out: Vec::with_capacity(4096),
+        out: Vec::new(),
         timeout: cfg.timeout,
+        pipe_size: cfg.pipe_size,
         head: Head::default(),
         lenient: cfg.lenient,
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
-        heads: H1Heads::new(opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
+        extra_head: opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
             lines.extend_from_slice(n.as_str().as_bytes());
             lines.extend_from_slice(b": ");
             lines.extend_from_slice(v.as_bytes());
             lines.extend_from_slice(b"\r\n");
             lines
-        })),
+        }),
         shutdown: cfg.shutdown.clone(),
     };
-    loop {
-        match c.request().await {
-            Ok(()) => continue,
-            Err(Stop::Close) => {
-                c.close().await;
-                return Ok(None);
-            }
-            Err(Stop::Abort) => return Ok(None),
-            Err(Stop::Upgrade(head)) => {
-                c.flush().await?;
-                let buffered = c.buffered().to_vec();
-                return Ok(Some(Upgrade {
-                    io: c.io,
-                    buffered,
-                    head,
-                }));
-            }
+    let stop = loop {
+        if let Err(stop) = c.request().await {
+            break stop;
         }
-    }
+    };
+    let upgrade = match stop {
+        Stop::Close => {
+            c.close().await;
+            None
+        }
+        Stop::Abort => None,
+        Stop::Upgrade(head) => {
+            c.flush().await?;
+            Some((head, c.buffered().to_vec()))
+        }
+    };
+    buffers::give(std::mem::take(&mut c.rbuf));
+    buffers::give(std::mem::take(&mut c.out));
+    Ok(upgrade.map(|(head, buffered)| Upgrade {
+        io: c.io,
+        buffered,
+        head,
+    }))
 }
 
 impl<IO: Transport> Conn<IO> {
@@ -153,16 +163,63 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
+    /// Between requests, with nothing buffered either way: give the buffers back.
+    fn idle(&mut self) {
+        if self.buffered().is_empty() && self.out.is_empty() {
+            self.start = 0;
+            buffers::give(std::mem::take(&mut self.rbuf));
+            buffers::give(std::mem::take(&mut self.out));
+        }
+    }
+
+    /// An output buffer before a response is written into it.
+    fn ready_out(&mut self) {
+        if self.out.capacity() == 0 {
+            self.out = buffers::take(4096);
+        }
+    }
+
+    /// Wait up to the client timeout for a next request's first bytes. The buffers are kept for a
+    /// short spell (under load the next request comes sooner, and taking them back each time
+    /// costs); past it the connection is idle: it gives them back and, on TCP, awaits readiness
+    /// holding none. TLS streams are read into the read buffer at once (rustls keeps its own
+    /// buffers whatever we do).
+    async fn next_bytes(&mut self) -> Result<usize, Option<io::Error>> {
+        let hold = IDLE_HOLD.min(self.timeout);
+        match self.read_within(hold).await {
+            Err(None) => {}
+            r => return r,
+        }
+        self.idle();
+        let rest = self.timeout - hold;
+        if let Some(tcp) = self.io.tcp() {
+            match timeout(rest, tcp.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(Some(e)),
+                Err(_) => return Err(None),
+            }
+        }
+        self.read_within(rest).await
+    }
+
     /// Read more request bytes (flushing pending output first: we are about to wait).
     /// `Ok(0)` is end of stream; `Err(None)` a timeout.
     async fn read_more(&mut self) -> Result<usize, Option<io::Error>> {
+        self.read_within(self.timeout).await
+    }
+
+    async fn read_within(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
         self.flush().await.map_err(Some)?;
         if self.start > 0 {
             self.rbuf.drain(..self.start);
             self.start = 0;
         }
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = buffers::take(READ_CHUNK);
+        }
         self.rbuf.reserve(READ_CHUNK);
-        match timeout(self.timeout, self.io.read_buf(&mut self.rbuf)).await {
+        // Cancel-safe: bytes are appended only by a read that completes.
+        match timeout(limit, self.io.read_buf(&mut self.rbuf)).await {
             Ok(r) => r.map_err(Some),
             Err(_) => Err(None),
         }
@@ -198,12 +255,13 @@ impl<IO: Transport> Conn<IO> {
 
     /// Answer with an error page (no request could be planned) and close.
     fn fail(&mut self, page: ErrorPage, t_first: Instant) -> Stop {
+        self.ready_out();
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
         loop {
             match x.next(t_first) {
-                Step::Head(h) => self
-                    .heads
-                    .write_once(&h, &crate::planner::date(), &mut self.out),
+                Step::Head(h) => {
+                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
+                }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => return Stop::Close,
             }
@@ -217,7 +275,8 @@ impl<IO: Transport> Conn<IO> {
         }
         let _ = timeout(LINGER, async {
             let _ = self.io.shutdown().await;
-            let mut sink = [0u8; 4096];
+            // On the heap: a local array would be part of every connection's future.
+            let mut sink = vec![0u8; 4096];
             let mut left = 256 * 1024usize;
             while left > 0 {
                 match self.io.read(&mut sink).await {
@@ -237,7 +296,7 @@ impl<IO: Transport> Conn<IO> {
             self.flush().await?;
             let stop = self.shutdown.clone();
             let r = tokio::select! {
-                r = self.read_more() => r,
+                r = self.next_bytes() => r,
                 () = stop.wait() => return Err(Stop::Close),
             };
             match r {
@@ -261,6 +320,7 @@ impl<IO: Transport> Conn<IO> {
                 },
             }
         }
+        self.ready_out();
         let head_len = self.head.len;
         if self.h2c_upgrade && self.head.upgrade_h2c {
             let head = self.buffered()[..head_len].to_vec();
@@ -295,7 +355,7 @@ impl<IO: Transport> Conn<IO> {
             match x.next(now) {
                 Step::Continue => self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n"),
                 Step::ReadBody => {
-                    match self.drain(&mut decoder).await {
+                    match Box::pin(self.drain(&mut decoder)).await {
                         Ok(n) => {
                             x.body_bytes(n);
                             x.body_end();
@@ -309,10 +369,10 @@ impl<IO: Transport> Conn<IO> {
                 }
                 Step::WaitUntil(t) => {
                     self.flush().await?;
-                    tokio::time::sleep_until(t.into()).await;
+                    Box::pin(tokio::time::sleep_until(t.into())).await;
                     now = Instant::now();
                 }
-                Step::Head(h) => self.heads.write(&h, &crate::planner::date(), &mut self.out),
+                Step::Head(h) => crate::planner::write_h1(&h, &self.extra_head, &mut self.out),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
                     kind,
@@ -391,9 +451,9 @@ impl<IO: Transport> Conn<IO> {
         {
             self.flush().await?;
             let tcp = self.io.tcp().expect("checked above");
-            super::splice::send(tcp, kind, size, self.timeout).await
+            Box::pin(super::splice::send(tcp, kind, size, self.timeout, self.pipe_size)).await
         } else {
-            self.large_body(kind, size).await
+            Box::pin(self.large_body(kind, size)).await
         }
     }
 

@@ -3,6 +3,7 @@
 //! clear TCP without copying.
 
 pub mod body;
+mod buffers;
 mod conn;
 pub mod head;
 mod splice;

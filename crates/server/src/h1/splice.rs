@@ -16,8 +16,6 @@ use tokio::net::TcpStream;
 
 /// Bodies at least this large are spliced; smaller ones are cheaper to copy with the head.
 pub const MIN_SIZE: u64 = 64 * 1024;
-/// Pipe capacity asked for (the kernel may give less); one `splice` moves up to this much.
-const PIPE_SIZE: libc::c_int = 256 * 1024;
 /// Idle pipes kept per worker thread for the next responses.
 const POOL: usize = 64;
 /// Static slices per `vmsplice`.
@@ -37,12 +35,19 @@ thread_local! {
 }
 
 /// Capacity asked for the master pipe (the default `pipe-max-size`).
-const MASTER_SIZE: libc::c_int = 1024 * 1024;
+const MASTER_SIZE: usize = 1024 * 1024;
 
 fn master() -> io::Result<(Pipe, usize)> {
-    let pipe = Pipe::take()?;
+    // A pooled pipe may come back: its capacity is set again.
+    let pipe = Pipe::take(MASTER_SIZE)?;
     // SAFETY: plain fcntl on a descriptor we own.
-    unsafe { libc::fcntl(pipe.w.as_raw_fd(), libc::F_SETPIPE_SZ, MASTER_SIZE) };
+    unsafe {
+        libc::fcntl(
+            pipe.w.as_raw_fd(),
+            libc::F_SETPIPE_SZ,
+            MASTER_SIZE as libc::c_int,
+        )
+    };
     let mut filled = 0u64;
     // Until the pipe is full (EAGAIN) or holds the size asked for.
     while filled < MASTER_SIZE as u64 {
@@ -59,7 +64,10 @@ fn master() -> io::Result<(Pipe, usize)> {
 }
 
 impl Pipe {
-    fn take() -> io::Result<Pipe> {
+    /// A pooled pipe, or a new one asking for `capacity` bytes (the kernel may give less; one
+    /// `splice` moves up to this much). The pool holds pipes of one capacity: a process runs
+    /// with one `tune.pipesize`.
+    fn take(capacity: usize) -> io::Result<Pipe> {
         if let Some(p) = IDLE.with(|idle| idle.borrow_mut().pop()) {
             return Ok(p);
         }
@@ -76,8 +84,9 @@ impl Pipe {
             }
         };
         // Best effort: a smaller pipe only means more system calls.
+        let capacity = libc::c_int::try_from(capacity).unwrap_or(libc::c_int::MAX);
         // SAFETY: plain fcntl on a descriptor we own.
-        unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+        unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, capacity) };
         Ok(p)
     }
 
@@ -161,8 +170,9 @@ pub async fn send(
     kind: BodyKind,
     size: u64,
     write_timeout: Duration,
+    pipe_size: usize,
 ) -> io::Result<()> {
-    let pipe = Pipe::take()?;
+    let pipe = Pipe::take(pipe_size)?;
     let mut off = 0u64;
     while off < size {
         let queued = fill_body(&pipe, kind, off, size)?;

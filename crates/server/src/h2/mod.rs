@@ -2,7 +2,7 @@
 //! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
 //! static slices sent as flow control allows, so any size streams in constant memory.
 
-mod coalesce;
+mod emit;
 mod stream;
 pub mod upgrade;
 
@@ -54,7 +54,7 @@ where
         .max_send_buffer_size(256 << 10);
     let mut conn = tokio::time::timeout(
         cfg.timeout,
-        builder.handshake::<_, bytes::Bytes>(coalesce::Coalesce::new(io)),
+        builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.emit, s.emit_threshold)),
     )
     .await??;
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();

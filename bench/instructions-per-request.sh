@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# User-space instructions per request of a server, counted by valgrind's callgrind: a count that
+# does not move with machine load or CPU frequency, for comparing two builds' hot paths on a busy
+# machine where CPU-time A/B runs cannot resolve a few percent. It says nothing about system time
+# or cache behaviour; confirm a change with `loadterm ab` on a quiet machine.
+#
+# Runs the server under callgrind twice, with N and 3N requests from CLIENT, and prints
+# (I(3N) - I(N)) / 2N, which cancels start-up and shutdown.
+#
+#   bench/instructions-per-request.sh 'target/release/loadterm serve -t 1 -L 127.0.0.1:{port}' \
+#       'target/release/loadterm load --h1 -c 10 -m 10 -t 1 -n {requests} http://127.0.0.1:{port}/?s=1k' 20000
+#
+# Needs valgrind (apt install valgrind). The client runs natively; the server is ~50x slower
+# under callgrind, so keep the client's concurrency modest and N around 10k-50k.
+set -euo pipefail
+server=$1 client=$2 n=$3
+PORT=${PORT:-18930}
+command -v valgrind >/dev/null || { echo "needs valgrind (apt install valgrind)" >&2; exit 1; }
+fill() { local s=${1//\{port\}/$PORT}; echo "${s//\{requests\}/$2}"; }
+
+count() {
+  local requests=$1 out
+  out=$(mktemp)
+  # shellcheck disable=SC2046
+  valgrind --tool=callgrind --callgrind-out-file="$out" $(fill "$server" "$requests") >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
+  sh -c "$(fill "$client" "$requests")" >/dev/null 2>&1
+  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
+  rm -f "$out"
+}
+
+a=$(count "$n"); b=$(count $((3 * n)))
+awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.0f user-space instructions per request (%d and %d requests: %d, %d)\n", (b - a) / (2 * n), n, 3 * n, a, b }'

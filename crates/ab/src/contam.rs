@@ -1,0 +1,368 @@
+//! Contamination checks: what else happened on the machine during a run. Each check is a pure
+//! function of /proc and /sys readings taken around the run, so the thresholds are decided here
+//! and nowhere else.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Steal above this share of the measured cores' capacity flags the run.
+pub const STEAL_PCT: f64 = 2.0;
+/// CPU used on the server's cores by anything but the server, above this share of their capacity.
+pub const FOREIGN_PCT: f64 = 5.0;
+/// The client's cores at or above this busy share: req/s then measures the client.
+pub const CLIENT_SATURATED_PCT: f64 = 95.0;
+/// A 1-minute load average that moved this much since the first run means the machine's load
+/// changed during the comparison.
+pub const LOAD_CHANGE: f64 = 1.0;
+/// Steady state: first and last thirds of the per-second series differ by more than this many
+/// standard errors *and* by more than this share.
+pub const STEADY_Z: f64 = 3.0;
+pub const STEADY_PCT: f64 = 2.0;
+
+/// Cumulative ticks of one CPU from /proc/stat.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTicks {
+    /// user + nice + system + irq + softirq (guest time is already inside user).
+    pub busy: u64,
+    pub steal: u64,
+}
+
+/// The `cpuN` lines of /proc/stat.
+pub fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTicks> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let cpu: usize = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.map(|x| x.parse().unwrap_or(0)).collect();
+            let g = |i: usize| v.get(i).copied().unwrap_or(0);
+            Some((
+                cpu,
+                CpuTicks {
+                    busy: g(0) + g(1) + g(2) + g(5) + g(6),
+                    steal: g(7),
+                },
+            ))
+        })
+        .collect()
+}
+
+pub fn read_proc_stat() -> BTreeMap<usize, CpuTicks> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap_or_default())
+}
+
+/// Machine settings that change what a run measures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    pub governor: Option<String>,
+    pub boost: Option<String>,
+    /// The selected mode of /sys/kernel/mm/transparent_hugepage/enabled.
+    pub thp: Option<String>,
+    pub load1: f64,
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// `always [madvise] never` → `madvise`.
+pub fn selected_mode(s: &str) -> Option<String> {
+    let start = s.find('[')?;
+    let end = s[start..].find(']')? + start;
+    Some(s[start + 1..end].to_owned())
+}
+
+pub fn settings(cpu: usize) -> Settings {
+    Settings {
+        governor: read(&format!(
+            "/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+        )),
+        boost: read("/sys/devices/system/cpu/cpufreq/boost"),
+        thp: read("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|s| selected_mode(&s)),
+        load1: read("/proc/loadavg")
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0),
+    }
+}
+
+/// Pairs (server CPU, client CPU) that are SMT siblings of one core, from each server CPU's
+/// `thread_siblings_list` (`siblings(cpu)`, e.g. "0,4" or "0-1").
+pub fn smt_shared(
+    server: &[usize],
+    client: &[usize],
+    siblings: impl Fn(usize) -> Option<String>,
+) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &s in server {
+        let Some(list) = siblings(s) else { continue };
+        for c in parse_cpu_list(&list) {
+            if c != s && client.contains(&c) {
+                out.push((s, c));
+            }
+        }
+    }
+    out
+}
+
+pub fn sysfs_siblings(cpu: usize) -> Option<String> {
+    read(&format!(
+        "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    ))
+}
+
+fn parse_cpu_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .flat_map(|part| match part.split_once('-') {
+            Some((a, b)) => match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
+                (Ok(a), Ok(b)) => (a..=b).collect(),
+                _ => Vec::new(),
+            },
+            None => part.trim().parse().ok().into_iter().collect(),
+        })
+        .collect()
+}
+
+/// First and last thirds of a run's per-second request counts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Steady {
+    pub first: f64,
+    pub last: f64,
+    pub change_pct: f64,
+    pub steady: bool,
+}
+
+/// Whether the last third of `series` (complete seconds) differs from the first beyond the
+/// series' own noise; `None` under 3 seconds. The noise is estimated from the median of the
+/// successive differences over the whole series, which neither a slow drift nor one warm-up
+/// jump inflates, so that even a 5-second run (thirds of one second) has a yardstick.
+pub fn steady_state(series: &[f64]) -> Option<Steady> {
+    let n = series.len();
+    if n < 3 {
+        return None;
+    }
+    let k = n / 3;
+    let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+    let (ma, mb) = (mean(&series[..k]), mean(&series[n - k..]));
+    let steps: Vec<f64> = series.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+    // σ of one second: 1.4826 × the median step / √2 (a step is the difference of two seconds).
+    let sd = 1.4826 * crate::stats::median(&steps) / std::f64::consts::SQRT_2;
+    let se = sd * (2.0 / k as f64).sqrt();
+    let change_pct = if ma > 0.0 {
+        (mb / ma - 1.0) * 100.0
+    } else {
+        0.0
+    };
+    let beyond_noise = (mb - ma).abs() > STEADY_Z * se;
+    Some(Steady {
+        first: ma,
+        last: mb,
+        change_pct,
+        steady: !(beyond_noise && change_pct.abs() > STEADY_PCT),
+    })
+}
+
+/// Readings of one run.
+#[derive(Debug, Clone)]
+pub struct Readings {
+    pub wall_s: f64,
+    pub ticks_per_s: f64,
+    pub before: BTreeMap<usize, CpuTicks>,
+    pub after: BTreeMap<usize, CpuTicks>,
+    pub server_cpus: Vec<usize>,
+    pub client_cpus: Vec<usize>,
+    /// Ticks of the server's process tree during the run; `None` when no server is measured.
+    pub server_ticks: Option<u64>,
+    pub start: Settings,
+    /// Settings when the comparison began (the reference for "changed").
+    pub reference: Settings,
+    pub smt: Vec<(usize, usize)>,
+    pub series: Vec<f64>,
+}
+
+/// The checks of one run, with the flags raised.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checks {
+    /// Steal on the server and client cores, % of their capacity.
+    pub steal_pct: f64,
+    /// Non-server CPU on the server's cores, % of their capacity (none in endpoint mode).
+    pub foreign_pct: Option<f64>,
+    /// Busy share of the client's cores.
+    pub client_busy_pct: f64,
+    pub settings: Settings,
+    pub steady: Option<Steady>,
+    pub flags: Vec<String>,
+}
+
+fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
+    cpus.iter()
+        .map(|c| {
+            let a = r.after.get(c).map_or(0, f);
+            let b = r.before.get(c).map_or(0, f);
+            a.saturating_sub(b) as f64
+        })
+        .sum()
+}
+
+pub fn check(r: &Readings) -> Checks {
+    let capacity = |cpus: &[usize]| (r.wall_s * r.ticks_per_s * cpus.len() as f64).max(1e-9);
+    let all: Vec<usize> = r
+        .server_cpus
+        .iter()
+        .chain(&r.client_cpus)
+        .copied()
+        .collect();
+    let steal_pct = if r.server_ticks.is_some() {
+        delta(r, &all, |t| t.steal) / capacity(&all)
+    } else {
+        delta(r, &r.client_cpus, |t| t.steal) / capacity(&r.client_cpus)
+    } * 100.0;
+    let foreign_pct = r.server_ticks.map(|own| {
+        let busy = delta(r, &r.server_cpus, |t| t.busy);
+        ((busy - own as f64).max(0.0) / capacity(&r.server_cpus) * 100.0).min(100.0)
+    });
+    // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
+    // tick or two: capped, since it is a share.
+    let client_busy_pct =
+        (delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
+    let mut flags = Vec::new();
+    if steal_pct > STEAL_PCT {
+        flags.push(format!("steal {steal_pct:.1}%"));
+    }
+    if let Some(f) = foreign_pct.filter(|f| *f > FOREIGN_PCT) {
+        flags.push(format!("foreign CPU {f:.1}% on the server cores"));
+    }
+    if client_busy_pct >= CLIENT_SATURATED_PCT {
+        flags.push(format!(
+            "client cores {client_busy_pct:.0}% busy: req/s measures the client"
+        ));
+    }
+    for (s, c) in &r.smt {
+        flags.push(format!("SMT siblings: server CPU {s} and client CPU {c}"));
+    }
+    let (now, then) = (&r.start, &r.reference);
+    for (what, a, b) in [
+        ("governor", &then.governor, &now.governor),
+        ("boost", &then.boost, &now.boost),
+        ("THP", &then.thp, &now.thp),
+    ] {
+        if a != b {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "n/a".into());
+            flags.push(format!("{what} changed: {} → {}", show(a), show(b)));
+        }
+    }
+    if (now.load1 - then.load1).abs() > LOAD_CHANGE {
+        flags.push(format!(
+            "load average changed: {:.2} → {:.2}",
+            then.load1, now.load1
+        ));
+    }
+    let steady = steady_state(&r.series);
+    if let Some(s) = steady.as_ref().filter(|s| !s.steady) {
+        flags.push(format!(
+            "not steady: req/s {:+.1}% from the first to the last third",
+            s.change_pct
+        ));
+    }
+    Checks {
+        steal_pct,
+        foreign_pct,
+        client_busy_pct,
+        settings: now.clone(),
+        steady,
+        flags,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(load1: f64) -> Settings {
+        Settings {
+            governor: Some("performance".into()),
+            boost: None,
+            thp: Some("madvise".into()),
+            load1,
+        }
+    }
+
+    fn readings(before: &str, after: &str, server_ticks: Option<u64>) -> Readings {
+        Readings {
+            wall_s: 1.0,
+            ticks_per_s: 100.0,
+            before: parse_proc_stat(before),
+            after: parse_proc_stat(after),
+            server_cpus: vec![0],
+            client_cpus: vec![1],
+            server_ticks,
+            start: settings(2.0),
+            reference: settings(2.0),
+            smt: Vec::new(),
+            series: Vec::new(),
+        }
+    }
+
+    const BEFORE: &str = "cpu  1 1 1 1 1 1 1 1 0 0\ncpu0 100 0 50 1000 0 0 10 0 0 0\ncpu1 200 0 20 900 0 0 5 0 0 0\nintr 5\n";
+
+    #[test]
+    fn clean_run_raises_no_flag() {
+        // cpu0: 60 busy ticks, 58 of them the server's; cpu1: 50 busy ticks.
+        let after = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let c = check(&readings(BEFORE, after, Some(58)));
+        assert!(c.flags.is_empty(), "{:?}", c.flags);
+        assert!((c.foreign_pct.unwrap() - 2.0).abs() < 1e-9);
+        assert!((c.client_busy_pct - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn foreign_steal_and_saturated_client_are_flagged() {
+        // cpu0: 90 busy ticks, the server had 60: 30% foreign; 5 steal ticks over 200: 2.5%;
+        // cpu1 fully busy.
+        let after = "cpu0 170 0 70 1010 0 0 10 5 0 0\ncpu1 290 0 30 900 0 0 5 0 0 0\n";
+        let c = check(&readings(BEFORE, after, Some(60)));
+        let text = c.flags.join("; ");
+        assert!(text.contains("foreign CPU 30.0%"), "{text}");
+        assert!(text.contains("steal 2.5%"), "{text}");
+        assert!(text.contains("client cores 100% busy"), "{text}");
+    }
+
+    #[test]
+    fn changed_settings_and_load_are_flagged() {
+        let mut r = readings(BEFORE, BEFORE, Some(0));
+        r.start.thp = Some("always".into());
+        r.start.load1 = 3.5;
+        r.smt = smt_shared(&[0], &[1], |_| Some("0-1".into()));
+        let text = check(&r).flags.join("; ");
+        assert!(text.contains("THP changed: madvise → always"), "{text}");
+        assert!(text.contains("load average changed: 2.00 → 3.50"), "{text}");
+        assert!(
+            text.contains("SMT siblings: server CPU 0 and client CPU 1"),
+            "{text}"
+        );
+        assert!(smt_shared(&[0], &[1], |_| Some("0,2".into())).is_empty());
+    }
+
+    #[test]
+    fn steady_state_needs_a_drift_beyond_noise() {
+        let flat = [100.0, 103.0, 98.0, 101.0, 99.0, 102.0, 100.0, 97.0, 103.0];
+        assert!(steady_state(&flat).unwrap().steady);
+        let warming = [60.0, 70.0, 80.0, 95.0, 99.0, 100.0, 101.0, 100.0, 99.0];
+        let s = steady_state(&warming).unwrap();
+        assert!(!s.steady && s.change_pct > 30.0, "{s:?}");
+        let short_warmup = [70.0, 95.0, 100.0, 101.0, 100.0];
+        assert!(!steady_state(&short_warmup).unwrap().steady);
+        assert!(steady_state(&flat[..5]).unwrap().steady);
+        assert!(steady_state(&flat[..2]).is_none());
+    }
+
+    #[test]
+    fn thp_mode_and_cpu_lists() {
+        assert_eq!(
+            selected_mode("always [madvise] never").as_deref(),
+            Some("madvise")
+        );
+        assert_eq!(parse_cpu_list("0-2,5"), vec![0, 1, 2, 5]);
+    }
+}

@@ -1,0 +1,161 @@
+//! What surrounds the measured server: placeholder substitution (one rule for commands and
+//! config templates), per-run scratch directories, and backends that run for the whole
+//! comparison on their own CPUs and are never measured.
+
+use crate::procs::{self, ServerProc};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Placeholder → value, applied in order: `{backend_port_2}` before `{backend_port}` would not
+/// matter since braces delimit names, but keeping one list keeps one rule.
+#[derive(Debug, Clone, Default)]
+pub struct Vars(Vec<(String, String)>);
+
+impl Vars {
+    pub fn set(&mut self, name: &str, value: impl ToString) {
+        let key = format!("{{{name}}}");
+        let value = value.to_string();
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    pub fn render(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_owned(), |t, (k, v)| t.replace(k.as_str(), v))
+    }
+}
+
+/// A scratch directory for one process (config, logs, pid files, nginx temp paths), removed
+/// when dropped.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Result<Scratch> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "loadterm-ab-{}-{n}-{}",
+            std::process::id(),
+            tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        ));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Wait until something answers on `host:port`, and check that it is `server`'s process tree.
+pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(why) = server.exited() {
+            bail!("exited during start-up ({why})");
+        }
+        if std::net::TcpStream::connect((host, port)).is_ok() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            bail!("did not listen on {host}:{port} within 15 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !server.owns_port(port) {
+        bail!("{host}:{port} is answered by a process outside its process tree (port shared via SO_REUSEPORT?)");
+    }
+    Ok(())
+}
+
+/// The backends of a comparison, stopped when dropped.
+pub struct Backends {
+    procs: Vec<(ServerProc, Scratch)>,
+}
+
+impl Backends {
+    /// Start every backend on `cpus` with its own two ports (substituted in its own command as
+    /// `{backend_port}` / `{backend_tls_port}`), wait until each listens on its first port, and
+    /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
+    /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
+    pub fn start(
+        commands: &[String],
+        host: &str,
+        cpus: &[usize],
+        vars: &mut Vars,
+    ) -> Result<Backends> {
+        let mut procs = Vec::new();
+        let mut taken = Vec::new();
+        for (i, command) in commands.iter().enumerate() {
+            let clear = procs::free_port(host, &taken)?;
+            taken.push(clear);
+            let tls = procs::free_port(host, &taken)?;
+            taken.push(tls);
+            let scratch = Scratch::new(&format!("backend{}", i + 1))?;
+            let mut own = vars.clone();
+            own.set("backend_port", clear);
+            own.set("backend_tls_port", tls);
+            own.set("tmp", scratch.path().display());
+            let command = own.render(command);
+            let mut p = ServerProc::start(&command, cpus, &scratch.path().join("stderr"))?;
+            wait_ready(&mut p, host, clear)
+                .with_context(|| format!("backend {}: `{command}`", i + 1))?;
+            eprintln!("backend {} on {host}:{clear} (TLS {tls}): {command}", i + 1);
+            procs.push((p, scratch));
+            if i == 0 {
+                vars.set("backend_port", clear);
+                vars.set("backend_tls_port", tls);
+            }
+            vars.set(&format!("backend_port_{}", i + 1), clear);
+            vars.set(&format!("backend_tls_port_{}", i + 1), tls);
+        }
+        Ok(Backends { procs })
+    }
+
+    /// Fail when a backend died: every later round would measure error responses.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for (i, (p, _)) in self.procs.iter_mut().enumerate() {
+            if let Some(why) = p.exited() {
+                bail!("backend {} exited during the comparison ({why})", i + 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        for (p, _) in self.procs.drain(..) {
+            p.stop(Duration::from_secs(3));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitution_is_one_rule_for_commands_and_templates() {
+        let mut v = Vars::default();
+        v.set("host", "127.0.0.1");
+        v.set("backend_port", 8000);
+        v.set("backend_port_2", 8002);
+        v.set("backend_port", 8001);
+        assert_eq!(
+            v.render("{host}:{backend_port} {backend_port_2} {unknown}"),
+            "127.0.0.1:8001 8002 {unknown}"
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! Charts with `plotters`: per cell, the per-round values with each round's runs joined (the
+//! pairing made visible), and a forest plot of every comparison's ratio on a log axis with its
+//! 95% CI and the A/A noise band.
+
+use crate::compare::Comparison;
+use crate::report::{Cell, Report};
+use anyhow::{anyhow, Result};
+use plotters::coord::ranged1d::{
+    DefaultFormatting, IntoSegmentedCoord, KeyPointHint, Ranged, SegmentValue,
+};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+const WIDTH: u32 = 1000;
+const CELL_HEIGHT: u32 = 360;
+const COLORS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+];
+const FONT: &str = "sans-serif";
+
+/// Every cell stacked in one SVG.
+pub fn report_svg(r: &Report) -> Result<String> {
+    let cells: Vec<&Cell> = r.cells.iter().collect();
+    render(&cells)
+}
+
+/// One cell's SVG (for the HTML report, one per section).
+pub fn cell_svg(c: &Cell) -> Result<String> {
+    render(&[c])
+}
+
+fn render(cells: &[&Cell]) -> Result<String> {
+    let mut out = String::new();
+    {
+        let height = CELL_HEIGHT * cells.len().max(1) as u32;
+        let root = SVGBackend::with_string(&mut out, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
+        let areas = root.split_evenly((cells.len().max(1), 1));
+        for (area, cell) in areas.iter().zip(cells) {
+            let area = area.margin(8, 8, 8, 8);
+            let (left, right) = area.split_horizontally(WIDTH * 52 / 100);
+            rounds_chart(&left, cell).map_err(|e| anyhow!("plot: {e}"))?;
+            forest_chart(&right, cell).map_err(|e| anyhow!("plot: {e}"))?;
+        }
+        root.present().map_err(|e| anyhow!("plot: {e}"))?;
+    }
+    Ok(out)
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
+
+/// The headline metric: server CPU per request, or req/s when no server CPU was measured.
+fn headline(c: &Cell) -> (&'static str, &'static str) {
+    if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
+        ("cpu_us_per_req", "server CPU µs per request")
+    } else {
+        ("rps", "requests per second")
+    }
+}
+
+fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
+    let (metric, label) = headline(c);
+    let values: Vec<f64> = c
+        .runs
+        .iter()
+        .map(|r| r.metric(metric))
+        .filter(|v| v.is_finite())
+        .collect();
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    // Headroom above the data for the legend, so that it never hides a point.
+    let legend_share = ((c.variants.len() * 17 + 16) as f64 / 250.0).min(0.6);
+    let (y0, y1) = if values.is_empty() {
+        (0.0, 1.0)
+    } else {
+        let total = (hi - lo).max(hi.abs() * 0.02).max(1e-9) / (1.0 - legend_share - 0.1);
+        (lo - 0.05 * total, lo - 0.05 * total + total)
+    };
+    let first = c.runs.iter().map(|r| r.round).min().unwrap_or(0) as f64;
+    let last = c.runs.iter().map(|r| r.round).max().unwrap_or(0) as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{} {} — {label}", c.proto, c.url), (FONT, 15))
+        .margin(6)
+        .x_label_area_size(38)
+        .y_label_area_size(62)
+        .build_cartesian_2d(first - 0.6..last + 0.6, y0..y1)?;
+    let rounds = (last - first) as usize + 1;
+    chart
+        .configure_mesh()
+        .x_desc("round (runs of one round joined)")
+        .y_desc(label)
+        .x_labels(rounds.min(20))
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{}", x.round() as i64 + 1)
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| three_digits(*y))
+        .light_line_style(WHITE)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()?;
+    let n = c.variants.len() as f64;
+    let offset = |vi: usize| (vi as f64 - (n - 1.0) / 2.0) * 0.18;
+    let mut round_ids: Vec<usize> = c.runs.iter().map(|r| r.round).collect();
+    round_ids.sort_unstable();
+    round_ids.dedup();
+    for round in round_ids {
+        let points: Vec<(f64, f64)> = c
+            .variants
+            .iter()
+            .enumerate()
+            .filter_map(|(vi, v)| {
+                let r = c
+                    .runs
+                    .iter()
+                    .find(|r| r.round == round && r.variant == v.name)?;
+                let y = r.metric(metric);
+                y.is_finite().then_some((round as f64 + offset(vi), y))
+            })
+            .collect();
+        chart.draw_series(LineSeries::new(points, RGBColor(160, 160, 160)))?;
+    }
+    for (vi, v) in c.variants.iter().enumerate() {
+        let color = COLORS[vi % COLORS.len()];
+        chart.draw_series(
+            c.runs
+                .iter()
+                .filter(|r| r.variant == v.name && r.metric(metric).is_finite())
+                .map(|r| {
+                    Circle::new(
+                        (r.round as f64 + offset(vi), r.metric(metric)),
+                        4,
+                        color.filled(),
+                    )
+                }),
+        )?;
+    }
+    // The legend, drawn by hand in the headroom: the text is anchored at its right end, so its
+    // width (which an SVG writer can only guess) cannot push it past the frame.
+    let (width, _) = area.dim_in_pixel();
+    let right = width as i32 - 24;
+    for (vi, v) in c.variants.iter().enumerate() {
+        let y = 52 + 17 * vi as i32;
+        let color = COLORS[vi % COLORS.len()];
+        area.draw(&Circle::new((right + 8, y), 4, color.filled()))?;
+        area.draw(&Text::new(
+            v.name.clone(),
+            (right, y),
+            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A ratio axis in ln space whose ticks are round ratios.
+struct LogRatio {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for LogRatio {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let share = (v - self.lo) / (self.hi - self.lo);
+        limit.0 + (share * (limit.1 - limit.0) as f64).round() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        self.ticks.clone()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+/// Round ratios inside `lo..hi`, as ln: 1 first, then each one far enough from those kept
+/// (a seventh of the axis) that the labels do not run into each other.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    const NICE: [f64; 27] = [
+        1.0, 0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98, 0.99, 1.01, 1.02,
+        1.03, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0,
+    ];
+    let gap = (hi.ln() - lo.ln()) / 7.0;
+    let mut kept: Vec<f64> = Vec::new();
+    for r in NICE.into_iter().filter(|r| (lo..=hi).contains(r)) {
+        if kept.iter().all(|k| (k - r.ln()).abs() >= gap) {
+            kept.push(r.ln());
+        }
+    }
+    kept
+}
+
+/// 0.95, 1, 1.5, 2: as many decimals as the ratio needs, at most 2.
+fn ratio_label(r: f64) -> String {
+    let s = format!("{r:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// A tick label with three significant digits (75.0, 1.62, 0.0123, 41200).
+fn three_digits(v: f64) -> String {
+    let magnitude = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
+    let decimals = (2 - magnitude).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
+fn short(metric: &str) -> &'static str {
+    match metric {
+        "cpu_us_per_req" => "CPU/req",
+        "rps" => "req/s",
+        "p99_ms" => "p99",
+        "mean_ms" => "mean lat.",
+        "bytes_per_req" => "bytes/req",
+        _ => "peak RSS",
+    }
+}
+
+fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
+    let rows: Vec<&Comparison> = c.comparisons.iter().collect();
+    let noise = |k: &Comparison| k.noise_pct.map(|n| (1.0 - n / 100.0, 1.0 + n / 100.0));
+    let mut lo: f64 = 0.95;
+    let mut hi: f64 = 1.05;
+    for k in &rows {
+        for v in [Some(k.ratio), k.ci.map(|c| c.0), k.ci.map(|c| c.1)]
+            .into_iter()
+            .flatten()
+            .chain(noise(k).into_iter().flat_map(|(a, b)| [a, b]))
+        {
+            if v.is_finite() && v > 0.0 {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+    }
+    // Room on both sides on the log axis, so that no CI end sits on the frame.
+    let (lo, hi) = (lo / 1.03, hi * 1.03);
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|k| format!("{} · {}", k.variant, short(&k.metric)))
+        .collect();
+    let n = rows.len().max(1) as i32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "variant / baseline: median ratio, 95% CI, A/A noise band",
+            (FONT, 15),
+        )
+        .margin(6)
+        .x_label_area_size(38)
+        .y_label_area_size(120)
+        // The axis is ln(ratio), labelled with round ratios (plotters' own log axis puts a
+        // single tick on a range this narrow).
+        .build_cartesian_2d(
+            LogRatio {
+                lo: lo.ln(),
+                hi: hi.ln(),
+                ticks: ticks(lo, hi),
+            },
+            (0..n - 1).into_segmented(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("ratio (log axis; < 1: variant below baseline)")
+        .x_label_formatter(&|x| ratio_label(x.exp()))
+        .y_labels(rows.len().max(1))
+        .y_label_formatter(&|y| match y {
+            SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .light_line_style(WHITE)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()?;
+    for (i, k) in rows.iter().enumerate() {
+        let i = i as i32;
+        if let Some((a, b)) = noise(k) {
+            // A noise floor of 100% or more has no lower end on a ratio axis: the band then
+            // starts at the axis' left end.
+            let a = if a > 0.0 { a } else { lo };
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [
+                    (a.ln(), SegmentValue::Exact(i)),
+                    (b.ln(), SegmentValue::Exact(i + 1)),
+                ],
+                RGBColor(225, 225, 225).filled(),
+            )))?;
+        }
+    }
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(0.0, SegmentValue::Exact(0)), (0.0, SegmentValue::Last)],
+        BLACK.stroke_width(1),
+    )))?;
+    for (i, k) in rows.iter().enumerate() {
+        let i = i as i32;
+        let color = if k.significant {
+            COLORS[1]
+        } else {
+            RGBColor(90, 90, 90)
+        };
+        if let Some((a, b)) = k.ci {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![
+                    (a.ln(), SegmentValue::CenterOf(i)),
+                    (b.ln(), SegmentValue::CenterOf(i)),
+                ],
+                color.stroke_width(2),
+            )))?;
+        }
+        chart.draw_series(std::iter::once(Circle::new(
+            (k.ratio.ln(), SegmentValue::CenterOf(i)),
+            4,
+            color.filled(),
+        )))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,456 @@
+//! `loadterm ab`, round 2, with real processes: charts rendered by rsvg-convert, nginx as a proxy
+//! in front of a loadterm backend (the docs/AB.md example), endpoint mode, the rate regime,
+//! calibration with `serve --burn`, and the time budget of `--target-effect`.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory of this test, removed at the end.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("loadterm-ab2-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ab(args: &[&str]) -> Output {
+    Command::new(common::bin())
+        .arg("ab")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "ab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn server_cmd() -> String {
+    format!(
+        "{} serve -t 1 -L {{host}}:{{clear_port}}:{{tls_port}} --no-quic",
+        common::bin()
+    )
+}
+
+/// Short runs: two measured rounds after the discarded one.
+const SHORT: &[&str] = &[
+    "--rounds",
+    "2",
+    "--duration",
+    "1s",
+    "--warmup",
+    "0s",
+    "-c",
+    "4",
+    "-m",
+    "2",
+];
+
+/// Every coordinate attribute of every element, with the element name.
+fn coordinates(svg: &str) -> Vec<(String, String, f64)> {
+    let mut out = Vec::new();
+    for element in svg.split('<').skip(1) {
+        let name: String = element
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        for attr in ["x", "y", "cx", "cy", "x1", "y1", "x2", "y2", "points"] {
+            let key = format!(" {attr}=\"");
+            if let Some(i) = element.find(&key) {
+                let rest = &element[i + key.len()..];
+                let value = &rest[..rest.find('"').unwrap()];
+                // A polyline's points alternate x and y.
+                let values = value.split([' ', ',']).filter(|v| !v.is_empty());
+                for (k, v) in values.enumerate() {
+                    let axis = match attr {
+                        "points" if k % 2 == 0 => "x",
+                        "points" => "y",
+                        a => a,
+                    };
+                    out.push((name.clone(), axis.to_owned(), v.parse().unwrap()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn charts_render_inside_the_canvas_and_html_holds_them() {
+    let dir = Dir::new("charts");
+    let cmd = server_cmd();
+    let (svg, html, png) = (dir.file("ab.svg"), dir.file("ab.html"), dir.file("ab.png"));
+    let out = ab(&[
+        &[
+            "--variant",
+            &format!("A={cmd}"),
+            "--variant",
+            &format!("B={cmd}"),
+        ],
+        &["--variant", &format!("C={cmd}"), "--aa"][..],
+        SHORT,
+        &[
+            "--svg",
+            svg.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+    ]
+    .concat());
+    let stdout = ok(&out);
+    // Every verdict line names its variant.
+    let verdicts: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("verdicts"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") && !l.starts_with("  flagged"))
+        .collect();
+    assert_eq!(verdicts.len(), 12, "{stdout}");
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| v.starts_with("  B: ") || v.starts_with("  C: ")),
+        "{stdout}"
+    );
+
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let (w, h) = (1000.0, 360.0);
+    assert!(
+        text.contains(&format!("width=\"{w}\" height=\"{h}\"")),
+        "{}",
+        &text[..200]
+    );
+    let coords = coordinates(&text);
+    assert!(coords.len() > 50, "{} coordinates", coords.len());
+    for (el, attr, v) in &coords {
+        let limit = if attr.starts_with('x') || attr == "cx" {
+            w
+        } else {
+            h
+        };
+        assert!(
+            (0.0..=limit).contains(v),
+            "<{el} {attr}={v}> outside the {w}×{h} canvas"
+        );
+    }
+    // Points of all 3 variants × 2 rounds are drawn, plus the legend's.
+    assert_eq!(text.matches("<circle").count(), 6 + 3 + 12, "{text}");
+
+    let status = Command::new("rsvg-convert")
+        .args([svg.to_str().unwrap(), "-o", png.to_str().unwrap()])
+        .status()
+        .expect("rsvg-convert (librsvg2-bin) must be installed: scripts/install-test-deps.sh");
+    assert!(status.success());
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1000, 360));
+    let channels = info.line_size / info.width as usize;
+    let pixel = |x: u32, y: u32| {
+        let i = y as usize * info.line_size + x as usize * channels;
+        &buf[i..i + 3]
+    };
+    // Nothing is cut by the canvas: a 3-pixel frame all around stays background white.
+    let mut inked = 0;
+    for x in 0..info.width {
+        for y in (0..3).chain(info.height - 3..info.height) {
+            inked += usize::from(pixel(x, y) != [255, 255, 255]);
+        }
+    }
+    for y in 0..info.height {
+        for x in (0..3).chain(info.width - 3..info.width) {
+            inked += usize::from(pixel(x, y) != [255, 255, 255]);
+        }
+    }
+    assert_eq!(inked, 0, "pixels drawn on the canvas edge");
+    // And the plot has ink (a blank image would pass the edge check).
+    let dark = (0..info.height)
+        .flat_map(|y| (0..info.width).map(move |x| (x, y)))
+        .filter(|&(x, y)| pixel(x, y).iter().all(|c| *c < 128))
+        .count();
+    assert!(dark > 1000, "{dark} dark pixels");
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.contains("<svg") && page.contains("<th>CPU µs/req</th>"));
+    assert!(page.contains("Environment and commands") && page.contains("regime: closed loop"));
+}
+
+/// The docs/AB.md worked example: nginx (proxy_buffering on vs off, the variant's name) in front
+/// of a loadterm backend, the config rendered per run from a template.
+fn nginx_example(proto: &str) {
+    let dir = Dir::new(&format!("nginx-{proto}"));
+    let (cert, key) = (dir.file("cert.pem"), dir.file("key.pem"));
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args([
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let template = dir.file("nginx.conf");
+    std::fs::write(
+        &template,
+        format!(
+            include_str!("fixtures/nginx.conf.in"),
+            cert = cert.display(),
+            key = key.display()
+        ),
+    )
+    .unwrap();
+    let nginx = "nginx -p {tmp} -e {tmp}/error.log -c {config}";
+    let backend = format!(
+        "{} serve -t 1 -L {{host}}:{{backend_port}}:{{backend_tls_port}} --no-quic",
+        common::bin()
+    );
+    let (md, js) = (dir.file("ab.md"), dir.file("ab.json"));
+    let out = ab(&[
+        &["--backend", &backend, "--backend-cpus", "1"],
+        &["--config-template", template.to_str().unwrap()][..],
+        &[
+            "--variant",
+            &format!("on={nginx}"),
+            "--variant",
+            &format!("off={nginx}"),
+        ],
+        &["--proto", proto, "--url", "/?s=16k"],
+        SHORT,
+        &[
+            "--markdown",
+            md.to_str().unwrap(),
+            "--json",
+            js.to_str().unwrap(),
+        ],
+    ]
+    .concat());
+    ok(&out);
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    let runs = cell["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        // Every request went through nginx to the backend and came back whole.
+        assert_eq!(run["errors"], 0, "{run}");
+        let bytes = run["bytes_per_req"].as_f64().unwrap();
+        assert!(bytes > 16384.0 && bytes < 17500.0, "{run}");
+        // nginx's own CPU was measured, the backend's was not part of it.
+        assert!(run["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    let markdown = std::fs::read_to_string(&md).unwrap();
+    assert!(markdown.contains("off: no significant difference") || markdown.contains("off: "));
+    assert!(markdown.contains("regime: closed loop"), "{markdown}");
+}
+
+#[test]
+fn nginx_proxy_example_h1() {
+    nginx_example("h1");
+}
+
+#[test]
+fn nginx_proxy_example_h2() {
+    nginx_example("h2");
+}
+
+#[test]
+fn endpoint_mode_says_what_it_cannot_measure() {
+    let a = common::Server::start(&["-t", "1", "--no-quic"]);
+    let b = common::Server::start(&["-t", "1", "--no-quic"]);
+    let dir = Dir::new("endpoint");
+    let js = dir.file("ab.json");
+    let out = ab(&[
+        &[
+            "--a-endpoint",
+            &format!("http://127.0.0.1:{}", a.clear_port),
+        ],
+        &[
+            "--b-endpoint",
+            &format!("http://127.0.0.1:{}/", b.clear_port),
+        ][..],
+        SHORT,
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    let stdout = ok(&out);
+    assert!(stdout.contains("not measured: endpoint mode"), "{stdout}");
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    assert!(cell["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|run| run["cpu_us_per_req"].is_null() && run["rps"].as_f64().unwrap() > 0.0));
+    let metrics: Vec<&str> = cell["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metric"].as_str().unwrap())
+        .collect();
+    assert!(
+        metrics.contains(&"rps") && !metrics.contains(&"cpu_us_per_req"),
+        "{metrics:?}"
+    );
+}
+
+#[test]
+fn rate_fraction_sets_the_regime_from_a_pilot() {
+    let cmd = server_cmd();
+    let dir = Dir::new("rate");
+    let js = dir.file("ab.json");
+    let out = ab(&[
+        &["--a", &cmd, "--rate-fraction", "0.5"],
+        SHORT,
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    let stdout = ok(&out);
+    let r = json(&js);
+    let regime = r["cells"][0]["regime"].as_str().unwrap();
+    assert!(
+        regime.starts_with("open loop at ") && regime.contains("= 0.5 × the baseline's saturation"),
+        "{regime}"
+    );
+    assert!(stdout.contains(&format!("verdicts ({regime}")), "{stdout}");
+    // The rate asked for is about half the pilot's: each run served well under saturation.
+    let rate: f64 = regime["open loop at ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for run in r["cells"][0]["runs"].as_array().unwrap() {
+        assert!(run["rps"].as_f64().unwrap() < rate * 1.2, "{run}");
+        assert!(
+            !run["corrected_p99_ms"].is_null(),
+            "open loop: corrected latency"
+        );
+    }
+}
+
+#[test]
+fn calibrate_injects_a_known_cost_with_serve_burn() {
+    let cmd = server_cmd();
+    let dir = Dir::new("calibrate");
+    let js = dir.file("ab.json");
+    let out = ab(&[
+        &["--a", &cmd, "--calibrate", "--burn-levels", "100"][..],
+        // Six rounds: the fewest with a CI, so that the power note has something to say.
+        &["--rounds", "6", "--duration", "500ms", "--warmup", "0s"],
+        &["-c", "4", "-m", "2", "--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    let stdout = ok(&out);
+    assert!(
+        stdout.contains("calibration: injected +100% CPU per request, measured +"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("calibration: with 6 rounds of this length, the smallest change in CPU per request detected with 80% power is about "),
+        "{stdout}"
+    );
+    let r = json(&js);
+    let c = r["cells"][0]["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "cpu_us_per_req" && c["variant"] == "A+burn100%")
+        .unwrap()
+        .clone();
+    // Doubling the cost shows even on a busy machine (a wide margin for noise).
+    let ratio = c["ratio"].as_f64().unwrap();
+    assert!(ratio > 1.4, "burn 100%: CPU ratio {ratio}\n{stdout}");
+}
+
+#[test]
+fn target_effect_beyond_the_budget_is_not_measurable() {
+    let cmd = server_cmd();
+    let out = ab(&[
+        &["--a", &cmd, "--target-effect", "0.2%", "--max-time", "5s"],
+        &["--pilot-rounds", "3"][..],
+        SHORT,
+    ]
+    .concat());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not measurable in the time allowed: [h1 /?s=1k] a 0.2% change needs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn target_effect_plans_the_rounds_from_a_pilot() {
+    let cmd = server_cmd();
+    let dir = Dir::new("plan");
+    let js = dir.file("ab.json");
+    // A change as large as 50% needs few rounds whatever this machine's noise: the plan is
+    // carried out, with the rounds it says.
+    let out = ab(&[
+        &["--a", &cmd, "--target-effect", "50%", "--pilot-rounds", "3"][..],
+        &[
+            "--duration",
+            "500ms",
+            "--warmup",
+            "0s",
+            "-c",
+            "4",
+            "-m",
+            "2",
+        ],
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    ok(&out);
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    let rounds = cell["rounds"].as_u64().unwrap() as usize;
+    assert!(rounds >= 6, "{rounds}");
+    let plan = cell["notes"][0].as_str().unwrap();
+    assert!(
+        plan.starts_with(&format!(
+            "planned {rounds} rounds for a 50.0% change in cpu_us_per_req with 80% power"
+        )) && plan.contains("from an A/A pilot of 3 rounds"),
+        "{plan}"
+    );
+    assert_eq!(cell["runs"].as_array().unwrap().len(), 2 * rounds);
+}
