@@ -16,7 +16,10 @@ connection and reports "closed" (the error code) and "elapsed" (seconds), or "cl
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds,
 the number of DATA events (one per DATA frame when frames arrive apart) and when the last body
 bytes arrived.
+H3GET_PAD_ALPN=N (environment) offers about N more bytes of made-up ALPN names after h3, so that the
+ClientHello no longer fits in one Initial packet (as with post-quantum key shares).
 """
+import os
 import asyncio
 import json
 import ssl
@@ -139,7 +142,9 @@ class Client(QuicConnectionProtocol):
 async def main():
     host, port = sys.argv[1], int(sys.argv[2])
     specs = [json.loads(a) for a in sys.argv[3:]]
-    config = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True, verify_mode=ssl.CERT_NONE)
+    pad = int(os.environ.get("H3GET_PAD_ALPN", "0"))
+    alpn = H3_ALPN + ["x-pad-%03d-" % i + "p" * 240 for i in range((pad + 249) // 250)]
+    config = QuicConfiguration(alpn_protocols=alpn, is_client=True, verify_mode=ssl.CERT_NONE)
     async with connect(host, port, configuration=config, create_protocol=Client) as client:
         for spec in specs:
             print(json.dumps(await client.request(host, port, spec)), flush=True)

@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// browsers and other clients that discover HTTP/3 this way find it.
     #[arg(long)]
     alt_svc: bool,
+    /// Compute each TLS and QUIC client's JA4 fingerprint (FoxIO's JA4 of its ClientHello):
+    /// returned as `x-ja4` on every response of the connection, the most frequent printed at
+    /// shutdown.
+    #[arg(long)]
+    ja4: bool,
     /// After SIGINT/SIGTERM, how long in-flight requests may take to finish (idle connections
     /// close at once, HTTP/2 and HTTP/3 with GOAWAY); a second signal exits at once.
     #[arg(long, default_value = "5s", value_parser = loadterm_plan::units::parse_duration, value_name = "DURATION")]
@@ -254,6 +259,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         lenient: a.lenient,
         date: !a.no_date,
         seed: a.seed,
+        ja4: a.ja4.then(Default::default),
         shutdown,
         h2: a.h2,
         h3: a.h3,
@@ -341,7 +347,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     crate::planner::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
     announce(&bound, &cfg, defaulted);
-    shut_down_on_signal(stop, &conns, cfg.grace)
+    let r = shut_down_on_signal(stop, &conns, cfg.grace);
+    if let Some(stats) = &cfg.ja4 {
+        eprint!("{}", stats.report());
+    }
+    r
 }
 
 fn announce(listeners: &[crate::workers::Bound], cfg: &Config, defaulted: bool) {

@@ -1,7 +1,12 @@
 //! Settings shared by every listener and engine, built once from the command line; the engines'
 //! own settings (HTTP/2, HTTP/3) live here too, so that no engine module is imported back.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Header fields added to every response of a connection (`alt-svc`, `x-ja4`): per listener
+/// or per connection, the same for HTTP/1.x, HTTP/2 and HTTP/3.
+pub type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
 
 /// ALPN protocols offered on TLS/TCP unless a `bind` line names others, most preferred first
 /// (HAProxy 2.8+ offers `h2,http/1.1` on HTTP binds by default).
@@ -36,6 +41,8 @@ pub struct Config {
     pub date: bool,
     /// `--seed`: the worker threads' random generators start from it (else from entropy).
     pub seed: Option<u32>,
+    /// `--ja4`: fingerprint every TLS and QUIC client (`x-ja4`), counted here.
+    pub ja4: Option<Arc<crate::ja4::Stats>>,
     pub shutdown: crate::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

@@ -5,6 +5,7 @@ pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod haterm_cfg;
+pub mod ja4;
 pub mod listen;
 mod planner;
 mod shutdown;

@@ -1,15 +1,17 @@
 //! Worker threads: each owns a current-thread tokio runtime and its own SO_REUSEPORT sockets
 //! (bound up front), so nothing on the request path is shared; `cpu-map` pins them.
 
-use crate::config::Config;
+use crate::config::{Config, ExtraHeaders};
 use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::tls::Identity;
-use crate::{h1, h2, h3};
+use crate::{h1, h2, h3, ja4};
 use anyhow::{bail, Context, Result};
+use http::HeaderValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -141,9 +143,13 @@ async fn accept_loop(
     conns: Arc<AtomicUsize>,
 ) {
     // The TLS port's UDP twin serves HTTP/3: advertise it there if asked to.
-    let alt_svc = match (&tls, l.local_addr()) {
-        (Some(_), Ok(addr)) if cfg.alt_svc => Some(format!("h3=\":{}\"; ma=86400", addr.port())),
-        _ => None,
+    let extra: ExtraHeaders = match (&tls, l.local_addr()) {
+        (Some(_), Ok(addr)) if cfg.alt_svc => {
+            HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", addr.port()))
+                .map(|v| vec![(http::header::ALT_SVC, v)])
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
     };
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
@@ -164,13 +170,13 @@ async fn accept_loop(
         }
         let slot = ConnSlot::new(&conns);
         let _ = sock.set_nodelay(true);
-        let (tls, cfg, alt_svc) = (tls.clone(), cfg.clone(), alt_svc.clone());
+        let (tls, cfg, extra) = (tls.clone(), cfg.clone(), extra.clone());
         tokio::spawn(async move {
             let _slot = slot;
             match tls {
                 None => serve_clear(sock, cfg).await,
                 // Boxed: TLS state would otherwise enlarge every clear connection's task.
-                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, alt_svc)).await,
+                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, extra)).await,
             }
         });
     }
@@ -182,12 +188,12 @@ async fn accept_loop(
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
         Some(true) => {
-            let _ = Box::pin(h2::serve_connection(sock, cfg, None)).await;
+            let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
         }
         Some(false) => {
             let opts = h1::Options {
                 h2c_upgrade: true,
-                alt_svc: None,
+                extra: Vec::new(),
                 splice: cfg.splice,
             };
             if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
@@ -198,22 +204,34 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
     }
 }
 
-async fn serve_tls(
-    sock: TcpStream,
-    acceptor: TlsAcceptor,
-    cfg: Arc<Config>,
-    alt_svc: Option<String>,
-) {
-    let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(sock)).await else {
+async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders) {
+    match &cfg.ja4 {
+        None => handshake(sock, acceptor, cfg, extra).await,
+        Some(stats) => {
+            // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
+            let Some((io, fp)) = ja4::sniff_tcp(sock, cfg.timeout, stats).await else {
+                return;
+            };
+            let extra = ja4::with_header(extra, Some(&fp));
+            handshake(io, acceptor, cfg, extra).await
+        }
+    }
+}
+
+async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(io)).await else {
         return;
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = Box::pin(h2::serve_connection(stream, cfg, alt_svc)).await;
+        let _ = Box::pin(h2::serve_connection(stream, cfg, extra)).await;
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {
             h2c_upgrade: false,
-            alt_svc,
+            extra,
             splice: false,
         };
         let _ = h1::serve(stream, cfg, opts).await;

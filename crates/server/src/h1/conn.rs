@@ -66,8 +66,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Transport for tokio_rustls::server::Tls
 pub struct Options {
     /// Honour `Upgrade: h2c` (clear-text ports only).
     pub h2c_upgrade: bool,
-    /// `alt-svc` value to add to every response head.
-    pub alt_svc: Option<String>,
+    /// Fields added to every response head (`alt-svc`, `x-ja4`).
+    pub extra: crate::config::ExtraHeaders,
     /// Send large bodies with splice() where the transport allows (off: `--no-splice`).
     pub splice: bool,
 }
@@ -118,10 +118,13 @@ pub async fn serve<IO: Transport>(
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
-        extra_head: opts
-            .alt_svc
-            .map(|v| format!("alt-svc: {v}\r\n").into_bytes())
-            .unwrap_or_default(),
+        extra_head: opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
+            lines.extend_from_slice(n.as_str().as_bytes());
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(v.as_bytes());
+            lines.extend_from_slice(b"\r\n");
+            lines
+        }),
         shutdown: cfg.shutdown.clone(),
         idle: None,
     };

@@ -7,7 +7,7 @@ mod stream;
 pub mod upgrade;
 
 use futures::FutureExt;
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -24,17 +24,17 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     match upgrade::rewind(io, buffered, head, cfg.timeout).await {
-        Some(io) => serve_connection(io, cfg, None).await,
+        Some(io) => serve_connection(io, cfg, Vec::new()).await,
         None => Ok(()),
     }
 }
 
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-/// `alt_svc`: value of an `alt-svc` header to add to every response.
+/// `extra`: fields added to every response (`alt-svc`, `x-ja4`).
 pub async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
-    alt_svc: Option<String>,
+    extra: crate::config::ExtraHeaders,
 ) -> anyhow::Result<()>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -57,13 +57,13 @@ where
         builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.emit, s.emit_threshold)),
     )
     .await??;
-    let alt_svc = alt_svc.and_then(|v| HeaderValue::from_str(&v).ok());
+    let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
     // `w`: the idle time (ms, 0: none) the last request set for the connection.
     let idle = std::sync::atomic::AtomicU64::new(0);
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) = stream::Stream::new(req, respond, alt_svc.clone(), cfg.date)
+        let Some((stream, step)) = stream::Stream::new(req, respond, extra.clone(), cfg.date)
             .and_then(|s| {
                 if let Some(w) = s.idle() {
                     idle.store(w.as_millis() as u64, Ordering::Relaxed);

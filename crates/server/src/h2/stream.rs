@@ -11,6 +11,7 @@ use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, HttpDate, Ste
 use loadterm_plan::body;
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bodies up to this size are queued whole by the inline path (h2 holds them until the
@@ -25,7 +26,8 @@ pub struct Stream {
     send: Option<SendStream<Bytes>>,
     /// Our side of the stream has ended.
     ended: bool,
-    alt_svc: Option<HeaderValue>,
+    /// Fields added to every response of the connection.
+    extra: Arc<[(HeaderName, HeaderValue)]>,
     /// The clock as last read: again only after waiting.
     now: Instant,
 }
@@ -126,7 +128,7 @@ impl Stream {
     pub fn new(
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
-        alt_svc: Option<HeaderValue>,
+        extra: Arc<[(HeaderName, HeaderValue)]>,
         date: bool,
     ) -> Option<Stream> {
         let now = Instant::now();
@@ -174,7 +176,7 @@ impl Stream {
             respond,
             send: None,
             ended: false,
-            alt_svc,
+            extra,
             now,
         })
     }
@@ -326,8 +328,8 @@ impl Stream {
                 Ok::<_, http::Error>(fields)
             }
         })?;
-        if let Some(v) = &self.alt_svc {
-            fields.insert(http::header::ALT_SVC, v.clone());
+        for (name, value) in self.extra.iter() {
+            fields.insert(name, value.clone());
         }
         let mut response = Response::new(());
         *response.status_mut() = StatusCode::from_u16(head.status)?;

@@ -4,11 +4,14 @@
 
 mod stream;
 
+use crate::ja4;
 use crate::shutdown::ConnSlot;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::frame;
 use loadterm_h3::reader::{ReadError, Reader};
+use quinn::Runtime;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -45,13 +48,26 @@ pub async fn run_endpoint(
     conns: Arc<AtomicUsize>,
 ) -> Result<()> {
     let server = server_config(&identity, &cfg)?;
-    let endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(server),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .context("QUIC endpoint")?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let (endpoint, fingerprints) = match &cfg.ja4 {
+        None => (
+            quinn::Endpoint::new(Default::default(), Some(server), socket, runtime),
+            None,
+        ),
+        Some(stats) => {
+            // --ja4: client Initials are read off the socket as quinn receives them.
+            let seen = Arc::new(ja4::QuicFingerprints::new(stats.clone()));
+            let socket = ja4::SniffingSocket::new(runtime.wrap_udp_socket(socket)?, seen.clone());
+            let endpoint = quinn::Endpoint::new_with_abstract_socket(
+                Default::default(),
+                Some(server),
+                Arc::new(socket),
+                runtime,
+            );
+            (endpoint, Some(seen))
+        }
+    };
+    let endpoint = endpoint.context("QUIC endpoint")?;
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
     loop {
@@ -63,9 +79,15 @@ pub async fn run_endpoint(
             () = &mut stop => break,
         };
         let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns));
+        // Found by the client's address and original DCID: the two values quinn's `Incoming`
+        // and the Initial packet share (the address alone would mix up a client's concurrent
+        // connections from one port, which QUIC tells apart by connection ID).
+        let fingerprint = fingerprints
+            .clone()
+            .map(|f| (f, incoming.remote_address(), incoming.orig_dst_cid()));
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = connection(incoming, cfg).await;
+            let _ = connection(incoming, cfg, fingerprint).await;
         });
     }
     // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
@@ -75,8 +97,17 @@ pub async fn run_endpoint(
     Ok(())
 }
 
-async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) -> Result<()> {
+async fn connection(
+    incoming: quinn::Incoming,
+    cfg: Arc<crate::config::Config>,
+    fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
+) -> Result<()> {
     let conn = tokio::time::timeout(cfg.timeout, incoming).await??;
+    // Asked once the handshake is done, not when quinn yields the `Incoming` (at the first
+    // Initial): the rest of a ClientHello spread over several Initials may still be on its way
+    // then. Every datagram quinn read the ClientHello from went through the sniffing socket.
+    let fp = fingerprint.and_then(|(f, addr, dcid)| f.take(addr, &dcid));
+    let extra: Arc<[_]> = ja4::with_header(Vec::new(), fp.as_deref()).into();
     // Our control stream: SETTINGS first, GOAWAY at shutdown; kept open for the connection.
     let mut control = conn.open_uni().await?;
     let mut settings = Vec::new();
@@ -104,9 +135,9 @@ async fn connection(incoming: quinn::Incoming, cfg: Arc<crate::config::Config>) 
     // and to wake than a spawned task per request.
     let mut requests = futures::stream::FuturesUnordered::new();
     let serve = |send, recv| {
-        let (cfg, conn) = (&cfg, &conn);
+        let (cfg, conn, extra) = (&cfg, &conn, extra.clone());
         async move {
-            let done = stream::serve(send, recv, cfg).await;
+            let done = stream::serve(send, recv, cfg, extra).await;
             if let Err(code) = &done {
                 conn.close((*code).into(), b"");
             }

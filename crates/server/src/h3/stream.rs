@@ -5,6 +5,7 @@
 
 use crate::config::Config;
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
@@ -14,6 +15,7 @@ use loadterm_h3::reader::Reader;
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the server takes from a request's field section.
@@ -121,7 +123,7 @@ thread_local! {
 /// A HEADERS frame for `head` in one buffer: the section is written after room for the frame
 /// head (type and a 2-byte length), then the frame head is put just before it, its start
 /// returned.
-fn headers_frame(out: &mut Vec<u8>, head: &Head) -> usize {
+fn headers_frame(out: &mut Vec<u8>, head: &Head, extra: &[(HeaderName, HeaderValue)]) -> usize {
     out.extend_from_slice(&[0; 3]);
     qpack::begin_response(out, head.status);
     SCRATCH.with(|s| {
@@ -131,6 +133,9 @@ fn headers_frame(out: &mut Vec<u8>, head: &Head) -> usize {
             |name, value| qpack::field(out, name, value),
         )
     });
+    for (name, value) in extra {
+        qpack::field(out, name.as_str(), value.as_bytes());
+    }
     let len = out.len() - 3;
     let mut head = Vec::with_capacity(3);
     frame::put_frame_head(&mut head, frame::HEADERS, len as u64);
@@ -162,6 +167,8 @@ struct Stream {
     /// A response head (its buffer, and where the frame starts in it) waiting to go out with
     /// the body's first bytes.
     pending: Option<(Vec<u8>, usize)>,
+    /// Fields added to every response of the connection (`x-ja4`).
+    extra: Arc<[(HeaderName, HeaderValue)]>,
 }
 
 /// Why a request stream is abandoned.
@@ -262,6 +269,7 @@ pub async fn serve(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     cfg: &Config,
+    extra: Arc<[(HeaderName, HeaderValue)]>,
 ) -> Result<(quinn::SendStream, Option<Duration>), u32> {
     let mut s = Stream {
         send,
@@ -273,6 +281,7 @@ pub async fn serve(
         length: None,
         max_section: cfg.h3.h3_max_header_list,
         pending: None,
+        extra,
     };
     let t_first = Instant::now();
     let x = match request(&mut s, cfg, t_first).await {
@@ -400,7 +409,7 @@ impl Stream {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
     fn response_head(&mut self, head: &Head) {
         let mut out = Vec::with_capacity(256);
-        let start = headers_frame(&mut out, head);
+        let start = headers_frame(&mut out, head, &self.extra);
         self.pending = Some((out, start));
     }
 
