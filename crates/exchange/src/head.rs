@@ -21,7 +21,7 @@ pub struct Timing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A dummy response: `x-req` and `x-rsp` report the plan and the timing.
-    Dummy { plan: Plan, timing: Timing },
+    Dummy { plan: Reported, timing: Timing },
     /// A text/plain page (help, errors).
     Text,
     /// An interim status on HTTP/2 or HTTP/3: the status alone.
@@ -111,9 +111,32 @@ pub fn x_req(buf: &mut Vec<u8>, t: &Timing) {
     buf.extend_from_slice(b" ms");
 }
 
+/// What `x-rsp` reports of a [`Plan`]: only this goes into a [`Head`], which is copied and
+/// compared on every response (the whole plan would double its size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reported {
+    pub status: u16,
+    pub cacheable: bool,
+    pub chunked: bool,
+    pub size: u64,
+    pub delay_ms: u64,
+}
+
+impl From<&Plan> for Reported {
+    fn from(p: &Plan) -> Reported {
+        Reported {
+            status: p.status,
+            cacheable: p.cacheable,
+            chunked: p.chunked,
+            size: p.size,
+            delay_ms: p.delay_ms,
+        }
+    }
+}
+
 /// `x-rsp` value, in haterm's field order with the commas fixed:
 /// `id=dummy, code=200, cache=1[, chunked], size=100, time=0 ms (0 real)`.
-pub fn x_rsp(buf: &mut Vec<u8>, plan: &Plan, t: &Timing) {
+pub fn x_rsp(buf: &mut Vec<u8>, plan: &Reported, t: &Timing) {
     buf.extend_from_slice(b"id=dummy, code=");
     num(buf, plan.status as u64);
     buf.extend_from_slice(if plan.cacheable {

@@ -22,7 +22,7 @@
 pub mod h1;
 pub mod head;
 
-pub use head::{http_date, H1Heads, Head, HttpDate, Kind, Timing};
+pub use head::{http_date, H1Heads, Head, HttpDate, Kind, Reported, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;
@@ -524,7 +524,7 @@ impl Exchange {
                     real_ms: ms_between(t_req, now),
                 };
                 let kind = Kind::Dummy {
-                    plan: *plan,
+                    plan: plan.into(),
                     timing,
                 };
                 if h1 {
