@@ -32,4 +32,4 @@ count() {
 }
 
 a=$(count "$n"); b=$(count $((3 * n)))
-awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.0f user-space instructions per request (%d and %d requests: %d, %d)\n", (b - a) / (2 * n), n, 3 * n, a, b }'
+awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.0f user-space instructions per request (%d and %d requests: %.0f, %.0f)\n", (b - a) / (2 * n), n, 3 * n, a, b }'

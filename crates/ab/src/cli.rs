@@ -569,7 +569,7 @@ pub fn run(a: AbArgs) -> Result<()> {
         Ok(serde_json::to_string_pretty(&report)? + "\n")
     })?;
     write(&a.svg, &|| crate::plot::report_svg(&report))?;
-    write(&a.html, &|| report::html(&report))?;
+    write(&a.html, &|| report::html(&report, crate::plot::cell_svg))?;
     if report.cells.iter().all(|c| c.runs.is_empty()) {
         bail!("no run completed");
     }

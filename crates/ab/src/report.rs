@@ -295,9 +295,9 @@ fn escape(t: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// A self-contained HTML page: per cell the chart inline, the table and the verdicts; then the
-/// environment.
-pub fn html(r: &Report) -> anyhow::Result<String> {
+/// A self-contained HTML page: per cell the chart inline (`chart` draws it), the table and the
+/// verdicts; then the environment.
+pub fn html(r: &Report, chart: impl Fn(&Cell) -> anyhow::Result<String>) -> anyhow::Result<String> {
     let mut s = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>loadterm ab</title>\n<style>body{font-family:sans-serif;max-width:1040px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}.flag{color:#b00}</style></head><body>\n<h1>A/B benchmark (loadterm ab)</h1>\n",
     );
@@ -306,7 +306,7 @@ pub fn html(r: &Report) -> anyhow::Result<String> {
     }
     for c in &r.cells {
         s += &format!("<h2>{} <code>{}</code></h2>\n", c.proto, escape(&c.url));
-        s += &crate::plot::cell_svg(c)?;
+        s += &chart(c)?;
         s += "\n<table>\n<tr>";
         for h in HEADERS {
             s += &format!("<th>{}</th>", escape(h));

@@ -10,7 +10,6 @@
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
-use crate::config::ExtraHeaders;
 use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, Transport};
 use std::collections::{HashMap, VecDeque};
@@ -345,7 +344,10 @@ impl quinn::AsyncUdpSocket for SniffingSocket {
 }
 
 /// The per-connection extra headers plus `x-ja4`.
-pub fn with_header(mut extra: ExtraHeaders, fingerprint: Option<&str>) -> ExtraHeaders {
+pub fn with_header(
+    mut extra: Vec<(http::HeaderName, http::HeaderValue)>,
+    fingerprint: Option<&str>,
+) -> Vec<(http::HeaderName, http::HeaderValue)> {
     if let Some(h) = fingerprint.and_then(header) {
         extra.push(h);
     }
