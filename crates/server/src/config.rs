@@ -67,11 +67,13 @@ pub struct H2Args {
     /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
     #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
     pub max_header_list: u32,
-    /// How response frames reach the transport: copy a pass into one buffer (drain), keep body
-    /// bytes by reference and write the pass as one vectored write (gather), or reference only
-    /// body pieces of at least --h2-emit-threshold (hybrid). See docs/PERFORMANCE.md.
-    #[arg(long = "h2-emit", value_enum, default_value_t = Emit::Drain, value_name = "STRATEGY")]
-    pub emit: Emit,
+    /// How response frames reach the transport: copy a pass into one buffer (drain, HTTP/2's
+    /// default), keep body bytes by reference and write the pass as one vectored write (gather), or
+    /// reference only body pieces of at least --h2-emit-threshold (hybrid). Given explicitly, it
+    /// also applies to HTTP/1.1 over TLS (whose default copies bodies up to 16 KiB). See
+    /// docs/PERFORMANCE.md.
+    #[arg(long = "h2-emit", value_enum, value_name = "STRATEGY")]
+    pub emit: Option<Emit>,
     /// Hybrid: body pieces of this size or more go by reference.
     #[arg(long = "h2-emit-threshold", default_value = "2k", value_name = "SIZE",
           value_parser = loadterm_plan::units::parse_size)]
@@ -86,6 +88,31 @@ pub enum Emit {
     Hybrid,
 }
 
+/// HTTP/1.1's own rule (clear, and TLS without `--h2-emit`): bodies up to 16 KiB are copied into
+/// the batch of pipelined responses, larger ones written by reference (or spliced). Measured best
+/// for HTTP/1.1 over TLS in docs/PERFORMANCE.md.
+pub const H1_COPY_UP_TO: u64 = 16 * 1024;
+
+impl H2Args {
+    /// HTTP/2 (clear and TLS): body bytes up to this size are copied into the write they go out
+    /// in; larger bodies (pieces of the static body blocks) go by reference, in a vectored write.
+    pub fn copy_up_to(&self) -> u64 {
+        match self.emit.unwrap_or(Emit::Drain) {
+            Emit::Drain => u64::MAX,
+            Emit::Gather => 0,
+            Emit::Hybrid => self.emit_threshold.saturating_sub(1),
+        }
+    }
+
+    /// HTTP/1.1 over TLS: `--h2-emit` when given, else HTTP/1.1's own rule.
+    pub fn h1_tls_copy_up_to(&self) -> u64 {
+        match self.emit {
+            Some(_) => self.copy_up_to(),
+            None => H1_COPY_UP_TO,
+        }
+    }
+}
+
 impl Default for H2Args {
     fn default() -> Self {
         H2Args {
@@ -94,7 +121,7 @@ impl Default for H2Args {
             conn_window: 16 << 20,
             max_frame_size: 16384,
             max_header_list: 64 << 10,
-            emit: Emit::Drain,
+            emit: None,
             emit_threshold: 2048,
         }
     }

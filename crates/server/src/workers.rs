@@ -195,6 +195,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 h2c_upgrade: true,
                 extra: Vec::new(),
                 splice: cfg.splice,
+                copy_up_to: crate::config::H1_COPY_UP_TO,
             };
             if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
                 let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
@@ -233,6 +234,7 @@ where
             h2c_upgrade: false,
             extra,
             splice: false,
+            copy_up_to: cfg.h2.h1_tls_copy_up_to(),
         };
         let _ = h1::serve(stream, cfg, opts).await;
     }

@@ -22,9 +22,6 @@ use tokio::time::timeout;
 const READ_CHUNK: usize = 16 * 1024;
 /// Flush the output buffer once it holds this much, even if more pipelined requests wait.
 const OUT_FLUSH: usize = 64 * 1024;
-/// Bodies up to this size are copied into the output buffer (batched with other responses);
-/// larger ones are written straight from the static blocks.
-const INLINE_BODY: usize = 16 * 1024;
 /// Slices per vectored write of a large body.
 const IOV: usize = 8;
 /// After deciding to close, keep reading (and discarding) this long so that unread request bytes
@@ -70,6 +67,9 @@ pub struct Options {
     pub extra: crate::config::ExtraHeaders,
     /// Send large bodies with splice() where the transport allows (off: `--no-splice`).
     pub splice: bool,
+    /// Bodies up to this size are copied into the output buffer, larger ones written by
+    /// reference (`config::H1_COPY_UP_TO`, or `H2Args::h1_tls_copy_up_to` over TLS).
+    pub copy_up_to: u64,
 }
 
 impl From<io::Error> for Stop {
@@ -92,6 +92,7 @@ struct Conn<IO> {
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
+    copy_up_to: u64,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: Vec<u8>,
     shutdown: Shutdown,
@@ -118,6 +119,7 @@ pub async fn serve<IO: Transport>(
         date: cfg.date,
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
+        copy_up_to: opts.copy_up_to,
         extra_head: opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
             lines.extend_from_slice(n.as_str().as_bytes());
             lines.extend_from_slice(b": ");
@@ -504,9 +506,16 @@ impl<IO: Transport> Conn<IO> {
             }
             self.out.extend_from_slice(chunked::LAST_CHUNK);
             Ok(())
-        } else if size <= INLINE_BODY as u64 {
-            self.out
-                .extend_from_slice(body::slice(kind, 0, size as usize));
+        } else if size <= self.copy_up_to {
+            let mut off = 0u64;
+            while off < size {
+                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
+                self.out.extend_from_slice(data);
+                off += data.len() as u64;
+                if self.out.len() >= OUT_FLUSH {
+                    self.flush().await?;
+                }
+            }
             Ok(())
         } else if self.splice
             && zero_copy

@@ -14,7 +14,6 @@
 //!
 //! Frame headers and HEADERS frames live in `h2`'s reused buffer and are always copied.
 
-use crate::config::Emit as Strategy;
 use loadterm_plan::body;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -58,14 +57,11 @@ pub struct Emit<IO> {
 }
 
 impl<IO> Emit<IO> {
-    pub fn new(io: IO, strategy: Strategy, threshold: u64) -> Self {
+    /// `copy_up_to`: see `H2Args::copy_up_to`.
+    pub fn new(io: IO, copy_up_to: u64) -> Self {
         Emit {
             io,
-            by_reference: match strategy {
-                Strategy::Drain => usize::MAX,
-                Strategy::Gather => 0,
-                Strategy::Hybrid => usize::try_from(threshold).unwrap_or(usize::MAX),
-            },
+            by_reference: usize::try_from(copy_up_to.saturating_add(1)).unwrap_or(usize::MAX),
             buf: Vec::new(),
             pieces: Vec::new(),
             queued: 0,
@@ -225,6 +221,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Emit<IO> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Emit as Strategy, H2Args};
     use loadterm_plan::body::BodyKind;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -287,6 +284,16 @@ mod tests {
             .collect()
     }
 
+    /// The writer `--h2-emit strategy --h2-emit-threshold threshold` gives.
+    fn emit(strategy: Strategy, threshold: u64) -> Emit<Log> {
+        let args = H2Args {
+            emit: Some(strategy),
+            emit_threshold: threshold,
+            ..H2Args::default()
+        };
+        Emit::new(Log::default(), args.copy_up_to())
+    }
+
     async fn pass(e: &mut Emit<Log>, n: usize) {
         for i in 0..n {
             e.write_all(&[i as u8; 9]).await.unwrap();
@@ -300,7 +307,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_leaves_in_one_write_just_before_the_next_read() {
         for strategy in [Strategy::Drain, Strategy::Gather, Strategy::Hybrid] {
-            let mut e = Emit::new(Log::default(), strategy, 2048);
+            let mut e = emit(strategy, 2048);
             pass(&mut e, 10).await;
             assert!(e.io.0.is_empty(), "{strategy:?}: flushes are deferred");
             let _ = e.read(&mut [0u8; 16]).await.unwrap();
@@ -317,7 +324,7 @@ mod tests {
             (Strategy::Hybrid, 1000, 0),
             (Strategy::Hybrid, 1001, 3000),
         ] {
-            let mut e = Emit::new(Log::default(), strategy, threshold);
+            let mut e = emit(strategy, threshold);
             pass(&mut e, 3).await;
             assert_eq!(e.buf.len(), 27 + copied, "{strategy:?} {threshold}");
             e.shutdown().await.unwrap();
@@ -328,7 +335,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_larger_than_the_limit_goes_in_parts_in_order() {
         for strategy in [Strategy::Drain, Strategy::Gather] {
-            let mut e = Emit::new(Log::default(), strategy, 0);
+            let mut e = emit(strategy, 0);
             pass(&mut e, 200).await;
             e.write_all(&vec![b'x'; 70_000]).await.unwrap();
             e.write_all(b"tail").await.unwrap();

@@ -54,7 +54,7 @@ where
         .max_send_buffer_size(256 << 10);
     let mut conn = tokio::time::timeout(
         cfg.timeout,
-        builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.emit, s.emit_threshold)),
+        builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.copy_up_to())),
     )
     .await??;
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
