@@ -198,6 +198,11 @@ fn get(path: &str) -> http::Request<()> {
 }
 
 async fn fetch(client: &mut h2::client::SendRequest<Bytes>, path: &str) -> (u16, usize) {
+    let (status, body) = fetch_all(client, path).await;
+    (status, body.len())
+}
+
+async fn fetch_all(client: &mut h2::client::SendRequest<Bytes>, path: &str) -> (u16, Vec<u8>) {
     let (resp, _) = client
         .clone()
         .ready()
@@ -208,13 +213,13 @@ async fn fetch(client: &mut h2::client::SendRequest<Bytes>, path: &str) -> (u16,
     let resp = resp.await.unwrap();
     let status = resp.status().as_u16();
     let mut body = resp.into_body();
-    let mut n = 0;
+    let mut all = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.unwrap();
-        n += chunk.len();
+        all.extend_from_slice(&chunk);
         let _ = body.flow_control().release_capacity(chunk.len());
     }
-    (status, n)
+    (status, all)
 }
 
 #[tokio::test]
@@ -530,24 +535,6 @@ fn h2_content_length_above_data_is_malformed() {
     assert_eq!(raw_verdict(&block, Some(b"12345")), PROTOCOL_ERROR);
 }
 
-async fn fetch_body(client: &mut h2::client::SendRequest<Bytes>, path: &str) -> Vec<u8> {
-    let (resp, _) = client
-        .clone()
-        .ready()
-        .await
-        .unwrap()
-        .send_request(get(path), true)
-        .unwrap();
-    let mut body = resp.await.unwrap().into_body();
-    let mut all = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        all.extend_from_slice(&chunk);
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    all
-}
-
 /// Many streams of mixed sizes at once on one connection, so passes mix copied and referenced
 /// pieces and exceed the 64 KiB pass limit; every body must arrive intact and in order.
 async fn emit_keeps_every_byte(strategy: &str) {
@@ -568,7 +555,7 @@ async fn emit_keeps_every_byte(strategy: &str) {
         .flat_map(|_| sizes)
         .map(|size| {
             let mut c = client.clone();
-            tokio::spawn(async move { (size, fetch_body(&mut c, &format!("/?s={size}")).await) })
+            tokio::spawn(async move { (size, fetch_all(&mut c, &format!("/?s={size}")).await.1) })
         })
         .collect();
     for t in tasks {

@@ -10,6 +10,7 @@
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
+use crate::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, Transport};
 use std::collections::{HashMap, VecDeque};
@@ -20,7 +21,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The response header.
@@ -82,64 +83,6 @@ fn header(fingerprint: &str) -> Option<(HeaderName, HeaderValue)> {
     ))
 }
 
-/// A stream that yields `prefix` (bytes already read from `io`) before reading `io` again.
-pub struct Prefixed<IO> {
-    prefix: Vec<u8>,
-    pos: usize,
-    io: IO,
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.pos < this.prefix.len() {
-            let n = buf.remaining().min(this.prefix.len() - this.pos);
-            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == this.prefix.len() {
-                this.prefix = Vec::new();
-                this.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
 /// TLS alert descriptions (RFC 8446 §6.2) sent when there is no usable ClientHello.
 const UNEXPECTED_MESSAGE: u8 = 10;
 const DECODE_ERROR: u8 = 50;
@@ -186,14 +129,7 @@ pub async fn sniff_tcp(
         Ok(Ok(ja4)) => {
             let fp = ja4.as_str().to_string();
             stats.count(&fp);
-            Some((
-                Prefixed {
-                    prefix: buf,
-                    pos: 0,
-                    io: sock,
-                },
-                fp,
-            ))
+            Some((Prefixed::new(buf, sock), fp))
         }
         Ok(Err(None)) => None,
         Ok(Err(Some(description))) => {

@@ -8,6 +8,7 @@ pub mod haterm_cfg;
 pub mod ja4;
 pub mod listen;
 mod planner;
+mod prefixed;
 mod shutdown;
 pub mod tls;
 mod workers;

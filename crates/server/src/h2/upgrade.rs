@@ -4,13 +4,11 @@
 //! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
 //! connection whose first stream is already half-closed.
 
+use crate::prefixed::Prefixed;
 use loadterm_codec::h2::{flag, HEADERS, PREFACE, SETTINGS};
 use loadterm_codec::hpack::put_literal;
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Frame payloads above this need the peer's consent (SETTINGS_MAX_FRAME_SIZE), which a
 /// client's first frames cannot have given yet.
@@ -37,11 +35,11 @@ pub async fn rewind<IO: AsyncRead + Unpin>(
     mut buffered: Vec<u8>,
     head: &[u8],
     timeout: Duration,
-) -> Option<Rewound<IO>> {
+) -> Option<Prefixed<IO>> {
     let block = request_block(head)?;
     loop {
         match insert_stream1(&buffered, &block) {
-            Preface::Ready(bytes) => return Some(Rewound::new(bytes, io)),
+            Preface::Ready(bytes) => return Some(Prefixed::new(bytes, io)),
             Preface::Invalid => return None,
             Preface::Partial => {
                 buffered.reserve(4096);
@@ -115,70 +113,6 @@ fn insert_stream1(client: &[u8], block: &[u8]) -> Preface {
     out.extend_from_slice(block);
     out.extend_from_slice(&client[end..]);
     Preface::Ready(out)
-}
-
-/// An I/O stream whose first reads return `prefix` (the rewritten bytes), then the socket's.
-pub struct Rewound<IO> {
-    prefix: Vec<u8>,
-    pos: usize,
-    io: IO,
-}
-
-impl<IO> Rewound<IO> {
-    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
-        Rewound { prefix, pos: 0, io }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Rewound<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if this.pos < this.prefix.len() {
-            let n = buf.remaining().min(this.prefix.len() - this.pos);
-            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == this.prefix.len() {
-                this.prefix = Vec::new();
-                this.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Rewound<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
