@@ -2,40 +2,12 @@
 
 mod common;
 
+use common::have_aioquic;
 use common::Server;
 use serde_json::Value;
-use std::process::Command;
 
 fn h3get(port: u16, requests: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg("127.0.0.1")
-        .arg(port.to_string())
-        .args(requests)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "h3get failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn have_aioquic() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
-        panic!("python3 with aioquic is not installed (pip install aioquic)");
-    }
-    ok
+    common::h3get(port, &[], requests)
 }
 
 #[test]

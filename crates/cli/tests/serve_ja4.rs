@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::have_aioquic;
 use common::{free_port, have_tool, wait_tcp, Server};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -127,31 +128,14 @@ fn openssl_s_client_gets_a_stable_ja4() {
 
 /// `pad_alpn`: bytes of extra ALPN names aioquic offers (0: none).
 fn h3_ja4(port: u16, pad_alpn: usize) -> Option<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
-    let out = Command::new("python3")
-        .env("H3GET_PAD_ALPN", pad_alpn.to_string())
-        .arg(script)
-        .args(["127.0.0.1", &port.to_string(), r#"{"path": "/?s=10"}"#])
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "h3get: {out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("h3get JSON");
-    v["headers"]["x-ja4"].as_str().map(str::to_string)
-}
-
-fn have_aioquic() -> bool {
-    let have = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_some() {
-        return false;
-    }
-    assert!(
-        have,
-        "python3 with aioquic is not installed (pip install aioquic)"
+    let pad = pad_alpn.to_string();
+    let v = common::h3get(
+        port,
+        &[("H3GET_PAD_ALPN", &pad)],
+        &[r#"{"path": "/?s=10"}"#],
     );
-    true
+    assert_eq!(v.len(), 1, "{v:?}");
+    v[0]["headers"]["x-ja4"].as_str().map(str::to_string)
 }
 
 #[test]

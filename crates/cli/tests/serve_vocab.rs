@@ -6,6 +6,7 @@
 mod common;
 
 use common::h2raw::{self, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS};
+use common::have_aioquic;
 use common::Server;
 use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
@@ -212,36 +213,8 @@ fn data_frames(frames: &[H2Frame]) -> Vec<&H2Frame> {
 
 // ---------------------------------------------------------------- HTTP/3 (aioquic) and tools
 
-fn have_aioquic() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
-        panic!("python3 with aioquic is not installed (pip install aioquic)");
-    }
-    ok
-}
-
 fn h3(srv: &Srv, requests: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg("127.0.0.1")
-        .arg(srv.s.tls_port.to_string())
-        .args(requests)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "h3get failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::h3get(srv.s.tls_port, &[], requests)
 }
 
 /// curl's exit code and output (headers with -i).

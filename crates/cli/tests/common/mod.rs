@@ -109,3 +109,40 @@ pub fn have_tool(name: &str) -> bool {
     }
     found
 }
+
+/// aioquic is installed (else the test fails, unless LOADTERM_ALLOW_MISSING_TOOLS is set: then
+/// the caller skips).
+pub fn have_aioquic() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
+        panic!("python3 with aioquic is not installed (pip install aioquic)");
+    }
+    ok
+}
+
+/// Run tests/h3client/h3get.py (aioquic) against 127.0.0.1:`port` with `env` set: one JSON
+/// value per request line it prints.
+pub fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_json::Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
+    let out = Command::new("python3")
+        .envs(env.iter().copied())
+        .arg(script)
+        .arg("127.0.0.1")
+        .arg(port.to_string())
+        .args(requests)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "h3get failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

@@ -36,6 +36,15 @@ enum Piece {
     Referenced(&'static [u8]),
 }
 
+impl Piece {
+    fn bytes<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        match *self {
+            Piece::Copied { start, end } => &buf[start..end],
+            Piece::Referenced(s) => s,
+        }
+    }
+}
+
 pub struct Emit<IO> {
     io: IO,
     /// Body pieces of this many bytes or more are kept by reference (`usize::MAX`: never).
@@ -100,10 +109,7 @@ impl<IO: AsyncWrite + Unpin> Emit<IO> {
             let mut iov = [IoSlice::new(&[]); IOV];
             let mut count = 0;
             for (i, piece) in self.pieces[self.next..].iter().take(IOV).enumerate() {
-                let bytes = match *piece {
-                    Piece::Copied { start, end } => &self.buf[start..end],
-                    Piece::Referenced(s) => s,
-                };
+                let bytes = piece.bytes(&self.buf);
                 let skip = if i == 0 { self.written } else { 0 };
                 iov[count] = IoSlice::new(&bytes[skip..]);
                 count += 1;
@@ -115,10 +121,7 @@ impl<IO: AsyncWrite + Unpin> Emit<IO> {
             self.queued -= n;
             // Advance past what was written.
             while n > 0 {
-                let len = match self.pieces[self.next] {
-                    Piece::Copied { start, end } => end - start,
-                    Piece::Referenced(s) => s.len(),
-                };
+                let len = self.pieces[self.next].bytes(&self.buf).len();
                 let step = n.min(len - self.written);
                 self.written += step;
                 n -= step;
