@@ -52,7 +52,7 @@ done
 echo
 echo "## 1. False positives over $AA_RUNS A/A comparisons (H1 1k, $ROUNDS rounds of $DURATION)"
 echo
-echo "- CPU per request: $fp_cpu significant of $AA_RUNS (nominal 5%)"
+echo "- CPU per request: $fp_cpu significant of $AA_RUNS (the test's level is at most 5%; with few rounds the sign test is stricter)"
 echo "- req/s: $fp_rps significant of $AA_RUNS"
 } >> "$OUT/summary.md"
 
