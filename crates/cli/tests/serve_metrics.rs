@@ -490,3 +490,22 @@ fn prometheus_scrapes_the_server() {
     drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_metrics_address_in_use_is_a_clear_error_at_startup() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(bin())
+        .args(["serve", "--no-quic", "-L"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .args(["--metrics", &addr])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("--metrics: cannot listen on {addr}")),
+        "{stderr}"
+    );
+}
