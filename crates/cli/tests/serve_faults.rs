@@ -172,19 +172,21 @@ fn strings(args: &[&str]) -> Vec<String> {
 /// Requests of the killed clients: bodies of 256 KiB being written and requests waiting on a
 /// delay when the client dies.
 const KILL_TARGETS: [&str; 2] = ["/?s=256k", "/?s=1k&t=20"];
-const KILL_ROUNDS: usize = 3;
+const KILL_ROUNDS: usize = 5;
 /// RSS after the kills may exceed its level after the warm-up by this much (allocator
-/// caches, fragmentation); a leak of the killed connections' state (buffers, TLS, QUIC:
-/// ~3 rounds x 64 connections or streams x tens of KiB) would exceed it.
+/// caches; 1.5-2.4 MiB seen here); a leak of the killed connections' state (5 rounds x 16
+/// connections of 8 requests: buffers, TLS, QUIC) would exceed it at ~50 KiB a connection.
 const RSS_SLACK_KIB: u64 = 4096;
 
 /// The scenario: a warm-up run of `client(srv, 2000)` to its end, then the server's RSS as
 /// the baseline; `KILL_ROUNDS` times a `client(srv, endless)` SIGKILLed once the server has
-/// served 200 more requests. Checked: `connections_open{transport}` returns to 0 (HTTP/3
-/// connections end by the server's idle timeout, 2 s here), RSS returns to within
-/// `RSS_SLACK_KIB` of the baseline, and the server still serves: a clean `loadterm load -n
-/// 200` afterwards completes 200 with no error and the server's served count rises by
-/// exactly 200, its aborted count by 0.
+/// served 200 more requests, and `connections_open{transport}` polled until it is back to 0
+/// (HTTP/3 connections of a dead client end by the server's idle timeout, 2 s here), so that
+/// no round starts with the last one's connections still open. Checked: each round, open
+/// connections return to 0; RSS after the last round is within `RSS_SLACK_KIB` of the
+/// baseline; and the server still serves: a clean `loadterm load -n 200` afterwards completes
+/// 200 with no error and the server's served count rises by exactly 200, its aborted count by
+/// 0.
 fn killed_clients(p: Proto, client: impl Fn(&Served, u64) -> Command) {
     let srv = Served::start(&["-t", "1", "--timeout", "2s"], false);
     let fresh = srv.rss_kib();
@@ -193,11 +195,19 @@ fn killed_clients(p: Proto, client: impl Fn(&Served, u64) -> Command) {
         .status()
         .expect("warm-up client");
     assert!(status.success(), "warm-up run failed: {status}");
-    wait_until(
-        "connections closed after the warm-up",
-        Duration::from_secs(60),
-        || srv.open(p) == 0,
-    );
+    let closed = |what: &str| {
+        let t0 = Instant::now();
+        wait_until(
+            &format!(
+                "{what}: connections_open{{transport={}}} back to 0",
+                p.transport()
+            ),
+            Duration::from_secs(60),
+            || srv.open(p) == 0,
+        );
+        t0.elapsed()
+    };
+    closed("after the warm-up");
     let before = srv.rss_kib();
     for round in 0..KILL_ROUNDS {
         let base = srv.served(p);
@@ -214,20 +224,17 @@ fn killed_clients(p: Proto, client: impl Fn(&Served, u64) -> Command) {
         );
         c.kill().expect("SIGKILL the client"); // std's kill is SIGKILL
         c.wait().unwrap();
+        let open = srv.open(p);
+        let took = closed(&format!("round {round}"));
+        eprintln!(
+            "{p:?} round {round}: {open} connection(s) open at the kill, 0 after {:.2} s",
+            took.as_secs_f64()
+        );
     }
-    let open_at_kill = srv.open(p);
-    let t0 = Instant::now();
-    wait_until(
-        &format!("connections_open{{transport={}}} back to 0", p.transport()),
-        Duration::from_secs(60),
-        || srv.open(p) == 0,
-    );
     let after = srv.rss_kib();
     eprintln!(
-        "{p:?}: {open_at_kill} connection(s) open after the last kill, 0 after {:.1} s; \
-         {} request(s) aborted; RSS {fresh} KiB at start, {before} KiB after the warm-up, \
-         {after} KiB after the kills",
-        t0.elapsed().as_secs_f64(),
+        "{p:?}: {} request(s) aborted; RSS {fresh} KiB at start, {before} KiB after the \
+         warm-up, {after} KiB after the kills",
         srv.aborted(p),
     );
     assert!(
@@ -246,11 +253,11 @@ fn killed_clients(p: Proto, client: impl Fn(&Served, u64) -> Command) {
     assert_eq!(srv.aborted(p) - aborted, 0, "aborted after the kills");
 }
 
-/// Our load generator: 8 connections of 8 requests in flight each (pipelined on HTTP/1.1).
+/// Our load generator: 16 connections of 8 requests in flight each (pipelined on HTTP/1.1).
 fn loadterm_client(p: Proto) -> impl Fn(&Served, u64) -> Command {
     move |srv, requests| {
         let mut args = strings(p.load_flags());
-        args.extend(strings(&["-t", "1", "-c", "8", "-m", "8", "-n"]));
+        args.extend(strings(&["-t", "1", "-c", "16", "-m", "8", "-n"]));
         args.push(requests.to_string());
         let port = p.port(&srv.server);
         args.extend(KILL_TARGETS.iter().map(|t| p.url(port, t)));
@@ -273,7 +280,7 @@ fn killed_clients_h3() {
     killed_clients(Proto::H3, loadterm_client(Proto::H3));
 }
 
-/// Another client than ours: h2load (nghttp2), HTTP/2 over TLS, 8 connections of 8 streams.
+/// Another client than ours: h2load (nghttp2), HTTP/2 over TLS, 16 connections of 8 streams.
 #[test]
 fn killed_clients_h2load() {
     if !have_tool("h2load") {
@@ -281,7 +288,7 @@ fn killed_clients_h2load() {
     }
     killed_clients(Proto::H2, |srv, requests| {
         let mut c = Command::new("h2load");
-        c.args(["-c", "8", "-m", "8", "-n", &requests.to_string()]);
+        c.args(["-c", "16", "-m", "8", "-n", &requests.to_string()]);
         c.args(
             KILL_TARGETS
                 .iter()
