@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::haterm_cfg::{self, Directive};
 use crate::listen::{self, Kind, ListenSpec, Listener};
 use crate::shutdown::Shutdown;
+use crate::stats::Totals;
 use crate::tls::{self, CertSource, Curve, Identity, Policy};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
@@ -68,6 +69,11 @@ pub struct ServeArgs {
     /// close at once, HTTP/2 and HTTP/3 with GOAWAY); a second signal exits at once.
     #[arg(long, default_value = "5s", value_parser = loadterm_plan::units::parse_duration, value_name = "DURATION")]
     grace: Duration,
+    /// Serve the statistics (Prometheus/OpenMetrics text) at `http://ADDR/metrics`, from a
+    /// thread of its own; without it, no admin listener. The same counts are printed on
+    /// SIGUSR1 and at shutdown either way.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Print the version and exit (haterm's -v).
     #[arg(short = 'v')]
     version: bool,
@@ -310,6 +316,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         return Ok(());
     }
     let pins = pinning(&lines.cpu_maps, cfg.threads)?;
+    let metrics = a.metrics.map(crate::metrics::start).transpose()?;
     let (crypto, warnings) = lines.policy.crypto();
     warn(&warnings);
     // The default identity, if a listener or --cert-out needs it; `crt` lists loaded once each.
@@ -346,15 +353,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let cfg = Arc::new(cfg);
     crate::planner::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
-    announce(&bound, &cfg, defaulted);
+    announce(&bound, &cfg, defaulted, metrics);
     let r = shut_down_on_signal(stop, &conns, cfg.grace);
+    eprint!("{}", Totals::now().summary());
     if let Some(stats) = &cfg.ja4 {
         eprint!("{}", stats.report());
     }
     r
 }
 
-fn announce(listeners: &[crate::workers::Bound], cfg: &Config, defaulted: bool) {
+fn announce(
+    listeners: &[crate::workers::Bound],
+    cfg: &Config,
+    defaulted: bool,
+    metrics: Option<std::net::SocketAddr>,
+) {
     let mut msg = format!(
         "loadterm {} serving with {} thread(s)",
         env!("CARGO_PKG_VERSION"),
@@ -371,6 +384,9 @@ fn announce(listeners: &[crate::workers::Bound], cfg: &Config, defaulted: bool) 
             Kind::Quic => format!("  https://{}  QUIC (UDP): HTTP/3\n", l.addr),
         });
     }
+    if let Some(addr) = metrics {
+        msg.push_str(&format!("  http://{addr}/metrics   statistics\n"));
+    }
     if defaulted {
         msg.push_str(
             "Try:\n  curl 'http://127.0.0.1:8888/?s=1k'\n  curl -k --http2 'https://127.0.0.1:8889/?s=16k&r=404&t=20'\n  \
@@ -380,8 +396,9 @@ fn announce(listeners: &[crate::workers::Bound], cfg: &Config, defaulted: bool) 
     print!("{msg}");
 }
 
-/// Block until SIGINT or SIGTERM, then shut down gracefully: return once every connection has
-/// ended, the grace period is over, or a second signal arrives (the process then exits).
+/// Block until SIGINT or SIGTERM (printing the statistics on each SIGUSR1 meanwhile), then shut
+/// down gracefully: return once every connection has ended, the grace period is over, or a
+/// second signal arrives (the process then exits).
 fn shut_down_on_signal(
     stop: watch::Sender<bool>,
     conns: &AtomicUsize,
@@ -393,9 +410,13 @@ fn shut_down_on_signal(
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
+        let mut usr1 = signal(SignalKind::user_defined1())?;
+        loop {
+            tokio::select! {
+                _ = int.recv() => break,
+                _ = term.recv() => break,
+                _ = usr1.recv() => eprint!("{}", Totals::now().summary()),
+            }
         }
         let _ = stop.send(true);
         let drained = async {

@@ -89,12 +89,14 @@ const DECODE_ERROR: u8 = 50;
 
 /// Read the client's ClientHello (within `timeout`), fingerprint and count it, and return the
 /// stream to give rustls (the bytes read replayed first) with the fingerprint. A stream that does
-/// not start with a well-formed ClientHello gets a fatal TLS alert and is closed: `None`.
+/// not start with a well-formed ClientHello gets a fatal TLS alert and is closed: the error
+/// says why, as a failed handshake.
 pub async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
     stats: &Stats,
-) -> Option<(Prefixed<TcpStream>, String)> {
+) -> Result<(Prefixed<TcpStream>, String), crate::stats::Failure> {
+    use crate::stats::Failure;
     let mut buf = Vec::with_capacity(2048);
     let read = tokio::time::timeout(timeout, async {
         loop {
@@ -129,9 +131,9 @@ pub async fn sniff_tcp(
         Ok(Ok(ja4)) => {
             let fp = ja4.as_str().to_string();
             stats.count(&fp);
-            Some((Prefixed::new(buf, sock), fp))
+            Ok((Prefixed::new(buf, sock), fp))
         }
-        Ok(Err(None)) => None,
+        Ok(Err(None)) => Err(Failure::Eof),
         Ok(Err(Some(description))) => {
             // A fatal alert in a TLS 1.2-versioned plaintext record, as rustls sends before
             // a version is agreed; then close.
@@ -141,10 +143,10 @@ pub async fn sniff_tcp(
                 let _ = sock.shutdown().await;
             })
             .await;
-            None
+            Err(Failure::Alert(description.into()))
         }
         // Timed out: close, as the handshake timeout does without --ja4.
-        Err(_) => None,
+        Err(_) => Err(Failure::Timeout),
     }
 }
 

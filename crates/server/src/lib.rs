@@ -7,9 +7,11 @@ pub mod h3;
 pub mod haterm_cfg;
 pub mod ja4;
 pub mod listen;
+pub mod metrics;
 mod planner;
 mod prefixed;
 mod shutdown;
+pub mod stats;
 pub mod tls;
 mod workers;
 

@@ -2,6 +2,7 @@
 //! connections close, HTTP/2 and HTTP/3 connections get GOAWAY and finish their streams.
 //! A `watch` channel works across the workers' separate runtimes.
 
+use crate::stats::{self, Transport};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -26,18 +27,32 @@ impl Shutdown {
     }
 }
 
-/// Counts a connection as open until dropped.
-pub struct ConnSlot(Arc<AtomicUsize>);
+/// Counts a connection as open until dropped: in `conns` (what `maxconn` and the shutdown wait
+/// read across threads) and in the statistics of its transport.
+pub struct ConnSlot(Arc<AtomicUsize>, Option<Transport>);
 
 impl ConnSlot {
-    pub fn new(conns: &Arc<AtomicUsize>) -> ConnSlot {
+    pub fn new(conns: &Arc<AtomicUsize>, transport: Transport) -> ConnSlot {
+        stats::accepted(transport);
+        Self::hold(conns, Some(transport))
+    }
+
+    /// Holds the shutdown back without being a connection (a QUIC endpoint closing).
+    pub fn closing(conns: &Arc<AtomicUsize>) -> ConnSlot {
+        Self::hold(conns, None)
+    }
+
+    fn hold(conns: &Arc<AtomicUsize>, transport: Option<Transport>) -> ConnSlot {
         conns.fetch_add(1, Ordering::Relaxed);
-        ConnSlot(conns.clone())
+        ConnSlot(conns.clone(), transport)
     }
 }
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Some(t) = self.1 {
+            stats::closed(t);
+        }
     }
 }

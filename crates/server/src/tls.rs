@@ -525,3 +525,29 @@ pub fn default_sans(listen_ips: &[IpAddr]) -> (Vec<String>, Vec<IpAddr>) {
     }
     (vec!["localhost".to_string()], ips)
 }
+
+/// Why a TLS handshake failed, as the statistics name it: the alert rustls sent for its
+/// error (the variants rustls maps to several alerts are named by the usual one), the alert
+/// the client sent, or the way the connection ended.
+pub fn failure(e: &std::io::Error) -> crate::stats::Failure {
+    use crate::stats::Failure;
+    use rustls::{AlertDescription as A, Error as E};
+    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<E>()) else {
+        return match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Failure::Eof,
+            _ => Failure::Io,
+        };
+    };
+    Failure::Alert(match tls {
+        E::AlertReceived(a) => *a,
+        E::InvalidMessage(_) => A::DecodeError,
+        E::InappropriateMessage { .. } | E::InappropriateHandshakeMessage { .. } => {
+            A::UnexpectedMessage
+        }
+        E::NoApplicationProtocol => A::NoApplicationProtocol,
+        E::PeerMisbehaved(_) => A::IllegalParameter,
+        E::DecryptError => A::DecryptError,
+        E::InvalidCertificate(c) => c.clone().into(),
+        _ => A::HandshakeFailure,
+    })
+}

@@ -4,6 +4,7 @@
 use crate::config::{Config, ExtraHeaders};
 use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
+use crate::stats::{self, Failure, Metered, Protection, Transport};
 use crate::tls::Identity;
 use crate::{h1, h2, h3, ja4};
 use anyhow::{bail, Context, Result};
@@ -166,9 +167,15 @@ async fn accept_loop(
             () = &mut stop => return,
         };
         if conns.load(Ordering::Relaxed) >= cfg.maxconn {
+            stats::protection(Protection::MaxConn);
             continue;
         }
-        let slot = ConnSlot::new(&conns);
+        let transport = if tls.is_some() {
+            Transport::Tls
+        } else {
+            Transport::Tcp
+        };
+        let slot = ConnSlot::new(&conns, transport);
         let _ = sock.set_nodelay(true);
         let (tls, cfg, extra) = (tls.clone(), cfg.clone(), extra.clone());
         tokio::spawn(async move {
@@ -186,7 +193,9 @@ async fn accept_loop(
 // (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
 // ones included.
 async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
-    match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
+    let preface = timeout_opt(cfg.timeout, is_h2_preface(&sock)).await;
+    let sock = Metered::new(sock, Transport::Tcp);
+    match preface {
         Some(true) => {
             let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
         }
@@ -208,10 +217,11 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
 async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders) {
     match &cfg.ja4 {
         None => handshake(sock, acceptor, cfg, extra).await,
-        Some(stats) => {
+        Some(seen) => {
             // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
-            let Some((io, fp)) = ja4::sniff_tcp(sock, cfg.timeout, stats).await else {
-                return;
+            let (io, fp) = match ja4::sniff_tcp(sock, cfg.timeout, seen).await {
+                Ok(sniffed) => sniffed,
+                Err(why) => return stats::handshake_failed(Transport::Tls, why),
             };
             let extra = ja4::with_header(extra, Some(&fp));
             handshake(io, acceptor, cfg, extra).await
@@ -223,8 +233,18 @@ async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: E
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(io)).await else {
-        return;
+    let stream = match timeout_opt(
+        cfg.timeout,
+        acceptor.accept(Metered::new(io, Transport::Tls)),
+    )
+    .await
+    {
+        Some(Ok(stream)) => {
+            stats::handshake_ok(Transport::Tls);
+            stream
+        }
+        Some(Err(e)) => return stats::handshake_failed(Transport::Tls, crate::tls::failure(&e)),
+        None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         let _ = Box::pin(h2::serve_connection(stream, cfg, extra)).await;

@@ -8,6 +8,7 @@ use super::head::{self, Head, Parsed};
 use super::Upgrade;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
+use crate::stats::{self, Metered, Proto};
 use loadterm_codec::chunked;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
@@ -51,9 +52,9 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     }
 }
 
-impl Transport for TcpStream {
+impl Transport for Metered<TcpStream> {
     fn tcp(&self) -> Option<&TcpStream> {
-        Some(self)
+        Some(self.get_ref())
     }
 }
 
@@ -73,7 +74,8 @@ pub struct Options {
 }
 
 impl From<io::Error> for Stop {
-    fn from(_: io::Error) -> Self {
+    fn from(e: io::Error) -> Self {
+        stats::io_error(&e);
         Stop::Abort
     }
 }
@@ -98,6 +100,13 @@ struct Conn<IO> {
     shutdown: Shutdown,
     /// How long to wait for the next request, when the last one set it (`w`).
     idle: Option<Duration>,
+    /// The status of the final response being written (0: none begun).
+    status: u16,
+    /// Final responses complete in `out` but not yet handed to the transport, by class:
+    /// counted as served once a flush hands them over, as aborted if the connection fails first.
+    unsent: [u32; 5],
+    /// `unsent` is not all zeros.
+    any_unsent: bool,
 }
 
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
@@ -129,6 +138,9 @@ pub async fn serve<IO: Transport>(
         }),
         shutdown: cfg.shutdown.clone(),
         idle: None,
+        status: 0,
+        unsent: [0; 5],
+        any_unsent: false,
     };
     let stop = loop {
         if let Err(stop) = c.request().await {
@@ -146,6 +158,9 @@ pub async fn serve<IO: Transport>(
             Some((head, c.buffered().to_vec()))
         }
     };
+    // What a failed connection left unsent or half sent.
+    let unsent: u32 = c.unsent.iter().sum();
+    stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.status >= 200));
     buffers::give(std::mem::take(&mut c.rbuf));
     buffers::give(std::mem::take(&mut c.out));
     Ok(upgrade.map(|(head, buffered)| Upgrade {
@@ -158,6 +173,15 @@ pub async fn serve<IO: Transport>(
 impl<IO: Transport> Conn<IO> {
     fn buffered(&self) -> &[u8] {
         &self.rbuf[self.start..]
+    }
+
+    /// The final response being written is complete (in `out` or already sent).
+    fn response_done(&mut self) {
+        if self.status >= 200 {
+            stats::tally(&mut self.unsent, self.status);
+            self.any_unsent = true;
+        }
+        self.status = 0;
     }
 
     fn consume(&mut self, n: usize) {
@@ -251,32 +275,48 @@ impl<IO: Transport> Conn<IO> {
             self.out.drain(..n);
         }
         match timeout(self.timeout, self.io.flush()).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client stopped reading",
-            )),
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client stopped reading",
+                ))
+            }
         }
+        // Every complete response is now with the transport.
+        if self.any_unsent {
+            stats::served_by_class(Proto::H1, &self.unsent);
+            self.unsent = [0; 5];
+            self.any_unsent = false;
+        }
+        Ok(())
     }
 
     /// Answer with an error page (no request could be planned) and close.
     fn fail(&mut self, page: ErrorPage, t_first: Instant) -> Stop {
+        stats::error_page(page);
         self.ready_out();
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
         loop {
             match x.next(t_first) {
                 Step::Head(h) => {
+                    self.status = h.status;
                     h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                _ => return Stop::Close,
+                _ => {
+                    self.response_done();
+                    return Stop::Close;
+                }
             }
         }
     }
 
     /// Flush, half-close, and discard what the client still sends for a short while.
     async fn close(&mut self) {
-        if self.flush().await.is_err() {
+        if let Err(e) = self.flush().await {
+            stats::io_error(&e);
             return;
         }
         let _ = timeout(LINGER, async {
@@ -308,7 +348,11 @@ impl<IO: Transport> Conn<IO> {
                 () = stop.wait() => return Err(Stop::Close),
             };
             match r {
-                Ok(0) | Err(_) => return Err(Stop::Abort),
+                Ok(0) | Err(None) => return Err(Stop::Abort),
+                Err(Some(e)) => {
+                    stats::io_error(&e);
+                    return Err(Stop::Abort);
+                }
                 Ok(_) => {}
             }
         }
@@ -324,7 +368,10 @@ impl<IO: Transport> Conn<IO> {
                     Ok(0) => return Err(Stop::Abort),
                     Ok(_) => {}
                     Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
-                    Err(Some(_)) => return Err(Stop::Abort),
+                    Err(Some(e)) => {
+                        stats::io_error(&e);
+                        return Err(Stop::Abort);
+                    }
                 },
             }
         }
@@ -334,6 +381,7 @@ impl<IO: Transport> Conn<IO> {
             let head = self.buffered()[..head_len].to_vec();
             self.consume(head_len);
             self.out.extend_from_slice(SWITCHING);
+            stats::interim(Proto::H1);
             return Err(Stop::Upgrade(head));
         }
         self.consume(head_len);
@@ -364,7 +412,10 @@ impl<IO: Transport> Conn<IO> {
         let mut now = t_first;
         loop {
             match x.next(now) {
-                Step::Continue => self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n"),
+                Step::Continue => {
+                    stats::interim(Proto::H1);
+                    self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n")
+                }
                 Step::ReadBody { limit } => {
                     match Box::pin(self.drain(&mut decoder, limit)).await {
                         Ok((n, true)) => {
@@ -392,7 +443,14 @@ impl<IO: Transport> Conn<IO> {
                     Box::pin(tokio::time::sleep(d)).await;
                     now = Instant::now();
                 }
-                Step::Head(h) => crate::planner::write_h1(&h, &self.extra_head, &mut self.out),
+                Step::Head(h) => {
+                    if h.status < 200 {
+                        stats::interim(Proto::H1);
+                    } else {
+                        self.status = h.status;
+                    }
+                    crate::planner::write_h1(&h, &self.extra_head, &mut self.out)
+                }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
                     kind,
@@ -434,13 +492,17 @@ impl<IO: Transport> Conn<IO> {
                     self.flush().await?;
                 }
                 Step::Done(Ending::KeepAlive) => {
+                    self.response_done();
                     self.idle = x.idle();
                     if self.out.len() >= OUT_FLUSH {
                         self.flush().await?;
                     }
                     return Ok(());
                 }
-                Step::Done(Ending::Close | Ending::NoFinal) => return Err(Stop::Close),
+                Step::Done(Ending::Close | Ending::NoFinal) => {
+                    self.response_done();
+                    return Err(Stop::Close);
+                }
                 Step::Done(Ending::Abort) => return Err(Stop::Abort),
             }
         }

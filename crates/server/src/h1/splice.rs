@@ -209,6 +209,8 @@ pub async fn send(
             if moved == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
+            // Past the byte-counting wrapper: counted here.
+            crate::stats::bytes_out(crate::stats::Transport::Tcp, moved);
             left -= moved;
         }
     }

@@ -6,6 +6,7 @@ mod emit;
 mod stream;
 pub mod upgrade;
 
+use crate::stats::{self, ErrorKind, Protection};
 use futures::FutureExt;
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,11 +53,19 @@ where
         .max_local_error_reset_streams(Some(256))
         .max_concurrent_reset_streams(64)
         .max_send_buffer_size(256 << 10);
-    let mut conn = tokio::time::timeout(
+    let mut conn = match tokio::time::timeout(
         cfg.timeout,
         builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.copy_up_to())),
     )
-    .await??;
+    .await
+    {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return Err(failed(e)),
+        Err(elapsed) => {
+            stats::error(ErrorKind::Timeout);
+            return Err(elapsed.into());
+        }
+    };
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
     // `w`: the idle time (ms, 0: none) the last request set for the connection.
@@ -105,7 +114,7 @@ where
                 w = None;
                 batch.push(stream);
             }
-            Some(Err(e)) => return Err(e.into()),
+            Some(Err(e)) => return Err(failed(e)),
             None => return Ok(()),
         }
         // Take every request already received before answering any: each accept flushes what
@@ -119,7 +128,7 @@ where
         };
         batch.drain(..).for_each(&dispatch);
         match end {
-            Some(Some(Err(e))) => return Err(e.into()),
+            Some(Some(Err(e))) => return Err(failed(e)),
             Some(None) => return Ok(()),
             _ => {}
         }
@@ -133,4 +142,28 @@ where
     })
     .await;
     Ok(())
+}
+
+/// Count how a connection failed: the h2 crate's flood protections by the debug data of the
+/// GOAWAY it sent (ENHANCE_YOUR_CALM; the crate exposes the cause nowhere else), I/O errors by
+/// kind, anything else as a protocol error.
+fn failed(e: h2::Error) -> anyhow::Error {
+    const CAUSES: [(&str, Protection); 5] = [
+        ("too_many_resets", Protection::RapidReset),
+        ("too_many_continuations", Protection::ContinuationFlood),
+        ("header_list_way_too_large", Protection::HeaderListTooLarge),
+        ("too_many_internal_resets", Protection::ErrorFlood),
+        ("too_many_data_frames", Protection::DataFlood),
+    ];
+    if let Some(io) = e.get_io() {
+        stats::io_error(io);
+    } else if e.is_go_away() && e.is_library() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
+    {
+        let text = e.to_string();
+        let cause = CAUSES.iter().find(|(debug, _)| text.contains(debug));
+        stats::protection(cause.map_or(Protection::EnhanceYourCalm, |&(_, p)| p));
+    } else {
+        stats::error(ErrorKind::Protocol);
+    }
+    e.into()
 }

@@ -3,6 +3,7 @@
 //! must wait (a request body, a delay, a large body) moves the exchange to a task of its own.
 
 use crate::config::Config;
+use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
@@ -30,6 +31,8 @@ pub struct Stream {
     extra: Arc<[(HeaderName, HeaderValue)]>,
     /// The clock as last read: again only after waiting.
     now: Instant,
+    /// The status of the final head sent (0: none yet).
+    status: u16,
 }
 
 /// What carrying out a step led to.
@@ -135,6 +138,7 @@ impl Stream {
         let fields = match check(&req) {
             Ok(size) => size,
             Err(reason) => {
+                stats::error(ErrorKind::Protocol);
                 respond.send_reset(reason);
                 return None;
             }
@@ -178,6 +182,7 @@ impl Stream {
             ended: false,
             extra,
             now,
+            status: 0,
         })
     }
 
@@ -234,7 +239,7 @@ impl Stream {
                     kind, size, last, ..
                 }) => {
                     if !self.large_body(kind, 0, size, last, cfg.timeout).await {
-                        return;
+                        return self.aborted();
                     }
                 }
                 // One DATA frame (flow control permitting), on its own.
@@ -249,7 +254,7 @@ impl Stream {
                         .large_body(kind, offset, offset + len, last, cfg.timeout)
                         .await
                     {
-                        return;
+                        return self.aborted();
                     }
                 }
                 Step::Done(Ending::NoFinal) => {
@@ -274,10 +279,12 @@ impl Stream {
     fn now_step(&mut self, step: Step) -> Then {
         match step {
             Step::Continue => {
+                stats::interim(Proto::H2);
                 let interim = Response::builder().status(100).body(()).expect("100");
                 let _ = self.respond.send_informational(interim);
             }
             Step::Head(head) if head.status < 200 => {
+                stats::interim(Proto::H2);
                 let interim = Response::builder()
                     .status(head.status)
                     .body(())
@@ -293,6 +300,7 @@ impl Stream {
                     Ok(send) => self.send = Some(send),
                     Err(_) => return Then::End,
                 }
+                self.status = head.status;
                 self.ended = head.last;
             }
             Step::Body(Body::Text(text)) => self.data(Bytes::from(text.into_owned()), true),
@@ -304,12 +312,19 @@ impl Stream {
             }
             Step::Done(ending) => {
                 match ending {
-                    Ending::KeepAlive | Ending::Close if !self.ended => {
-                        self.data(Bytes::new(), true)
+                    Ending::KeepAlive | Ending::Close => {
+                        if !self.ended {
+                            self.data(Bytes::new(), true)
+                        }
+                        if self.status >= 200 {
+                            stats::served(Proto::H2, self.status);
+                        }
                     }
-                    Ending::KeepAlive | Ending::Close => {}
                     Ending::NoFinal => return Then::Wait(Step::Done(ending)),
-                    Ending::Abort => self.reset(Reason::CANCEL),
+                    Ending::Abort => {
+                        self.reset(Reason::CANCEL);
+                        self.aborted();
+                    }
                 }
                 return Then::End;
             }
@@ -344,6 +359,11 @@ impl Stream {
         self.ended |= last;
     }
 
+    /// The response, if begun, cannot be completed.
+    fn aborted(&self) {
+        stats::aborted(Proto::H2, u64::from(self.status >= 200));
+    }
+
     fn reset(&mut self, reason: Reason) {
         match &mut self.send {
             Some(send) => send.send_reset(reason),
@@ -375,6 +395,11 @@ impl Stream {
             {
                 Ok(Some(Ok(cap))) if cap > 0 => cap,
                 Ok(Some(Ok(_))) => continue,
+                Err(_) => {
+                    stats::protection(Protection::WriteTimeout);
+                    send.send_reset(Reason::CANCEL);
+                    return false;
+                }
                 _ => {
                     send.send_reset(Reason::CANCEL);
                     return false;

@@ -6,6 +6,7 @@ mod stream;
 
 use crate::ja4;
 use crate::shutdown::ConnSlot;
+use crate::stats::{self, Failure, Transport};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::frame;
@@ -78,7 +79,7 @@ pub async fn run_endpoint(
             },
             () = &mut stop => break,
         };
-        let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns));
+        let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns, Transport::Quic));
         // Found by the client's address and original DCID: the two values quinn's `Incoming`
         // and the Initial packet share (the address alone would mix up a client's concurrent
         // connections from one port, which QUIC tells apart by connection ID).
@@ -92,7 +93,7 @@ pub async fn run_endpoint(
     }
     // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
     // exit with clients left to time out.
-    let _slot = ConnSlot::new(&conns);
+    let _slot = ConnSlot::closing(&conns);
     endpoint.wait_idle().await;
     Ok(())
 }
@@ -102,7 +103,19 @@ async fn connection(
     cfg: Arc<crate::config::Config>,
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
 ) -> Result<()> {
-    let conn = tokio::time::timeout(cfg.timeout, incoming).await??;
+    let conn = match tokio::time::timeout(cfg.timeout, incoming).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            stats::handshake_failed(Transport::Quic, failure(&e));
+            return Err(e.into());
+        }
+        Err(elapsed) => {
+            stats::handshake_failed(Transport::Quic, Failure::Timeout);
+            return Err(elapsed.into());
+        }
+    };
+    stats::handshake_ok(Transport::Quic);
+    let _bytes = CountBytes(conn.clone());
     // Asked once the handshake is done, not when quinn yields the `Incoming` (at the first
     // Initial): the rest of a ClientHello spread over several Initials may still be on its way
     // then. Every datagram quinn read the ClientHello from went through the sniffing socket.
@@ -263,5 +276,33 @@ async fn settings_ok(r: &mut Reader, len: u64) -> bool {
     match r.payload(len as usize).await {
         Ok(payload) => frame::settings_valid(&payload),
         Err(_) => false,
+    }
+}
+
+/// Why a QUIC handshake failed: the TLS alert in a CRYPTO_ERROR close (sent or received),
+/// the idle timeout, or else `io`.
+fn failure(e: &quinn::ConnectionError) -> Failure {
+    use quinn::ConnectionError as E;
+    let code = match e {
+        E::TransportError(t) => u64::from(t.code),
+        E::ConnectionClosed(c) => u64::from(c.error_code),
+        E::TimedOut => return Failure::Timeout,
+        _ => return Failure::Io,
+    };
+    // RFC 9001 §4.8: CRYPTO_ERROR is 0x0100 + the alert.
+    match code {
+        0x100..=0x1ff => Failure::Alert(((code - 0x100) as u8).into()),
+        _ => Failure::Io,
+    }
+}
+
+/// Counts a connection's UDP payload bytes (quinn's statistics) when it ends.
+struct CountBytes(quinn::Connection);
+
+impl Drop for CountBytes {
+    fn drop(&mut self) {
+        let s = self.0.stats();
+        stats::bytes_in(Transport::Quic, s.udp_rx.bytes as usize);
+        stats::bytes_out(Transport::Quic, s.udp_tx.bytes as usize);
     }
 }

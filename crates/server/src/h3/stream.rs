@@ -4,6 +4,7 @@
 //! 13% of server CPU in memcpy).
 
 use crate::config::Config;
+use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
@@ -169,6 +170,8 @@ struct Stream {
     pending: Option<(Vec<u8>, usize)>,
     /// Fields added to every response of the connection (`x-ja4`).
     extra: Arc<[(HeaderName, HeaderValue)]>,
+    /// The status of the final head (0: none yet).
+    status: u16,
 }
 
 /// Why a request stream is abandoned.
@@ -200,10 +203,18 @@ impl Stream {
     /// Write frames (and body slices) whole, bounded by the client timeout: a client that stops
     /// reading is dropped.
     async fn write(&mut self, chunks: &mut [Bytes]) -> bool {
-        matches!(
-            tokio::time::timeout(self.timeout, self.send.write_all_chunks(chunks)).await,
-            Ok(Ok(()))
-        )
+        match tokio::time::timeout(self.timeout, self.send.write_all_chunks(chunks)).await {
+            Ok(Ok(())) => true,
+            // Stopped by the client, or the connection is gone.
+            Ok(Err(_)) => {
+                stats::error(ErrorKind::Reset);
+                false
+            }
+            Err(_) => {
+                stats::protection(Protection::WriteTimeout);
+                false
+            }
+        }
     }
 
     /// Read up to the request's field section (then in `self.msg.section()`), skipping unknown
@@ -282,22 +293,38 @@ pub async fn serve(
         max_section: cfg.h3.h3_max_header_list,
         pending: None,
         extra,
+        status: 0,
     };
     let t_first = Instant::now();
     let x = match request(&mut s, cfg, t_first).await {
         Ok(x) => x,
         Err(Abort::Reset(code)) => {
+            stats::error(ErrorKind::Protocol);
             s.reset(code);
             return Ok((s.send, None));
         }
-        Err(Abort::Connection(code)) => return Err(code),
-        Err(Abort::Status(page)) => Exchange::error(page, Version::H3, cfg.date, t_first),
+        Err(Abort::Connection(code)) => {
+            stats::error(ErrorKind::Protocol);
+            return Err(code);
+        }
+        Err(Abort::Status(page)) => {
+            stats::error_page(page);
+            Exchange::error(page, Version::H3, cfg.date, t_first)
+        }
     };
     let idle = x.idle();
     match answer(&mut s, x, t_first).await {
+        Ok(()) if s.status >= 200 => stats::served(Proto::H3, s.status),
         Ok(()) => {}
-        Err(Abort::Reset(code)) => s.reset(code),
-        Err(Abort::Connection(code)) => return Err(code),
+        Err(Abort::Reset(code)) => {
+            stats::aborted(Proto::H3, u64::from(s.status >= 200));
+            s.reset(code);
+        }
+        Err(Abort::Connection(code)) => {
+            stats::error(ErrorKind::Protocol);
+            stats::aborted(Proto::H3, u64::from(s.status >= 200));
+            return Err(code);
+        }
         Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
     }
     Ok((s.send, idle))
@@ -408,6 +435,11 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
 impl Stream {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
     fn response_head(&mut self, head: &Head) {
+        if head.status < 200 {
+            stats::interim(Proto::H3);
+        } else {
+            self.status = head.status;
+        }
         let mut out = Vec::with_capacity(256);
         let start = headers_frame(&mut out, head, &self.extra);
         self.pending = Some((out, start));

@@ -1,0 +1,571 @@
+//! Server statistics, decided here: what is counted, under which label, and how the counts are
+//! kept. Each thread that counts owns a block of counters (registered once in a global list);
+//! only the owner writes it, with a plain load and store (no atomic read-modify-write, no lock),
+//! and a scrape or a summary sums every block. Counting is always on.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// How a connection reached us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Tls,
+    Quic,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 3] = [Transport::Tcp, Transport::Tls, Transport::Quic];
+
+    pub fn label(self) -> &'static str {
+        ["tcp", "tls", "quic"][self as usize]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    H1,
+    H2,
+    H3,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::H1, Proto::H2, Proto::H3];
+
+    pub fn label(self) -> &'static str {
+        ["h1", "h2", "h3"][self as usize]
+    }
+}
+
+/// The status classes of final responses, `1xx` (never final here, but exposed) to `5xx`.
+pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+fn class(status: u16) -> usize {
+    (usize::from(status / 100).clamp(1, 5)) - 1
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Timeout,
+    Reset,
+    Protocol,
+    Limit,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 4] = [
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Protocol,
+        ErrorKind::Limit,
+    ];
+
+    pub fn label(self) -> &'static str {
+        ["timeout", "reset", "protocol", "limit"][self as usize]
+    }
+}
+
+/// A protection that triggered; each is also counted as an error of its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    /// HTTP/2: too many streams reset by the client before they were answered (CVE-2023-44487).
+    RapidReset,
+    /// HTTP/2: too many CONTINUATION frames for one header block.
+    ContinuationFlood,
+    /// HTTP/2: too many streams the server itself had to reset for the client's errors.
+    ErrorFlood,
+    /// HTTP/2: too many small DATA frames on one stream.
+    DataFlood,
+    /// Any other HTTP/2 ENHANCE_YOUR_CALM from the h2 crate.
+    EnhanceYourCalm,
+    /// A request head over the size limits (431, or the connection ended).
+    HeaderListTooLarge,
+    /// A request head not complete within the client timeout (408).
+    SlowHead,
+    /// A client that stopped reading: a write made no progress within the client timeout.
+    WriteTimeout,
+    /// A connection closed on accept: `maxconn` were open.
+    MaxConn,
+}
+
+impl Protection {
+    pub const ALL: [Protection; 9] = [
+        Protection::RapidReset,
+        Protection::ContinuationFlood,
+        Protection::ErrorFlood,
+        Protection::DataFlood,
+        Protection::EnhanceYourCalm,
+        Protection::HeaderListTooLarge,
+        Protection::SlowHead,
+        Protection::WriteTimeout,
+        Protection::MaxConn,
+    ];
+
+    pub fn label(self) -> &'static str {
+        [
+            "rapid_reset",
+            "continuation_flood",
+            "error_flood",
+            "data_flood",
+            "enhance_your_calm",
+            "header_list_too_large",
+            "slow_head",
+            "write_timeout",
+            "maxconn",
+        ][self as usize]
+    }
+
+    fn kind(self) -> ErrorKind {
+        match self {
+            Protection::SlowHead | Protection::WriteTimeout => ErrorKind::Timeout,
+            _ => ErrorKind::Limit,
+        }
+    }
+}
+
+/// Why a TLS (or QUIC) handshake failed: the TLS alert sent or received, or how the
+/// connection ended before the handshake did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Alert(rustls::AlertDescription),
+    Timeout,
+    Eof,
+    Io,
+}
+
+const FAILURES: usize = 256 + 3;
+
+impl Failure {
+    fn index(self) -> usize {
+        match self {
+            Failure::Alert(a) => usize::from(u8::from(a)),
+            Failure::Timeout => 256,
+            Failure::Eof => 257,
+            Failure::Io => 258,
+        }
+    }
+
+    fn from_index(i: usize) -> Failure {
+        match i {
+            0..=255 => Failure::Alert(rustls::AlertDescription::from(i as u8)),
+            256 => Failure::Timeout,
+            257 => Failure::Eof,
+            _ => Failure::Io,
+        }
+    }
+
+    /// The `reason` label: the alert's name in snake case (`no_application_protocol`), or
+    /// `timeout`, `eof`, `io`.
+    pub fn label(self) -> String {
+        match self {
+            Failure::Alert(rustls::AlertDescription::Unknown(n)) => format!("alert_{n}"),
+            Failure::Alert(a) => {
+                let mut out = String::new();
+                for (i, c) in format!("{a:?}").chars().enumerate() {
+                    if c.is_ascii_uppercase() && i > 0 {
+                        out.push('_');
+                    }
+                    out.push(c.to_ascii_lowercase());
+                }
+                out
+            }
+            Failure::Timeout => "timeout".into(),
+            Failure::Eof => "eof".into(),
+            Failure::Io => "io".into(),
+        }
+    }
+}
+
+/// A counter written by one thread only.
+#[derive(Default)]
+struct C(AtomicU64);
+
+impl C {
+    #[inline]
+    fn add(&self, n: u64) {
+        // Only the owning thread writes: a load and a store, no read-modify-write.
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+fn zeros<const N: usize>() -> [C; N] {
+    std::array::from_fn(|_| C::default())
+}
+
+/// One thread's counters.
+struct Block {
+    accepted: [C; 3],
+    closed: [C; 3],
+    handshakes_ok: [C; 3],
+    handshakes_failed: [C; 3],
+    failures: [C; FAILURES],
+    requests: [[C; 5]; 3],
+    interim: [C; 3],
+    aborted: [C; 3],
+    bytes_in: [C; 3],
+    bytes_out: [C; 3],
+    errors: [C; 4],
+    protections: [C; Protection::ALL.len()],
+}
+
+impl Block {
+    fn new() -> Block {
+        Block {
+            accepted: zeros(),
+            closed: zeros(),
+            handshakes_ok: zeros(),
+            handshakes_failed: zeros(),
+            failures: zeros(),
+            requests: std::array::from_fn(|_| zeros()),
+            interim: zeros(),
+            aborted: zeros(),
+            bytes_in: zeros(),
+            bytes_out: zeros(),
+            errors: zeros(),
+            protections: zeros(),
+        }
+    }
+}
+
+/// Every thread's block; blocks live as long as the process (threads that end keep their counts).
+static BLOCKS: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: &'static Block = {
+        let block: &'static Block = Box::leak(Box::new(Block::new()));
+        BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).push(block);
+        block
+    };
+}
+
+#[inline]
+fn mine(f: impl FnOnce(&Block)) {
+    MINE.with(|b| f(b));
+}
+
+pub fn accepted(t: Transport) {
+    mine(|b| b.accepted[t as usize].add(1));
+}
+
+pub fn closed(t: Transport) {
+    mine(|b| b.closed[t as usize].add(1));
+}
+
+pub fn handshake_ok(t: Transport) {
+    mine(|b| b.handshakes_ok[t as usize].add(1));
+}
+
+pub fn handshake_failed(t: Transport, why: Failure) {
+    mine(|b| {
+        b.handshakes_failed[t as usize].add(1);
+        b.failures[why.index()].add(1);
+    });
+}
+
+/// A final response served: its last byte handed to the transport (HTTP/2: to the h2 crate).
+#[inline]
+pub fn served(p: Proto, status: u16) {
+    mine(|b| b.requests[p as usize][class(status)].add(1));
+}
+
+/// Final responses served, counted by class (`counts[i]`: class `CLASSES[i]`).
+pub fn served_by_class(p: Proto, counts: &[u32; 5]) {
+    mine(|b| {
+        for (c, &n) in b.requests[p as usize].iter().zip(counts) {
+            if n > 0 {
+                c.add(u64::from(n));
+            }
+        }
+    });
+}
+
+/// `counts[class(status)] += 1`: a response waiting to be counted by [`served_by_class`].
+#[inline]
+pub fn tally(counts: &mut [u32; 5], status: u16) {
+    counts[class(status)] += 1;
+}
+
+/// An interim (1xx) response: not a served request.
+pub fn interim(p: Proto) {
+    mine(|b| b.interim[p as usize].add(1));
+}
+
+/// Responses begun but not completed (the peer went away, a write timed out, an abort).
+pub fn aborted(p: Proto, n: u64) {
+    if n > 0 {
+        mine(|b| b.aborted[p as usize].add(n));
+    }
+}
+
+#[inline]
+pub fn bytes_in(t: Transport, n: usize) {
+    mine(|b| b.bytes_in[t as usize].add(n as u64));
+}
+
+#[inline]
+pub fn bytes_out(t: Transport, n: usize) {
+    mine(|b| b.bytes_out[t as usize].add(n as u64));
+}
+
+pub fn error(kind: ErrorKind) {
+    mine(|b| b.errors[kind as usize].add(1));
+}
+
+pub fn protection(p: Protection) {
+    mine(|b| {
+        b.protections[p as usize].add(1);
+        b.errors[p.kind() as usize].add(1);
+    });
+}
+
+/// An I/O error that ended a connection or a response: the peer reset or went away, or our
+/// write timeout (the engines' only source of `TimedOut`). Others are not counted.
+pub fn io_error(e: &io::Error) {
+    match e.kind() {
+        io::ErrorKind::TimedOut => protection(Protection::WriteTimeout),
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof => error(ErrorKind::Reset),
+        _ => {}
+    }
+}
+
+/// What an error page (an answer without a plan) says about the request.
+pub fn error_page(page: loadterm_plan::pages::ErrorPage) {
+    use loadterm_plan::pages::ErrorPage;
+    match page {
+        ErrorPage::Timeout => protection(Protection::SlowHead),
+        ErrorPage::HeadersTooLarge | ErrorPage::FieldTooLarge => {
+            protection(Protection::HeaderListTooLarge)
+        }
+        ErrorPage::UriTooLong | ErrorPage::MethodTooLong => error(ErrorKind::Limit),
+        _ => error(ErrorKind::Protocol),
+    }
+}
+
+/// The counters of every thread, summed.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    pub accepted: [u64; 3],
+    pub closed: [u64; 3],
+    pub handshakes_ok: [u64; 3],
+    pub handshakes_failed: [u64; 3],
+    /// Handshake failures by reason, those that occurred.
+    pub failures: Vec<(Failure, u64)>,
+    pub requests: [[u64; 5]; 3],
+    pub interim: [u64; 3],
+    pub aborted: [u64; 3],
+    pub bytes_in: [u64; 3],
+    pub bytes_out: [u64; 3],
+    pub errors: [u64; 4],
+    pub protections: [u64; Protection::ALL.len()],
+}
+
+fn sum<const N: usize>(into: &mut [u64; N], from: &[C; N]) {
+    for (t, c) in into.iter_mut().zip(from) {
+        *t += c.get();
+    }
+}
+
+impl Totals {
+    pub fn now() -> Totals {
+        let blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut t = Totals::default();
+        let mut failures = [0u64; FAILURES];
+        for b in blocks {
+            sum(&mut t.accepted, &b.accepted);
+            sum(&mut t.closed, &b.closed);
+            sum(&mut t.handshakes_ok, &b.handshakes_ok);
+            sum(&mut t.handshakes_failed, &b.handshakes_failed);
+            sum(&mut failures, &b.failures);
+            for (into, from) in t.requests.iter_mut().zip(&b.requests) {
+                sum(into, from);
+            }
+            sum(&mut t.interim, &b.interim);
+            sum(&mut t.aborted, &b.aborted);
+            sum(&mut t.bytes_in, &b.bytes_in);
+            sum(&mut t.bytes_out, &b.bytes_out);
+            sum(&mut t.errors, &b.errors);
+            sum(&mut t.protections, &b.protections);
+        }
+        t.failures = (0..FAILURES)
+            .filter(|&i| failures[i] > 0)
+            .map(|i| (Failure::from_index(i), failures[i]))
+            .collect();
+        t
+    }
+
+    /// Connections open: accepted and not yet closed.
+    pub fn open(&self, t: Transport) -> u64 {
+        let i = t as usize;
+        self.accepted[i].saturating_sub(self.closed[i])
+    }
+
+    /// The summary printed on SIGUSR1 and at shutdown (non-zero counts only).
+    pub fn summary(&self) -> String {
+        let mut s = String::from("loadterm statistics:\n");
+        let line = |s: &mut String, what: &str, items: Vec<(String, u64)>| {
+            let items: Vec<String> = items
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            if !items.is_empty() {
+                s.push_str(&format!("  {what:<12} {}\n", items.join(", ")));
+            }
+        };
+        let per_transport = |v: &[u64; 3]| -> Vec<(String, u64)> {
+            Transport::ALL
+                .iter()
+                .map(|t| (t.label().to_string(), v[*t as usize]))
+                .collect()
+        };
+        line(&mut s, "accepted", per_transport(&self.accepted));
+        let open = Transport::ALL
+            .iter()
+            .map(|&t| (t.label().to_string(), self.open(t)))
+            .collect();
+        line(&mut s, "open", open);
+        let hs = [Transport::Tls, Transport::Quic]
+            .iter()
+            .flat_map(|&t| {
+                let i = t as usize;
+                [
+                    (format!("{} ok", t.label()), self.handshakes_ok[i]),
+                    (format!("{} failed", t.label()), self.handshakes_failed[i]),
+                ]
+            })
+            .collect();
+        line(&mut s, "handshakes", hs);
+        let fails = self.failures.iter().map(|(f, n)| (f.label(), *n)).collect();
+        line(&mut s, "tls failures", fails);
+        for p in Proto::ALL {
+            let v = &self.requests[p as usize];
+            let classes = CLASSES
+                .iter()
+                .zip(v)
+                .map(|(c, n)| (c.to_string(), *n))
+                .collect();
+            line(&mut s, &format!("{} requests", p.label()), classes);
+        }
+        let per_proto = |v: &[u64; 3]| -> Vec<(String, u64)> {
+            Proto::ALL
+                .iter()
+                .map(|p| (p.label().to_string(), v[*p as usize]))
+                .collect()
+        };
+        line(&mut s, "interim", per_proto(&self.interim));
+        line(&mut s, "aborted", per_proto(&self.aborted));
+        line(&mut s, "bytes in", per_transport(&self.bytes_in));
+        line(&mut s, "bytes out", per_transport(&self.bytes_out));
+        let errors = ErrorKind::ALL
+            .iter()
+            .map(|k| (k.label().to_string(), self.errors[*k as usize]))
+            .collect();
+        line(&mut s, "errors", errors);
+        let prot = Protection::ALL
+            .iter()
+            .map(|p| (p.label().to_string(), self.protections[*p as usize]))
+            .collect();
+        line(&mut s, "protections", prot);
+        if s.lines().count() == 1 {
+            s.push_str("  nothing yet\n");
+        }
+        s
+    }
+}
+
+/// A byte stream whose bytes are counted as `transport`'s (on the wire: under TLS, the
+/// ciphertext).
+pub struct Metered<IO> {
+    io: IO,
+    transport: Transport,
+}
+
+impl<IO> Metered<IO> {
+    pub fn new(io: IO, transport: Transport) -> Metered<IO> {
+        Metered { io, transport }
+    }
+
+    pub fn get_ref(&self) -> &IO {
+        &self.io
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        bytes_in(self.transport, buf.filled().len() - before);
+        r
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = r {
+            bytes_out(self.transport, n);
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r {
+            bytes_out(self.transport, n);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(
+            Failure::Alert(rustls::AlertDescription::NoApplicationProtocol).label(),
+            "no_application_protocol"
+        );
+        assert_eq!(Failure::from_index(Failure::Eof.index()), Failure::Eof);
+        assert_eq!(
+            (class(100), class(204), class(599), class(999)),
+            (0, 1, 4, 4)
+        );
+    }
+}
