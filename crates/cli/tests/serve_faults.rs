@@ -533,8 +533,8 @@ impl Drop for DelayLine {
 /// complete, with status 200 and no error; the median latency is at least the 50 ms round
 /// trip and under 2 s (HTTP/3's is the highest: only it sees loss and RTT together, and its
 /// congestion window pays for it); the server served exactly 300 (= the client's completed)
-/// and aborted none; and the drop rule dropped packets of this run (its counter is not 0),
-/// so the run recovered from real loss.
+/// and aborted none; and, on HTTP/3, the drop rule dropped packets of this run (its counter
+/// is not 0), so the run recovered from real loss.
 fn lossy_path(p: Proto) {
     let ran = in_new_netns(move || {
         let srv = Served::start(&["-t", "1"], false);
@@ -573,10 +573,15 @@ fn lossy_path(p: Proto) {
         );
         assert_eq!(srv.served(p), LOSSY_REQUESTS, "served");
         assert_eq!(srv.aborted(p), 0, "aborted");
-        assert!(
-            dropped > 0,
-            "no packet dropped ({seen} seen): the loss was not applied"
-        );
+        // HTTP/3 sends thousands of datagrams here, so a 1% loss that dropped none would be
+        // a broken rule (P = 0.99^4000 ≈ 4e-18). TCP's few hundred skbs (segments coalesced
+        // on the loopback) may pass untouched (P = 0.99^350 ≈ 3%): printed above, not checked.
+        if let Proto::H3 = p {
+            assert!(
+                dropped > 0,
+                "no packet dropped ({seen} seen): the loss was not applied"
+            );
+        }
     });
     if ran.is_none() {
         eprintln!("{p:?} through a lossy path: not run");
