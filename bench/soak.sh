@@ -42,7 +42,11 @@ tls=$((port + 1)) metrics=127.0.0.1:$((port + 2))
 server=$!
 sampler=
 trap 'kill $sampler $server 2>/dev/null || true' EXIT
-for _ in $(seq 200); do curl -sf "http://$metrics/metrics" >/dev/null && break; sleep 0.05; done
+for _ in $(seq 200); do
+  curl -sf "http://$metrics/metrics" -o /dev/null && curl -sf "http://127.0.0.1:$port/?s=0" -o /dev/null \
+    && curl -sfk "https://127.0.0.1:$tls/?s=0" -o /dev/null && break
+  sleep 0.05
+done
 
 # The sum of a metric's samples (over all its labels) in the server's exposition.
 metric() { curl -sf "http://$metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'; }
