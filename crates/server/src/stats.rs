@@ -72,15 +72,10 @@ impl ErrorKind {
 /// A protection that triggered; each is also counted as an error of its kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protection {
-    /// HTTP/2: too many streams reset by the client before they were answered (CVE-2023-44487).
-    RapidReset,
-    /// HTTP/2: too many CONTINUATION frames for one header block.
-    ContinuationFlood,
-    /// HTTP/2: too many streams the server itself had to reset for the client's errors.
-    ErrorFlood,
-    /// HTTP/2: too many small DATA frames on one stream.
-    DataFlood,
-    /// Any other HTTP/2 ENHANCE_YOUR_CALM from the h2 crate.
+    /// HTTP/2: the h2 crate ended a connection with GOAWAY ENHANCE_YOUR_CALM: a rapid reset
+    /// (CVE-2023-44487), CONTINUATION or small-DATA flood, too many streams reset for the
+    /// client's errors, or a header list far over the limit. The h2 crate (0.4) drops the
+    /// GOAWAY's debug data, which names the cause, from the error it returns, so they are one.
     EnhanceYourCalm,
     /// A request head over the size limits (431, or the connection ended).
     HeaderListTooLarge,
@@ -93,11 +88,7 @@ pub enum Protection {
 }
 
 impl Protection {
-    pub const ALL: [Protection; 9] = [
-        Protection::RapidReset,
-        Protection::ContinuationFlood,
-        Protection::ErrorFlood,
-        Protection::DataFlood,
+    pub const ALL: [Protection; 5] = [
         Protection::EnhanceYourCalm,
         Protection::HeaderListTooLarge,
         Protection::SlowHead,
@@ -107,10 +98,6 @@ impl Protection {
 
     pub fn label(self) -> &'static str {
         [
-            "rapid_reset",
-            "continuation_flood",
-            "error_flood",
-            "data_flood",
             "enhance_your_calm",
             "header_list_too_large",
             "slow_head",

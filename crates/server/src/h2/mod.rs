@@ -144,24 +144,14 @@ where
     Ok(())
 }
 
-/// Count how a connection failed: the h2 crate's flood protections by the debug data of the
-/// GOAWAY it sent (ENHANCE_YOUR_CALM; the crate exposes the cause nowhere else), I/O errors by
-/// kind, anything else as a protocol error.
+/// Count how a connection failed: the h2 crate's flood protections (its GOAWAY
+/// ENHANCE_YOUR_CALM), I/O errors by kind, anything else as a protocol error.
 fn failed(e: h2::Error) -> anyhow::Error {
-    const CAUSES: [(&str, Protection); 5] = [
-        ("too_many_resets", Protection::RapidReset),
-        ("too_many_continuations", Protection::ContinuationFlood),
-        ("header_list_way_too_large", Protection::HeaderListTooLarge),
-        ("too_many_internal_resets", Protection::ErrorFlood),
-        ("too_many_data_frames", Protection::DataFlood),
-    ];
     if let Some(io) = e.get_io() {
         stats::io_error(io);
     } else if e.is_go_away() && e.is_library() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
     {
-        let text = e.to_string();
-        let cause = CAUSES.iter().find(|(debug, _)| text.contains(debug));
-        stats::protection(cause.map_or(Protection::EnhanceYourCalm, |&(_, p)| p));
+        stats::protection(Protection::EnhanceYourCalm);
     } else {
         stats::error(ErrorKind::Protocol);
     }
