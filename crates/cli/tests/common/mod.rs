@@ -4,6 +4,7 @@
 
 pub mod h2raw;
 pub mod http1;
+pub mod metrics;
 
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
@@ -34,6 +35,16 @@ pub struct Server {
 impl Server {
     /// `loadterm serve -L 127.0.0.1:<clear>:<tls> <extra...>`, ready to answer.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(extra, Stdio::inherit)
+    }
+
+    /// As `start`, with the server's stderr piped to `child.stderr`, for a test that reads
+    /// what it prints at exit.
+    pub fn start_capturing_stderr(extra: &[&str]) -> Server {
+        Server::start_with(extra, Stdio::piped)
+    }
+
+    fn start_with(extra: &[&str], stderr: fn() -> Stdio) -> Server {
         for _ in 0..5 {
             let (clear_port, tls_port) = (free_port(), free_port());
             let listen = format!("127.0.0.1:{clear_port}:{tls_port}");
@@ -42,7 +53,7 @@ impl Server {
                 .args(extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
+                .stderr(stderr())
                 .spawn()
                 .expect("spawn loadterm serve");
             if wait_tcp(clear_port, Duration::from_secs(10))
