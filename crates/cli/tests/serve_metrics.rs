@@ -34,12 +34,12 @@ impl Metered {
     }
 
     fn scrape(&self) -> String {
-        scrape(self.metrics, "")
+        common::metrics::scrape(([127, 0, 0, 1], self.metrics).into()).0
     }
 
     /// Every sample, by `name{labels}` as exposed.
     fn samples(&self) -> HashMap<String, f64> {
-        samples(&self.scrape())
+        common::metrics::Metrics(self.scrape()).samples()
     }
 
     fn value(&self, key: &str) -> f64 {
@@ -73,33 +73,17 @@ impl Metered {
     }
 }
 
-/// `GET /metrics` with extra request header lines; the body.
-fn scrape(port: u16, headers: &str) -> String {
-    let (status, body) = get(port, "/metrics", headers);
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-/// One HTTP/1.1 GET on a fresh connection (the admin listener closes after each answer).
-fn get(port: u16, path: &str, headers: &str) -> (u16, String) {
+/// One HTTP/1.1 GET on a fresh connection (the admin listener closes after each answer): the
+/// status and the body.
+fn get(port: u16, path: &str) -> (u16, String) {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n").unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut out = String::new();
     c.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").expect("a response head");
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
     (status, body.to_string())
-}
-
-fn samples(text: &str) -> HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
 }
 
 fn requests(proto: &str, class: &str) -> String {
@@ -305,8 +289,8 @@ fn a_slow_head_gets_408_and_is_counted() {
 #[test]
 fn other_paths_get_404() {
     let m = Metered::start(&["--no-quic"]);
-    assert_eq!(get(m.metrics, "/", "").0, 404);
-    assert_eq!(get(m.metrics, "/metricsx", "").0, 404);
+    assert_eq!(get(m.metrics, "/").0, 404);
+    assert_eq!(get(m.metrics, "/metricsx").0, 404);
 }
 
 #[test]
@@ -394,7 +378,7 @@ fn promtool_accepts_the_exposition() {
     ]);
     // promtool parses the Prometheus text format (what clients get unless they ask for
     // OpenMetrics, as Prometheus itself does: see the next test).
-    let text = scrape(m.metrics, "");
+    let text = m.scrape();
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

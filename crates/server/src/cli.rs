@@ -430,6 +430,14 @@ fn shut_down_on_signal(
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+        // The process exits now: what these connections had in flight is counted neither
+        // served nor aborted, so say how much was cut off.
+        let open = conns.load(Ordering::Relaxed);
+        if open > 0 {
+            eprintln!(
+                "loadterm: shutdown: {open} connection(s) still open were cut off; requests in flight on them are not in the counts below"
+            );
+        }
         Ok(())
     })
 }

@@ -285,7 +285,8 @@ pub fn interim(p: Proto) {
     mine(|b| b.interim[p as usize].add(1));
 }
 
-/// Responses begun but not completed (the peer went away, a write timed out, an abort).
+/// Requests planned whose final response was not completed (the peer went away, a write timed
+/// out, an abort, the shutdown's grace ran out): with `served`, every request the server took.
 pub fn aborted(p: Proto, n: u64) {
     if n > 0 {
         mine(|b| b.aborted[p as usize].add(n));

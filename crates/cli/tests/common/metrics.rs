@@ -40,6 +40,16 @@ fn try_scrape(addr: SocketAddr) -> std::io::Result<Metrics> {
 }
 
 impl Metrics {
+    /// Every sample, by its series as exposed (`name{labels}`).
+    pub fn samples(&self) -> std::collections::HashMap<String, f64> {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(sample)
+            .map(|(series, v)| (series.to_owned(), v))
+            .collect()
+    }
+
     /// The sum of `name`'s samples whose labels include every `(label, value)` of `want`
     /// (all of them when `want` is empty). Every metric read here is a count: integral.
     pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> u64 {

@@ -102,6 +102,9 @@ struct Conn<IO> {
     idle: Option<Duration>,
     /// The status of the final response being written (0: none begun).
     status: u16,
+    /// A request was planned and its final response is not complete yet: aborted if the
+    /// connection ends now.
+    in_request: bool,
     /// Final responses complete in `out` but not yet handed to the transport, by class:
     /// counted as served once a flush hands them over, as aborted if the connection fails first.
     unsent: [u32; 5],
@@ -139,6 +142,7 @@ pub async fn serve<IO: Transport>(
         shutdown: cfg.shutdown.clone(),
         idle: None,
         status: 0,
+        in_request: false,
         unsent: [0; 5],
         any_unsent: false,
     };
@@ -160,7 +164,7 @@ pub async fn serve<IO: Transport>(
     };
     // What a failed connection left unsent or half sent.
     let unsent: u32 = c.unsent.iter().sum();
-    stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.status >= 200));
+    stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.in_request));
     buffers::give(std::mem::take(&mut c.rbuf));
     buffers::give(std::mem::take(&mut c.out));
     Ok(upgrade.map(|(head, buffered)| Upgrade {
@@ -182,6 +186,7 @@ impl<IO: Transport> Conn<IO> {
             self.any_unsent = true;
         }
         self.status = 0;
+        self.in_request = false;
     }
 
     fn consume(&mut self, n: usize) {
@@ -406,6 +411,7 @@ impl<IO: Transport> Conn<IO> {
             if_none_match: self.head.if_none_match.as_deref(),
         };
         let mut x = crate::planner::exchange(&req, t_first);
+        self.in_request = true;
         let mut decoder = Decoder::new(framing);
         // The clock is read again only after waiting: without a body or a delay, the request is
         // complete and answered at the instant its head was.

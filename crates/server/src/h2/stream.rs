@@ -33,6 +33,17 @@ pub struct Stream {
     now: Instant,
     /// The status of the final head sent (0: none yet).
     status: u16,
+    /// Counted as served or aborted; a stream dropped uncounted (its connection died while it
+    /// waited) is counted as aborted then.
+    counted: bool,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.counted {
+            stats::aborted(Proto::H2, 1);
+        }
+    }
 }
 
 /// What carrying out a step led to.
@@ -183,6 +194,7 @@ impl Stream {
             extra,
             now,
             status: 0,
+            counted: false,
         })
     }
 
@@ -318,6 +330,7 @@ impl Stream {
                         }
                         if self.status >= 200 {
                             stats::served(Proto::H2, self.status);
+                            self.counted = true;
                         }
                     }
                     Ending::NoFinal => return Then::Wait(Step::Done(ending)),
@@ -359,9 +372,10 @@ impl Stream {
         self.ended |= last;
     }
 
-    /// The response, if begun, cannot be completed.
-    fn aborted(&self) {
-        stats::aborted(Proto::H2, u64::from(self.status >= 200));
+    /// The final response cannot be completed.
+    fn aborted(&mut self) {
+        stats::aborted(Proto::H2, 1);
+        self.counted = true;
     }
 
     fn reset(&mut self, reason: Reason) {

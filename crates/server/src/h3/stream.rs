@@ -317,12 +317,12 @@ pub async fn serve(
         Ok(()) if s.status >= 200 => stats::served(Proto::H3, s.status),
         Ok(()) => {}
         Err(Abort::Reset(code)) => {
-            stats::aborted(Proto::H3, u64::from(s.status >= 200));
+            stats::aborted(Proto::H3, 1);
             s.reset(code);
         }
         Err(Abort::Connection(code)) => {
             stats::error(ErrorKind::Protocol);
-            stats::aborted(Proto::H3, u64::from(s.status >= 200));
+            stats::aborted(Proto::H3, 1);
             return Err(code);
         }
         Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
