@@ -197,7 +197,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 splice: cfg.splice,
                 copy_up_to: crate::config::H1_COPY_UP_TO,
             };
-            if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
+            if let Some(up) = h1::serve(sock, cfg.clone(), opts).await {
                 let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
             }
         }
@@ -221,7 +221,7 @@ async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, ext
 
 async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
 {
     let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(io)).await else {
         return;
