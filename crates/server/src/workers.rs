@@ -163,30 +163,37 @@ async fn accept_loop(
                     continue;
                 }
             },
-            () = &mut stop => return,
+            () = &mut stop => {
+                cfg.shutdown.wake_idle();
+                return;
+            }
         };
         if conns.load(Ordering::Relaxed) >= cfg.maxconn {
             continue;
         }
         let slot = ConnSlot::new(&conns);
         let _ = sock.set_nodelay(true);
-        let (tls, cfg, extra) = (tls.clone(), cfg.clone(), extra.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tls {
-                None => serve_clear(sock, cfg).await,
-                // Boxed: TLS state would otherwise enlarge every clear connection's task.
-                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, extra)).await,
+        // One task type per transport: a task is as large as its future, and TLS state would
+        // otherwise be paid by every clear connection.
+        match &tls {
+            None => {
+                tokio::spawn(serve_clear(sock, cfg.clone(), slot));
             }
-        });
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(serve_tls(sock, acceptor, cfg.clone(), extra.clone(), slot));
+            }
+        }
     }
 }
 
 // The HTTP/2 futures are boxed: a task's future is as large as its largest state, and HTTP/2's
 // (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
 // ones included.
-async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
-    match timeout_opt(cfg.timeout, is_h2_preface(&sock)).await {
+async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, _slot: ConnSlot) {
+    // Boxed: its timer and peek would otherwise be part of the task for the connection's life.
+    let preface = Box::pin(timeout_opt(cfg.timeout, is_h2_preface(&sock)));
+    match preface.await {
         Some(true) => {
             let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
         }
@@ -197,15 +204,28 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 splice: cfg.splice,
                 copy_up_to: crate::config::H1_COPY_UP_TO,
             };
-            if let Some(up) = h1::serve(sock, cfg.clone(), opts).await {
-                let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
+            // The upgrade's future is made where `up` is: held across an await, `up` would
+            // take a slot in this task's future.
+            let upgraded = h1::serve(sock, cfg.clone(), opts).await.map(|up| {
+                Box::pin(async move {
+                    let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+                })
+            });
+            if let Some(h2) = upgraded {
+                h2.await;
             }
         }
         None => {}
     }
 }
 
-async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders) {
+async fn serve_tls(
+    sock: TcpStream,
+    acceptor: TlsAcceptor,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+    _slot: ConnSlot,
+) {
     match &cfg.ja4 {
         None => handshake(sock, acceptor, cfg, extra).await,
         Some(stats) => {

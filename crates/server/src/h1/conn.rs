@@ -19,8 +19,10 @@ use loadterm_codec::chunked;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -173,13 +175,21 @@ impl<IO> Drop for Conn<'_, IO> {
     }
 }
 
+/// What a busy period needs of `Options` (the rest is rendered once, into `extra_head`).
+#[derive(Clone, Copy)]
+struct Each {
+    h2c_upgrade: bool,
+    splice: bool,
+    copy_up_to: u64,
+}
+
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
 /// `Upgrade: h2c`: then what the HTTP/2 engine needs is returned.
-pub async fn serve<IO: Transport>(
-    mut io: IO,
+pub fn serve<IO: Transport>(
+    io: IO,
     cfg: Arc<Config>,
     opts: Options,
-) -> Option<Upgrade<IO>> {
+) -> impl Future<Output = Option<Upgrade<IO>>> {
     let extra_head = opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
         lines.extend_from_slice(n.as_str().as_bytes());
         lines.extend_from_slice(b": ");
@@ -187,9 +197,28 @@ pub async fn serve<IO: Transport>(
         lines.extend_from_slice(b"\r\n");
         lines
     });
+    let each = Each {
+        h2c_upgrade: opts.h2c_upgrade,
+        splice: opts.splice,
+        copy_up_to: opts.copy_up_to,
+    };
+    // The connection's task holds this future for its whole life, idle spells included: only
+    // what it needs is moved in (`Options` is not).
+    run(io, cfg, each, extra_head)
+}
+
+async fn run<IO: Transport>(
+    mut io: IO,
+    cfg: Arc<Config>,
+    each: Each,
+    extra_head: Vec<u8>,
+) -> Option<Upgrade<IO>> {
     let mut wait = None;
     loop {
-        match Box::pin(busy(&mut io, &cfg, &opts, &extra_head, wait)).await {
+        // Boxed in a statement of its own: a temporary in the `match` below would keep a slot
+        // in this future (it lives to the end of the statement, across the await).
+        let period = Box::pin(busy(&mut io, &cfg, each, &extra_head, wait));
+        match period.await {
             End::Idle(deadline) => {
                 if let Some(sock) = io.idle_socket() {
                     match idle(sock, deadline, &cfg.shutdown).await {
@@ -220,7 +249,7 @@ pub async fn serve<IO: Transport>(
 async fn busy<IO: Transport>(
     io: &mut IO,
     cfg: &Config,
-    opts: &Options,
+    each: Each,
     extra_head: &[u8],
     wait: Option<Duration>,
 ) -> End {
@@ -234,9 +263,9 @@ async fn busy<IO: Transport>(
         head: Head::default(),
         lenient: cfg.lenient,
         date: cfg.date,
-        h2c_upgrade: opts.h2c_upgrade,
-        splice: opts.splice,
-        copy_up_to: opts.copy_up_to,
+        h2c_upgrade: each.h2c_upgrade,
+        splice: each.splice,
+        copy_up_to: each.copy_up_to,
         extra_head,
         shutdown: &cfg.shutdown,
         idle: wait,
@@ -273,14 +302,20 @@ enum Wake {
 /// An idle spell: wait for `sock` to become readable, until `deadline` or the shutdown.
 /// (`poll_read_ready` keeps its waker in the socket's registration: no waiter in the future.)
 async fn idle(sock: &TcpStream, deadline: Instant, shutdown: &Shutdown) -> Wake {
-    let readable = std::future::poll_fn(|cx| sock.poll_read_ready(cx));
-    tokio::select! {
-        r = tokio::time::timeout_at(deadline.into(), readable) => match r {
-            Ok(Ok(())) => Wake::Readable,
-            _ => Wake::Gone,
-        },
-        () = shutdown.wait() => Wake::Shutdown,
-    }
+    let stop = shutdown.idle_wait();
+    let sleep = tokio::time::sleep_until(deadline.into());
+    tokio::pin!(stop, sleep);
+    std::future::poll_fn(|cx| {
+        if stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Wake::Shutdown);
+        }
+        match sock.poll_read_ready(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Wake::Readable),
+            Poll::Ready(Err(_)) => Poll::Ready(Wake::Gone),
+            Poll::Pending => sleep.as_mut().poll(cx).map(|()| Wake::Gone),
+        }
+    })
+    .await
 }
 
 /// Half-close, and discard what the client still sends for a short while.
