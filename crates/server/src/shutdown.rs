@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use tokio::sync::futures::Notified;
 use tokio::sync::{watch, Notify};
 
 #[derive(Debug, Clone)]
@@ -31,17 +32,18 @@ impl Shutdown {
         }
     }
 
-    /// Resolves once shutdown has begun, for an idle connection; like `wait` but smaller.
-    pub async fn idle_wait(&self) {
-        // Created before the flag is read: `wake_idle` completes every `Notified` created
-        // before it, so none is missed.
-        let woken = self.idle.notified();
-        if !*self.flag.borrow() {
-            woken.await;
-        }
+    /// Whether shutdown has begun.
+    pub fn begun(&self) -> bool {
+        *self.flag.borrow()
     }
 
-    /// Wake the connections in `idle_wait` (once shutdown has begun).
+    /// For an idle connection, lighter than `wait`: completes once `wake_idle` is called after
+    /// it was made (make it before reading `begun`, so that no wake-up falls between).
+    pub fn idle_signal(&self) -> Notified<'_> {
+        self.idle.notified()
+    }
+
+    /// Complete every `idle_signal` made so far (once shutdown has begun).
     pub fn wake_idle(&self) {
         self.idle.notify_waiters();
     }
