@@ -8,6 +8,8 @@ use crate::tls::Identity;
 use crate::{h1, h2, h3, ja4};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,6 +221,9 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, _slot: ConnSlot) {
     }
 }
 
+// The TLS task keeps only what an established connection needs: the handshake's state (and
+// `--ja4`'s) is boxed and freed once done, and the session (TLS stream and engine) is boxed
+// where the stream is, so the stream is not also kept in this task's future.
 async fn serve_tls(
     sock: TcpStream,
     acceptor: TlsAcceptor,
@@ -230,7 +235,8 @@ async fn serve_tls(
         None => handshake(sock, acceptor, cfg, extra).await,
         Some(stats) => {
             // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
-            let Some((io, fp)) = ja4::sniff_tcp(sock, cfg.timeout, stats).await else {
+            let sniffed = Box::pin(ja4::sniff_tcp(sock, cfg.timeout, stats));
+            let Some((io, fp)) = sniffed.await else {
                 return;
             };
             let extra = ja4::with_header(extra, Some(&fp));
@@ -243,11 +249,36 @@ async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: E
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
 {
-    let Some(Ok(stream)) = timeout_opt(cfg.timeout, acceptor.accept(io)).await else {
+    let accepting = Box::pin(timeout_opt(cfg.timeout, acceptor.accept(io)));
+    let Some(Ok(stream)) = accepting.await else {
         return;
     };
+    match session(stream, cfg, extra) {
+        Session::H2(s) => {
+            let _ = s.await;
+        }
+        Session::H1(s) => {
+            let _ = s.await;
+        }
+    }
+}
+
+/// An established TLS connection's engine, boxed with its stream.
+enum Session<H2, H1> {
+    H2(Pin<Box<H2>>),
+    H1(Pin<Box<H1>>),
+}
+
+fn session<IO>(
+    stream: tokio_rustls::server::TlsStream<IO>,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+) -> Session<impl Future, impl Future>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+{
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = Box::pin(h2::serve_connection(stream, cfg, extra)).await;
+        Session::H2(Box::pin(h2::serve_connection(stream, cfg, extra)))
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {
@@ -256,7 +287,7 @@ where
             splice: false,
             copy_up_to: cfg.h2.h1_tls_copy_up_to(),
         };
-        let _ = h1::serve(stream, cfg, opts).await;
+        Session::H1(Box::pin(h1::serve(stream, cfg, opts)))
     }
 }
 
