@@ -18,6 +18,11 @@ impl<IO> Prefixed<IO> {
     pub fn new(prefix: Vec<u8>, io: IO) -> Self {
         Prefixed { prefix, pos: 0, io }
     }
+
+    /// The stream underneath, once the prefix has been read.
+    pub fn drained(&self) -> Option<&IO> {
+        (self.pos == self.prefix.len()).then_some(&self.io)
+    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {

@@ -5,25 +5,48 @@
 use crate::stats::{self, Transport};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::futures::Notified;
+use tokio::sync::{watch, Notify};
 
 #[derive(Debug, Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
+pub struct Shutdown {
+    flag: watch::Receiver<bool>,
+    /// Idle HTTP/1 connections wait on this lighter signal (one `Notified` each, a third of
+    /// `wait`'s future), which the accept loops raise once shutdown has begun.
+    idle: Arc<Notify>,
+}
 
 impl Shutdown {
     /// The trigger (keep it alive for the life of the process) and the flag to watch.
     pub fn new() -> (watch::Sender<bool>, Shutdown) {
-        let (tx, rx) = watch::channel(false);
-        (tx, Shutdown(rx))
+        let (tx, flag) = watch::channel(false);
+        let idle = Arc::new(Notify::new());
+        (tx, Shutdown { flag, idle })
     }
 
     /// Resolves once shutdown has begun (at once if it already has).
     pub async fn wait(&self) {
-        let mut rx = self.0.clone();
+        let mut rx = self.flag.clone();
         if rx.wait_for(|&stop| stop).await.is_err() {
             // The trigger is gone without firing: the process is exiting anyway.
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Whether shutdown has begun.
+    pub fn begun(&self) -> bool {
+        *self.flag.borrow()
+    }
+
+    /// For an idle connection, lighter than `wait`: completes once `wake_idle` is called after
+    /// it was made (make it before reading `begun`, so that no wake-up falls between).
+    pub fn idle_signal(&self) -> Notified<'_> {
+        self.idle.notified()
+    }
+
+    /// Complete every `idle_signal` made so far (once shutdown has begun).
+    pub fn wake_idle(&self) {
+        self.idle.notify_waiters();
     }
 }
 

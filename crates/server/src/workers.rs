@@ -9,6 +9,8 @@ use crate::tls::Identity;
 use crate::{h1, h2, h3, ja4};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,7 +166,10 @@ async fn accept_loop(
                     continue;
                 }
             },
-            () = &mut stop => return,
+            () = &mut stop => {
+                cfg.shutdown.wake_idle();
+                return;
+            }
         };
         if conns.load(Ordering::Relaxed) >= cfg.maxconn {
             stats::protection(Protection::MaxConn);
@@ -177,23 +182,26 @@ async fn accept_loop(
         };
         let slot = ConnSlot::new(&conns, transport);
         let _ = sock.set_nodelay(true);
-        let (tls, cfg, extra) = (tls.clone(), cfg.clone(), extra.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tls {
-                None => serve_clear(sock, cfg).await,
-                // Boxed: TLS state would otherwise enlarge every clear connection's task.
-                Some(acceptor) => Box::pin(serve_tls(sock, acceptor, cfg, extra)).await,
+        // One task type per transport: a task is as large as its future, and TLS state would
+        // otherwise be paid by every clear connection.
+        match &tls {
+            None => {
+                tokio::spawn(serve_clear(sock, cfg.clone(), slot));
             }
-        });
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(serve_tls(sock, acceptor, cfg.clone(), extra.clone(), slot));
+            }
+        }
     }
 }
 
 // The HTTP/2 futures are boxed: a task's future is as large as its largest state, and HTTP/2's
 // (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
 // ones included.
-async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
-    let preface = timeout_opt(cfg.timeout, is_h2_preface(&sock)).await;
+async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, _slot: ConnSlot) {
+    // Boxed: its timer and peek would otherwise be part of the task for the connection's life.
+    let preface = Box::pin(timeout_opt(cfg.timeout, is_h2_preface(&sock))).await;
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
@@ -206,20 +214,37 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>) {
                 splice: cfg.splice,
                 copy_up_to: crate::config::H1_COPY_UP_TO,
             };
-            if let Ok(Some(up)) = h1::serve(sock, cfg.clone(), opts).await {
-                let _ = Box::pin(h2::serve_upgraded(up.io, up.buffered, &up.head, cfg)).await;
+            // The upgrade's future is made where `up` is: held across an await, `up` would
+            // take a slot in this task's future.
+            let upgraded = h1::serve(sock, cfg.clone(), opts).await.map(|up| {
+                Box::pin(async move {
+                    let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+                })
+            });
+            if let Some(h2) = upgraded {
+                h2.await;
             }
         }
         None => {}
     }
 }
 
-async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders) {
+// The TLS task keeps only what an established connection needs: the handshake's state (and
+// `--ja4`'s) is boxed and freed once done, and the session (TLS stream and engine) is boxed
+// where the stream is, so the stream is not also kept in this task's future.
+async fn serve_tls(
+    sock: TcpStream,
+    acceptor: TlsAcceptor,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+    _slot: ConnSlot,
+) {
     match &cfg.ja4 {
         None => handshake(sock, acceptor, cfg, extra).await,
         Some(seen) => {
             // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
-            let (io, fp) = match ja4::sniff_tcp(sock, cfg.timeout, seen).await {
+            let sniffed = Box::pin(ja4::sniff_tcp(sock, cfg.timeout, seen));
+            let (io, fp) = match sniffed.await {
                 Ok(sniffed) => sniffed,
                 Err(why) => return stats::handshake_failed(Transport::Tls, why),
             };
@@ -231,14 +256,13 @@ async fn serve_tls(sock: TcpStream, acceptor: TlsAcceptor, cfg: Arc<Config>, ext
 
 async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
 {
-    let stream = match timeout_opt(
+    let accepting = Box::pin(timeout_opt(
         cfg.timeout,
         acceptor.accept(Metered::new(io, Transport::Tls)),
-    )
-    .await
-    {
+    ));
+    let stream = match accepting.await {
         Some(Ok(stream)) => {
             stats::handshake_ok(Transport::Tls);
             stream
@@ -246,8 +270,32 @@ where
         Some(Err(e)) => return stats::handshake_failed(Transport::Tls, crate::tls::failure(&e)),
         None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
+    match session(stream, cfg, extra) {
+        Session::H2(s) => {
+            let _ = s.await;
+        }
+        Session::H1(s) => {
+            let _ = s.await;
+        }
+    }
+}
+
+/// An established TLS connection's engine, boxed with its stream.
+enum Session<H2, H1> {
+    H2(Pin<Box<H2>>),
+    H1(Pin<Box<H1>>),
+}
+
+fn session<IO>(
+    stream: tokio_rustls::server::TlsStream<IO>,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+) -> Session<impl Future, impl Future>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+{
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        let _ = Box::pin(h2::serve_connection(stream, cfg, extra)).await;
+        Session::H2(Box::pin(h2::serve_connection(stream, cfg, extra)))
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {
@@ -256,7 +304,7 @@ where
             splice: false,
             copy_up_to: cfg.h2.h1_tls_copy_up_to(),
         };
-        let _ = h1::serve(stream, cfg, opts).await;
+        Session::H1(Box::pin(h1::serve(stream, cfg, opts)))
     }
 }
 

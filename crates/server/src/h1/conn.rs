@@ -1,23 +1,34 @@
 //! The HTTP/1.x connection driver. Responses are appended to one reused output buffer and
 //! flushed only before the connection would wait (for the client or for a delay), so pipelined
 //! small responses leave in one write; large bodies go out as vectored writes of static slices.
+//!
+//! A connection alternates between busy periods and idle spells, as HAProxy's do. A busy period
+//! (one boxed future: the parser state, the buffers, every request's own state) lasts while
+//! requests keep coming; once it has waited `IDLE_HOLD` for a next request with nothing
+//! buffered, it ends, and the connection's task waits for its socket to become readable holding
+//! the socket and little else.
 
 use super::body::Decoder;
 use super::buffers;
 use super::head::{self, Head, Parsed};
 use super::Upgrade;
 use crate::config::Config;
+use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
 use loadterm_codec::chunked;
 use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
+use std::future::Future;
 use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::futures::Notified;
 use tokio::time::timeout;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -28,7 +39,8 @@ const IOV: usize = 8;
 /// After deciding to close, keep reading (and discarding) this long so that unread request bytes
 /// do not turn our close into a reset that destroys the response in flight.
 const LINGER: Duration = Duration::from_millis(500);
-/// How long a connection waiting for its next request keeps its buffers (see `next_bytes`).
+/// How long a busy period waits for a next request before the connection turns idle (under
+/// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
 
 /// The answer that switches the connection to HTTP/2 (`Upgrade: h2c`).
@@ -43,6 +55,23 @@ enum Stop {
     Abort,
     /// `Upgrade: h2c` accepted (the 101 is buffered) for the request with this head.
     Upgrade(Vec<u8>),
+    /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting at most this
+    /// much longer.
+    Idle(Duration),
+}
+
+/// How a busy period ended.
+enum End {
+    /// Waiting for the next request until this instant.
+    Idle(Instant),
+    /// Output flushed: half-close and linger.
+    Close,
+    Abort,
+    /// Output flushed: hand over to HTTP/2.
+    Upgrade {
+        head: Vec<u8>,
+        buffered: Vec<u8>,
+    },
 }
 
 /// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
@@ -50,15 +79,60 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     fn tcp(&self) -> Option<&TcpStream> {
         None
     }
+
+    /// The socket whose readiness announces the next request, if nothing this stream holds
+    /// would be read first: waiting on it needs no buffer.
+    fn idle_socket(&self) -> Option<&TcpStream>;
 }
 
 impl Transport for Metered<TcpStream> {
     fn tcp(&self) -> Option<&TcpStream> {
         Some(self.get_ref())
     }
+
+    fn idle_socket(&self) -> Option<&TcpStream> {
+        Some(self.get_ref())
+    }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> Transport for tokio_rustls::server::TlsStream<IO> {}
+/// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
+pub trait Socket {
+    /// The socket, once reading the stream means reading it.
+    fn socket(&self) -> Option<&TcpStream>;
+}
+
+impl Socket for TcpStream {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl<IO: Socket> Socket for Metered<IO> {
+    fn socket(&self) -> Option<&TcpStream> {
+        self.get_ref().socket()
+    }
+}
+
+impl Socket for Prefixed<TcpStream> {
+    fn socket(&self) -> Option<&TcpStream> {
+        self.drained()
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Socket> Transport
+    for tokio_rustls::server::TlsStream<IO>
+{
+    /// Only when rustls holds no plaintext and no close_notify (a read would return them at
+    /// once) and has no output to send.
+    fn idle_socket(&self) -> Option<&TcpStream> {
+        let (io, tls) = self.get_ref();
+        if tls.wants_read() && !tls.wants_write() {
+            io.socket()
+        } else {
+            None
+        }
+    }
+}
 
 /// Per-listener behaviour.
 pub struct Options {
@@ -80,8 +154,9 @@ impl From<io::Error> for Stop {
     }
 }
 
-struct Conn<IO> {
-    io: IO,
+/// A busy period's state: it lives in the busy period's box, never in the connection's task.
+struct Conn<'a, IO> {
+    io: &'a mut IO,
     rbuf: Vec<u8>,
     start: usize,
     out: Vec<u8>,
@@ -96,9 +171,10 @@ struct Conn<IO> {
     splice: bool,
     copy_up_to: u64,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
-    extra_head: Vec<u8>,
-    shutdown: Shutdown,
-    /// How long to wait for the next request, when the last one set it (`w`).
+    extra_head: &'a [u8],
+    shutdown: &'a Shutdown,
+    /// How long to wait for the next request, when the last one set it (`w`) or an idle spell
+    /// used part of the wait.
     idle: Option<Duration>,
     /// The status of the final response being written (0: none begun).
     status: u16,
@@ -112,13 +188,102 @@ struct Conn<IO> {
     any_unsent: bool,
 }
 
+impl<IO> Drop for Conn<'_, IO> {
+    fn drop(&mut self) {
+        buffers::give(std::mem::take(&mut self.rbuf));
+        buffers::give(std::mem::take(&mut self.out));
+    }
+}
+
+/// What a busy period needs of `Options` (the rest is rendered once, into `extra_head`).
+#[derive(Clone, Copy)]
+struct Each {
+    h2c_upgrade: bool,
+    splice: bool,
+    copy_up_to: u64,
+}
+
 /// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
 /// `Upgrade: h2c`: then what the HTTP/2 engine needs is returned.
-pub async fn serve<IO: Transport>(
+pub fn serve<IO: Transport>(
     io: IO,
     cfg: Arc<Config>,
     opts: Options,
-) -> io::Result<Option<Upgrade<IO>>> {
+) -> impl Future<Output = Option<Upgrade<IO>>> {
+    let extra_head = opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
+        lines.extend_from_slice(n.as_str().as_bytes());
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(v.as_bytes());
+        lines.extend_from_slice(b"\r\n");
+        lines
+    });
+    let each = Each {
+        h2c_upgrade: opts.h2c_upgrade,
+        splice: opts.splice,
+        copy_up_to: opts.copy_up_to,
+    };
+    // The connection's task holds this future for its whole life, idle spells included: only
+    // what it needs is moved in (`Options` is not).
+    run(io, cfg, each, extra_head.into_boxed_slice())
+}
+
+async fn run<IO: Transport>(
+    mut io: IO,
+    cfg: Arc<Config>,
+    each: Each,
+    extra_head: Box<[u8]>,
+) -> Option<Upgrade<IO>> {
+    // Until when the next request is awaited, after an idle spell.
+    let mut until = None;
+    loop {
+        // Boxed in a statement of its own: a temporary in the `match` below would keep a slot
+        // in this future (it lives to the end of the statement, across the await).
+        let period = Box::pin(busy(&mut io, &cfg, each, &extra_head, until));
+        match period.await {
+            End::Idle(deadline) => {
+                until = Some(deadline);
+                let wake = match io.idle_socket() {
+                    Some(sock) => {
+                        // The signal is made before the flag is read: no wake-up falls between.
+                        let spell = Spell::new(sock, deadline, &cfg.shutdown);
+                        if cfg.shutdown.begun() {
+                            Wake::Shutdown
+                        } else {
+                            spell.await
+                        }
+                    }
+                    None => Wake::Readable,
+                };
+                match wake {
+                    Wake::Readable => {}
+                    Wake::Gone => return None,
+                    Wake::Shutdown => {
+                        Box::pin(linger(&mut io)).await;
+                        return None;
+                    }
+                }
+            }
+            End::Close => {
+                Box::pin(linger(&mut io)).await;
+                return None;
+            }
+            End::Abort => return None,
+            End::Upgrade { head, buffered } => {
+                return Some(Upgrade { io, buffered, head });
+            }
+        }
+    }
+}
+
+/// One busy period: requests answered until the connection ends or turns idle; the first
+/// request is awaited until `until` (else for the client timeout).
+async fn busy<IO: Transport>(
+    io: &mut IO,
+    cfg: &Config,
+    each: Each,
+    extra_head: &[u8],
+    until: Option<Instant>,
+) -> End {
     let mut c = Conn {
         io,
         rbuf: Vec::new(),
@@ -129,18 +294,12 @@ pub async fn serve<IO: Transport>(
         head: Head::default(),
         lenient: cfg.lenient,
         date: cfg.date,
-        h2c_upgrade: opts.h2c_upgrade,
-        splice: opts.splice,
-        copy_up_to: opts.copy_up_to,
-        extra_head: opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
-            lines.extend_from_slice(n.as_str().as_bytes());
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(v.as_bytes());
-            lines.extend_from_slice(b"\r\n");
-            lines
-        }),
-        shutdown: cfg.shutdown.clone(),
-        idle: None,
+        h2c_upgrade: each.h2c_upgrade,
+        splice: each.splice,
+        copy_up_to: each.copy_up_to,
+        extra_head,
+        shutdown: &cfg.shutdown,
+        idle: until.map(|t| t.saturating_duration_since(Instant::now())),
         status: 0,
         in_request: false,
         unsent: [0; 5],
@@ -151,30 +310,99 @@ pub async fn serve<IO: Transport>(
             break stop;
         }
     };
-    let upgrade = match stop {
-        Stop::Close => {
-            c.close().await;
-            None
-        }
-        Stop::Abort => None,
-        Stop::Upgrade(head) => {
-            c.flush().await?;
-            Some((head, c.buffered().to_vec()))
-        }
+    let end = match stop {
+        Stop::Idle(rest) => End::Idle(Instant::now() + rest),
+        Stop::Close => match c.flush().await {
+            Ok(()) => End::Close,
+            Err(e) => {
+                stats::io_error(&e);
+                End::Abort
+            }
+        },
+        Stop::Abort => End::Abort,
+        Stop::Upgrade(head) => match c.flush().await {
+            Ok(()) => End::Upgrade {
+                head,
+                buffered: c.buffered().to_vec(),
+            },
+            Err(e) => {
+                stats::io_error(&e);
+                End::Abort
+            }
+        },
     };
-    // What a failed connection left unsent or half sent.
+    // What the connection left unsent, half sent or unanswered (nothing when it turns idle).
     let unsent: u32 = c.unsent.iter().sum();
     stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.in_request));
-    buffers::give(std::mem::take(&mut c.rbuf));
-    buffers::give(std::mem::take(&mut c.out));
-    Ok(upgrade.map(|(head, buffered)| Upgrade {
-        io: c.io,
-        buffered,
-        head,
-    }))
+    end
 }
 
-impl<IO: Transport> Conn<IO> {
+enum Wake {
+    Readable,
+    /// Timed out, or the socket failed.
+    Gone,
+    Shutdown,
+}
+
+/// An idle spell: wait for `sock` to become readable (`poll_read_ready` keeps its waker in the
+/// socket's registration: no waiter here), until the sleep ends or the shutdown signal comes.
+/// Written by hand: as an async fn it took 56 more bytes of every connection's task.
+struct Spell<'a> {
+    sock: &'a TcpStream,
+    stop: Notified<'a>,
+    sleep: tokio::time::Sleep,
+}
+
+impl Spell<'_> {
+    fn new<'a>(sock: &'a TcpStream, deadline: Instant, shutdown: &'a Shutdown) -> Spell<'a> {
+        Spell {
+            sock,
+            stop: shutdown.idle_signal(),
+            sleep: tokio::time::sleep_until(deadline.into()),
+        }
+    }
+}
+
+impl Future for Spell<'_> {
+    type Output = Wake;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Wake> {
+        // SAFETY: `stop` and `sleep` stay pinned: a `Spell` is neither `Unpin` nor moved out of.
+        let this = unsafe { self.get_unchecked_mut() };
+        if unsafe { Pin::new_unchecked(&mut this.stop) }
+            .poll(cx)
+            .is_ready()
+        {
+            return Poll::Ready(Wake::Shutdown);
+        }
+        match this.sock.poll_read_ready(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Wake::Readable),
+            Poll::Ready(Err(_)) => Poll::Ready(Wake::Gone),
+            Poll::Pending => unsafe { Pin::new_unchecked(&mut this.sleep) }
+                .poll(cx)
+                .map(|()| Wake::Gone),
+        }
+    }
+}
+
+/// Half-close, and discard what the client still sends for a short while.
+async fn linger<IO: Transport>(io: &mut IO) {
+    let _ = timeout(LINGER, async {
+        let _ = io.shutdown().await;
+        // On the heap: a local array would be part of the future.
+        let mut sink = vec![0u8; 4096];
+        let mut left = 256 * 1024usize;
+        while left > 0 {
+            match io.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+impl<IO: Transport> Conn<'_, IO> {
     fn buffered(&self) -> &[u8] {
         &self.rbuf[self.start..]
     }
@@ -197,15 +425,6 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Between requests, with nothing buffered either way: give the buffers back.
-    fn idle(&mut self) {
-        if self.buffered().is_empty() && self.out.is_empty() {
-            self.start = 0;
-            buffers::give(std::mem::take(&mut self.rbuf));
-            buffers::give(std::mem::take(&mut self.out));
-        }
-    }
-
     /// An output buffer before a response is written into it.
     fn ready_out(&mut self) {
         if self.out.capacity() == 0 {
@@ -213,27 +432,26 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Wait up to `limit` for a next request's first bytes. The buffers are kept for a short
-    /// spell (under load the next request comes sooner, and taking them back each time costs);
-    /// past it the connection is idle: it gives them back and, on TCP, awaits readiness holding
-    /// none. TLS streams are read into the read buffer at once (rustls keeps its own buffers
-    /// whatever we do).
-    async fn next_bytes(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
+    /// Wait up to `limit` for a next request's first bytes: for `IDLE_HOLD` here, then, if the
+    /// stream has a socket to wait on, as an idle spell (`Stop::Idle`). Without one (TLS with
+    /// output pending, rare) the read goes on holding the read buffer only.
+    async fn next_bytes(&mut self, limit: Duration) -> Result<(), Stop> {
         let hold = IDLE_HOLD.min(limit);
-        match self.read_within(hold).await {
-            Err(None) => {}
-            r => return r,
-        }
-        self.idle();
-        let rest = limit - hold;
-        if let Some(tcp) = self.io.tcp() {
-            match timeout(rest, tcp.readable()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(Some(e)),
-                Err(_) => return Err(None),
+        let r = match self.read_within(hold).await {
+            Err(None) if limit > hold && self.io.idle_socket().is_some() => {
+                return Err(Stop::Idle(limit - hold))
             }
+            Err(None) if limit > hold => {
+                buffers::give(std::mem::take(&mut self.out));
+                self.read_within(limit - hold).await
+            }
+            r => r,
+        };
+        match r {
+            Ok(0) | Err(None) => Err(Stop::Abort),
+            Err(Some(e)) => Err(e.into()),
+            Ok(_) => Ok(()),
         }
-        self.read_within(rest).await
     }
 
     /// Read more request bytes (flushing pending output first: we are about to wait).
@@ -307,7 +525,7 @@ impl<IO: Transport> Conn<IO> {
             match x.next(t_first) {
                 Step::Head(h) => {
                     self.status = h.status;
-                    h.write_h1(&mut self.out, &crate::planner::date(), &self.extra_head)
+                    h.write_h1(&mut self.out, &crate::planner::date(), self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => {
@@ -318,27 +536,6 @@ impl<IO: Transport> Conn<IO> {
         }
     }
 
-    /// Flush, half-close, and discard what the client still sends for a short while.
-    async fn close(&mut self) {
-        if let Err(e) = self.flush().await {
-            stats::io_error(&e);
-            return;
-        }
-        let _ = timeout(LINGER, async {
-            let _ = self.io.shutdown().await;
-            // On the heap: a local array would be part of every connection's future.
-            let mut sink = vec![0u8; 4096];
-            let mut left = 256 * 1024usize;
-            while left > 0 {
-                match self.io.read(&mut sink).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => left = left.saturating_sub(n),
-                }
-            }
-        })
-        .await;
-    }
-
     /// Handle one request: wait for its head, answer it.
     async fn request(&mut self) -> Result<(), Stop> {
         // Idle keep-alive: no byte of a next request within the timeout (or the time the last
@@ -347,19 +544,11 @@ impl<IO: Transport> Conn<IO> {
         let idle = self.idle.take().unwrap_or(self.timeout);
         if self.buffered().is_empty() {
             self.flush().await?;
-            let stop = self.shutdown.clone();
-            let r = tokio::select! {
-                r = self.next_bytes(idle) => r,
+            let stop = self.shutdown;
+            tokio::select! {
+                r = self.next_bytes(idle) => r?,
                 () = stop.wait() => return Err(Stop::Close),
             };
-            match r {
-                Ok(0) | Err(None) => return Err(Stop::Abort),
-                Err(Some(e)) => {
-                    stats::io_error(&e);
-                    return Err(Stop::Abort);
-                }
-                Ok(_) => {}
-            }
         }
         let t_first = Instant::now();
         loop {
@@ -455,7 +644,7 @@ impl<IO: Transport> Conn<IO> {
                     } else {
                         self.status = h.status;
                     }
-                    crate::planner::write_h1(&h, &self.extra_head, &mut self.out)
+                    crate::planner::write_h1(&h, self.extra_head, &mut self.out)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {

@@ -1,0 +1,168 @@
+//! Idle HTTP/1.1 keep-alive connections (issue 16): once a connection has waited for its next
+//! request long enough to give back its buffers and its request state (the server's hold is
+//! 10 ms), what comes next is answered as on a busy connection — one request, a pipelined burst,
+//! a request arriving in pieces — on clear TCP and over TLS.
+
+mod common;
+
+use common::http1::assert_body;
+use common::Server;
+use loadterm_plan::BodyKind;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Many times the server's idle hold, so that the connection has turned idle even on a loaded
+/// machine.
+const IDLE: Duration = Duration::from_millis(300);
+
+trait Wire: Read + Write {}
+impl<T: Read + Write> Wire for T {}
+
+#[derive(Clone, Copy)]
+enum Tr {
+    Clear,
+    Tls,
+}
+
+/// A server, and its certificate (PEM) for TLS clients to verify.
+fn server() -> (Server, PathBuf) {
+    static SERVERS: AtomicUsize = AtomicUsize::new(0);
+    let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+    let pem = std::env::temp_dir().join(format!("loadterm-idle-{}-{n}.pem", std::process::id()));
+    let s = Server::start(&["-t", "1", "--no-quic", "--cert-out", pem.to_str().unwrap()]);
+    (s, pem)
+}
+
+fn connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
+    let port = match tr {
+        Tr::Clear => s.clear_port,
+        Tr::Tls => s.tls_port,
+    };
+    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_nodelay(true).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    match tr {
+        Tr::Clear => Box::new(tcp),
+        Tr::Tls => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_pemfile::certs(&mut std::fs::read(pem).unwrap().as_slice()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+            let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+            Box::new(rustls::StreamOwned::new(conn, tcp))
+        }
+    }
+}
+
+fn fill(w: &mut dyn Wire, buf: &mut Vec<u8>) {
+    let mut tmp = [0u8; 16 * 1024];
+    let n = w.read(&mut tmp).expect("read");
+    assert!(n > 0, "the server closed the connection");
+    buf.extend_from_slice(&tmp[..n]);
+}
+
+/// The next response on `w` (bytes that arrive early stay in `buf`): status and body.
+fn response(w: &mut dyn Wire, buf: &mut Vec<u8>) -> (u16, Vec<u8>) {
+    let head_len = loop {
+        if let Some(i) = buf.windows(4).position(|x| x == b"\r\n\r\n") {
+            break i + 4;
+        }
+        fill(w, buf);
+    };
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut r = httparse::Response::new(&mut fields);
+    r.parse(&buf[..head_len]).expect("a valid response head");
+    let status = r.code.unwrap();
+    let len: usize = r
+        .headers
+        .iter()
+        .find(|f| f.name.eq_ignore_ascii_case("content-length"))
+        .map(|f| std::str::from_utf8(f.value).unwrap().parse().unwrap())
+        .expect("content-length");
+    buf.drain(..head_len);
+    while buf.len() < len {
+        fill(w, buf);
+    }
+    (status, buf.drain(..len).collect())
+}
+
+fn get(size: &str) -> String {
+    format!("GET /?s={size} HTTP/1.1\r\nHost: x\r\n\r\n")
+}
+
+/// One request, an idle spell, a pipelined burst in one write, another idle spell, one more.
+fn next_requests_after_idle(tr: Tr) {
+    let (s, pem) = server();
+    let mut c = connect(&s, &pem, tr);
+    let mut buf = Vec::new();
+    c.write_all(get("1k").as_bytes()).unwrap();
+    assert_eq!(response(&mut *c, &mut buf), (200, body(1024)));
+    std::thread::sleep(IDLE);
+    let burst = ["5", "20k", "1", "300"];
+    let all: String = burst.iter().map(|size| get(size)).collect();
+    c.write_all(all.as_bytes()).unwrap();
+    for (size, len) in burst.iter().zip([5, 20 * 1024, 1, 300]) {
+        let (status, got) = response(&mut *c, &mut buf);
+        assert_eq!((status, got.len()), (200, len), "s={size}");
+        assert_body(&got, BodyKind::Pattern);
+    }
+    std::thread::sleep(IDLE);
+    c.write_all(get("2k").as_bytes()).unwrap();
+    assert_eq!(response(&mut *c, &mut buf), (200, body(2048)));
+    assert!(buf.is_empty(), "nothing beyond the responses");
+}
+
+/// A request whose first bytes end the idle spell and whose rest comes well after the hold.
+fn request_in_pieces_after_idle(tr: Tr) {
+    let (s, pem) = server();
+    let mut c = connect(&s, &pem, tr);
+    let mut buf = Vec::new();
+    c.write_all(get("10").as_bytes()).unwrap();
+    assert_eq!(response(&mut *c, &mut buf), (200, body(10)));
+    std::thread::sleep(IDLE);
+    let request = get("3k");
+    for piece in [&request[..5], &request[5..20], &request[20..]] {
+        c.write_all(piece.as_bytes()).unwrap();
+        c.flush().unwrap();
+        std::thread::sleep(IDLE);
+    }
+    assert_eq!(response(&mut *c, &mut buf), (200, body(3072)));
+}
+
+fn body(len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| loadterm_plan::body::byte_at(BodyKind::Pattern, i))
+        .collect()
+}
+
+#[test]
+fn idle_connection_answers_next_request_and_burst_clear() {
+    next_requests_after_idle(Tr::Clear);
+}
+
+#[test]
+fn idle_connection_answers_next_request_and_burst_tls() {
+    next_requests_after_idle(Tr::Tls);
+}
+
+#[test]
+fn request_in_pieces_across_idle_spell_clear() {
+    request_in_pieces_after_idle(Tr::Clear);
+}
+
+#[test]
+fn request_in_pieces_across_idle_spell_tls() {
+    request_in_pieces_after_idle(Tr::Tls);
+}
