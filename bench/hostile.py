@@ -915,11 +915,11 @@ def parse_args(argv):
                         help="seconds the attack lasts once in place (default 10)")
     common.add_argument("--timeout", type=float, default=10.0,
                         help="seconds one client operation may take (connect, handshake, write)")
-    common.add_argument("--parallel", type=int, default=200,
-                        help="connections opened (or handshakes run) at once")
+    common.add_argument("--parallel", type=int,
+                        help="connections opened (or handshakes run) at once (200; tls-flood 64)")
     common.add_argument("--linger", type=float, default=3.0,
                         help="after a flood, seconds to wait for the server to end connections")
-    common.add_argument("--path", default="/?s=1", help="request target")
+    common.add_argument("--path", help="request target (/?s=1; slow-read /?s=10m)")
     common.add_argument("--ready", metavar="FILE", help="created once the attack is in place")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -934,10 +934,8 @@ def parse_args(argv):
     s.add_argument("--rcvbuf", type=int, default=4096, help="SO_RCVBUF, bytes (4096)")
     s.add_argument("--drain-wait", type=float, default=5.0,
                    help="at the end, a connection silent this long counts as still open (5)")
-    s.set_defaults(path="/?s=10m")
     s = sub.add_parser("tls-flood", parents=[common], help="TLS handshakes, closed at once")
     s.add_argument("-n", type=int, default=0, help="handshakes at most (0: until --duration)")
-    s.set_defaults(tls=True, parallel=64)
     s = sub.add_parser("h2", parents=[common], help="HTTP/2 floods (raw frames)")
     s.add_argument("kind", choices=H2_KINDS)
     s.add_argument("-n", type=int, default=100_000,
@@ -957,6 +955,13 @@ def parse_args(argv):
     sub.add_parser("amplification", parents=[common],
                    help="one Initial, never acknowledged: bytes sent back")
     a = p.parse_args(argv)
+    # Per-scenario defaults here: set_defaults on one subparser would change the shared options.
+    if a.path is None:
+        a.path = "/?s=10m" if a.scenario == "slow-read" else "/?s=1"
+    if a.parallel is None:
+        a.parallel = 64 if a.scenario == "tls-flood" else 200
+    if a.scenario == "tls-flood":
+        a.tls = True
     if a.scenario == "h2" and a.kind == "abandon" and "-n" not in argv:
         a.n = 10_000
     return a
