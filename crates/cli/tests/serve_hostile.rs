@@ -204,7 +204,6 @@ fn idle_tls_connections_are_held_in_bounded_memory() {
 /// Heads trickled a byte at a time, faster than the timeout: each gets 408 (or is closed) once
 /// the timeout has passed since its first byte, and memory stays flat.
 #[test]
-#[ignore = "server defect (docs/RELIABILITY.md): the head timeout restarts at every byte, so a trickle never gets 408"]
 fn slowloris_gets_408_at_the_timeout() {
     let mut s = Server::start(&["-t", "1", "--no-quic", "--timeout", "2s"]);
     let base = baseline(&s);

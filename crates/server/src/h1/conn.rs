@@ -558,7 +558,13 @@ impl<IO: Transport> Conn<'_, IO> {
             match parsed {
                 Parsed::Complete => break,
                 Parsed::Error(page) => return Err(self.fail(page, t_first)),
-                Parsed::Partial => match self.read_more().await {
+                // The whole head within the timeout from its first byte, as HAProxy's
+                // `timeout http-request`: a timer restarted at every read would let a client
+                // trickling a byte at a time hold the connection for ever (slowloris).
+                Parsed::Partial => match self
+                    .read_within(self.timeout.saturating_sub(t_first.elapsed()))
+                    .await
+                {
                     Ok(0) => return Err(Stop::Abort),
                     Ok(_) => {}
                     Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
