@@ -530,7 +530,6 @@ fn h3_many_connections_are_held_then_freed() {
 }
 
 #[test]
-#[ignore = "server miss (docs/RELIABILITY.md): RSS stays ~10x its baseline after the half-open handshakes time out"]
 fn h3_initial_flood_from_many_sources_stays_bounded() {
     // Half-open handshakes end at the (short) timeout.
     let Some(mut s) = quic_server(&["--timeout", "2s"]) else {

@@ -85,15 +85,18 @@ pub enum Protection {
     WriteTimeout,
     /// A connection closed on accept: `maxconn` were open.
     MaxConn,
+    /// A QUIC client sent a stateless Retry: too many handshakes were in progress.
+    QuicRetry,
 }
 
 impl Protection {
-    pub const ALL: [Protection; 5] = [
+    pub const ALL: [Protection; 6] = [
         Protection::EnhanceYourCalm,
         Protection::HeaderListTooLarge,
         Protection::SlowHead,
         Protection::WriteTimeout,
         Protection::MaxConn,
+        Protection::QuicRetry,
     ];
 
     pub fn label(self) -> &'static str {
@@ -103,6 +106,7 @@ impl Protection {
             "slow_head",
             "write_timeout",
             "maxconn",
+            "quic_retry",
         ][self as usize]
     }
 

@@ -6,14 +6,14 @@ mod stream;
 
 use crate::ja4;
 use crate::shutdown::ConnSlot;
-use crate::stats::{self, Failure, Transport};
+use crate::stats::{self, Failure, Protection, Transport};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::frame;
 use loadterm_h3::reader::{ReadError, Reader};
 use quinn::Runtime;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn server_config(
@@ -38,6 +38,25 @@ fn server_config(
         ));
     server.transport_config(Arc::new(t));
     Ok(server)
+}
+
+/// Handshakes in progress on one endpoint past which unvalidated clients get a Retry.
+const RETRY_THRESHOLD: usize = 100;
+
+/// One handshake in progress, counted until dropped.
+struct Opening(Arc<AtomicUsize>);
+
+impl Opening {
+    fn new(count: &Arc<AtomicUsize>) -> Opening {
+        count.fetch_add(1, Ordering::Relaxed);
+        Opening(count.clone())
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Serve HTTP/3 on this (already bound, SO_REUSEPORT) UDP socket until shutdown. Called once per
@@ -71,6 +90,8 @@ pub async fn run_endpoint(
     let endpoint = endpoint.context("QUIC endpoint")?;
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
+    // Handshakes in progress on this endpoint.
+    let opening = Arc::new(AtomicUsize::new(0));
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => match i {
@@ -79,6 +100,15 @@ pub async fn run_endpoint(
             },
             () = &mut stop => break,
         };
+        // A flood of Initials (from spoofed addresses, say) would each get handshake state
+        // until the timeout; past RETRY_THRESHOLD handshakes in progress, an unvalidated
+        // client gets a stateless Retry instead, as HAProxy's tune.quic.retry-threshold does.
+        if opening.load(Ordering::Relaxed) >= RETRY_THRESHOLD && incoming.may_retry() {
+            stats::protection(Protection::QuicRetry);
+            let _ = incoming.retry();
+            continue;
+        }
+        let opened = Opening::new(&opening);
         let (cfg, slot) = (cfg.clone(), ConnSlot::new(&conns, Transport::Quic));
         // Found by the client's address and original DCID: the two values quinn's `Incoming`
         // and the Initial packet share (the address alone would mix up a client's concurrent
@@ -88,7 +118,7 @@ pub async fn run_endpoint(
             .map(|f| (f, incoming.remote_address(), incoming.orig_dst_cid()));
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = connection(incoming, cfg, fingerprint).await;
+            let _ = connection(incoming, cfg, fingerprint, opened).await;
         });
     }
     // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
@@ -102,8 +132,11 @@ async fn connection(
     incoming: quinn::Incoming,
     cfg: Arc<crate::config::Config>,
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
+    opened: Opening,
 ) -> Result<()> {
-    let conn = match tokio::time::timeout(cfg.timeout, incoming).await {
+    let handshake = tokio::time::timeout(cfg.timeout, incoming).await;
+    drop(opened);
+    let conn = match handshake {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => {
             stats::handshake_failed(Transport::Quic, failure(&e));
