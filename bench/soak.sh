@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue 16, docs/RELIABILITY-faults.md): the server under mixed load for DURATION at
+# Soak (issue 16, docs/RELIABILITY.md): the server under mixed load for DURATION at
 # LOAD_PCT% of its measured saturation rate, its memory sampled every second, every request
 # accounted for.
 #  1. Saturation: one short closed-loop `loadterm load` per protocol (HTTP/1.1 clear, HTTP/2

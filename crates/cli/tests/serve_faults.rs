@@ -3,7 +3,7 @@
 //! (`--metrics`, `common::metrics`): "served" is `loadterm_requests_total` (final responses
 //! it sent), "aborted" `loadterm_requests_aborted_total`; the client's side is
 //! `loadterm load --json`'s `requests`. Each test states the exact invariant it checks.
-//! How the network is shaped, and why so: docs/RELIABILITY-faults.md.
+//! How the network is shaped, and why so: docs/RELIABILITY.md.
 
 mod common;
 
@@ -405,7 +405,7 @@ fn sigterm_mid_run_h3() {
 }
 
 // ---------------------------------------------------------------------------------------
-// A slow, lossy network (docs/RELIABILITY-faults.md): in a network namespace of the test's
+// A slow, lossy network (docs/RELIABILITY.md): in a network namespace of the test's
 // own, client -> delay line (25 ms each way) -> server, all on its loopback, and nftables
 // dropping 1% of the packets on the client's leg, both ways (no sch_netem in this kernel).
 
