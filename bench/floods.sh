@@ -51,30 +51,27 @@ start_server() {
   exit 1
 }
 
-# probe OUT.json PROTO: the legitimate client, 50 requests/s for PROBE_S seconds, on CPU 1.
-probe() {
-  local out=$1 proto=$2 url
+# client PROTO ARGS...: `loadterm load` of /?s=1k on PROTO's port and protocol, on CPU 1.
+client() {
+  local proto=$1
+  shift
   case $proto in
-    h1) url="http://127.0.0.1:$port/?s=1k"; set -- --h1 ;;
-    tls) url="https://127.0.0.1:$tport/?s=1k"; set -- --h1 -k ;;
-    h2c) url="http://127.0.0.1:$port/?s=1k"; set -- --h2c ;;
-    h3) url="https://127.0.0.1:$tport/?s=1k"; set -- --h3 -k ;;
+    h1) set -- --h1 "$@" "http://127.0.0.1:$port/?s=1k" ;;
+    tls) set -- --h1 -k "$@" "https://127.0.0.1:$tport/?s=1k" ;;
+    h2c) set -- --h2c "$@" "http://127.0.0.1:$port/?s=1k" ;;
+    h3) set -- --h3 -k "$@" "https://127.0.0.1:$tport/?s=1k" ;;
   esac
-  taskset -c 1 "$bin" load "$@" --rate 50 -c 1 -D "${probe_s}s" --timeout 10s -q \
-    --json "$out" "$url" >/dev/null 2>&1 || true
+  taskset -c 1 "$bin" load "$@" >/dev/null 2>&1
+}
+
+# probe OUT.json PROTO: the legitimate client, 50 requests/s for PROBE_S seconds.
+probe() {
+  client "$2" --rate 50 -c 1 -D "${probe_s}s" --timeout 10s -q --json "$1" || true
 }
 
 # A fresh 100-request run on the attacked protocol: "ok" when all succeed.
 serves() {
-  local proto=$1 url
-  case $proto in
-    h1) url="http://127.0.0.1:$port/?s=1k"; set -- --h1 ;;
-    tls) url="https://127.0.0.1:$tport/?s=1k"; set -- --h1 -k ;;
-    h2c) url="http://127.0.0.1:$port/?s=1k"; set -- --h2c ;;
-    h3) url="https://127.0.0.1:$tport/?s=1k"; set -- --h3 -k ;;
-  esac
-  if taskset -c 1 "$bin" load "$@" -n 100 -c 1 --timeout 10s -q --json "$work/after.json" \
-    "$url" >/dev/null 2>&1 && python3 -c '
+  if client "$1" -n 100 -c 1 --timeout 10s -q --json "$work/after.json" && python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))["requests"]
 sys.exit(0 if r["succeeded"] == 100 else 1)' "$work/after.json"; then

@@ -23,15 +23,6 @@ fn goaway_or_close(c: &mut TcpStream, limit: Duration) -> Option<u32> {
     panic!("the server neither sent GOAWAY nor closed within {limit:?}");
 }
 
-fn rss_kib(s: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// A fresh connection gets `/?s=3` answered: HEADERS then 3 bytes of DATA.
 fn still_serves(s: &Server) {
     let mut c = open(s.clear_port);
@@ -73,7 +64,7 @@ fn flood(c: &mut TcpStream, chunk: &[u8], total: usize) -> usize {
 #[test]
 fn continuation_flood_is_cut_off() {
     let s = Server::start(&["-t", "1", "--no-quic"]);
-    let before = rss_kib(&s);
+    let before = s.rss_kib();
     let mut c = open(s.clear_port);
     // HEADERS without END_HEADERS, then endless CONTINUATION frames of header bytes.
     c.write_all(&frame(HEADERS, END_STREAM, 1, &request_block("/", &[])))
@@ -89,9 +80,9 @@ fn continuation_flood_is_cut_off() {
     );
     goaway_or_close(&mut c, Duration::from_secs(5));
     assert!(
-        rss_kib(&s) < before + 50 * 1024,
+        s.rss_kib() < before + 50 * 1024,
         "RSS grew from {before} KiB to {} KiB",
-        rss_kib(&s)
+        s.rss_kib()
     );
     still_serves(&s);
 }
@@ -155,7 +146,7 @@ fn invalid_hpack_is_a_connection_error() {
 #[test]
 fn ping_and_settings_floods_stay_bounded() {
     let s = Server::start(&["-t", "1", "--no-quic"]);
-    let before = rss_kib(&s);
+    let before = s.rss_kib();
     for (name, f) in [
         ("PING", frame(PING, 0, 0, &[7; 8])),
         ("SETTINGS", frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100])),
@@ -164,7 +155,7 @@ fn ping_and_settings_floods_stay_bounded() {
         // Never read: every PING and SETTINGS asks for an acknowledgement the client ignores.
         let burst: Vec<u8> = f.iter().copied().cycle().take(f.len() * 4096).collect();
         let sent = flood(&mut c, &burst, 200 << 20);
-        let rss = rss_kib(&s);
+        let rss = s.rss_kib();
         assert!(
             rss < before + 50 * 1024,
             "{name} flood ({sent} bytes sent): RSS grew from {before} KiB to {rss} KiB"

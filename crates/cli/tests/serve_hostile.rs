@@ -18,16 +18,6 @@ use std::time::{Duration, Instant};
 const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/hostile.py");
 const MIB: u64 = 1024;
 
-fn rss_kib(s: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()))
-        .expect("the server is gone");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// The server still runs (no crash).
 fn alive(s: &mut Server) {
     assert!(
@@ -39,7 +29,7 @@ fn alive(s: &mut Server) {
 /// RSS after a normal request (pools and per-thread state in place): the baseline.
 fn baseline(s: &Server) -> u64 {
     h1_serves(s);
-    rss_kib(s)
+    s.rss_kib()
 }
 
 /// Runs `hostile.py ARGS` while sampling the server's RSS: (its JSON line, peak RSS in KiB).
@@ -55,7 +45,7 @@ fn attack(s: &mut Server, args: &[&str]) -> (Value, u64) {
     let mut peak = 0;
     while child.try_wait().unwrap().is_none() {
         alive(s);
-        peak = peak.max(rss_kib(s));
+        peak = peak.max(s.rss_kib());
         if t0.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
             panic!("hostile.py {args:?} did not finish within 120 s");
@@ -72,16 +62,16 @@ fn attack(s: &mut Server, args: &[&str]) -> (Value, u64) {
     let line = String::from_utf8(out.stdout).unwrap();
     let v: Value = serde_json::from_str(line.trim()).expect("one JSON line");
     eprintln!("hostile.py {}: {v}\npeak RSS {peak} KiB", args.join(" "));
-    (v, peak.max(rss_kib(s)))
+    (v, peak.max(s.rss_kib()))
 }
 
 /// Within 15 s, RSS falls back to at most `base + margin` KiB.
 fn rss_returns(s: &Server, base: u64, margin: u64) {
     let t0 = Instant::now();
-    let mut rss = rss_kib(s);
+    let mut rss = s.rss_kib();
     while rss > base + margin && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(200));
-        rss = rss_kib(s);
+        rss = s.rss_kib();
     }
     assert!(
         rss <= base + margin,
@@ -447,7 +437,7 @@ fn h3_abandoned_streams_stay_bounded() {
     let Some(mut s) = quic_server(&[]) else {
         return;
     };
-    let base = rss_kib(&s);
+    let base = s.rss_kib();
     let port = s.tls_port.to_string();
     let port = port.as_str();
     let args = [
@@ -478,7 +468,7 @@ fn h3_qpack_encoder_instructions_end_the_connection() {
     let Some(mut s) = quic_server(&[]) else {
         return;
     };
-    let base = rss_kib(&s);
+    let base = s.rss_kib();
     let port = s.tls_port.to_string();
     let port = port.as_str();
     let args = [
@@ -507,7 +497,7 @@ fn h3_many_connections_are_held_then_freed() {
     let Some(mut s) = quic_server(&[]) else {
         return;
     };
-    let base = rss_kib(&s);
+    let base = s.rss_kib();
     let port = s.tls_port.to_string();
     let port = port.as_str();
     let args = [
@@ -535,7 +525,7 @@ fn h3_initial_flood_from_many_sources_stays_bounded() {
     let Some(mut s) = quic_server(&["--timeout", "2s"]) else {
         return;
     };
-    let base = rss_kib(&s);
+    let base = s.rss_kib();
     let port = s.tls_port.to_string();
     let port = port.as_str();
     let args = [

@@ -283,7 +283,7 @@ impl Collector for Stats {
         family(
             &mut enc,
             "loadterm_requests_aborted",
-            "Responses begun that could not be completed (peer gone, write timeout, abort).",
+            "Requests planned whose final response was not completed (peer gone, write timeout, abort).",
             Counter,
             by_proto(&t.aborted),
         )?;

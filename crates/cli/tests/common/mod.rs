@@ -79,6 +79,17 @@ impl Server {
         SocketAddr::from(([127, 0, 0, 1], self.tls_port))
     }
 
+    /// The server's resident memory (`VmRSS`), KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server is gone");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
     /// Ask for a graceful shutdown.
     pub fn sigterm(&self) {
         let pid = self.child.id().to_string();
