@@ -236,7 +236,20 @@ fn killed_clients(p: Proto, client: impl Fn(&Served, u64) -> Command) {
         "RSS {after} KiB after the kills, {before} KiB before: more than {RSS_SLACK_KIB} KiB kept"
     );
 
-    let (served, aborted) = (srv.served(p), srv.aborted(p));
+    // A killed client's HTTP/2 streams that were waiting (`t=20`) run on as tasks of their own
+    // after their connection closed, and count themselves aborted when they wake: wait until
+    // the counts stop moving (1 s unchanged) before the clean run's baseline.
+    let mut counts = (srv.served(p), srv.aborted(p));
+    wait_until(
+        "the killed rounds' counts to settle",
+        Duration::from_secs(60),
+        || {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = (srv.served(p), srv.aborted(p));
+            std::mem::replace(&mut counts, now) == now
+        },
+    );
+    let (served, aborted) = counts;
     let mut args = strings(p.load_flags());
     args.extend(strings(&["-n", "200", "-c", "4", "-m", "4"]));
     args.push(p.url(p.port(&srv.server), "/?s=1k"));
