@@ -8,7 +8,7 @@
 mod common;
 
 use common::metrics::{scrape, Metrics};
-use common::{bin, free_port, have_tool, Server};
+use common::{free_port, have_tool, load_cmd, report, Server};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -123,22 +123,6 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn load_cmd(args: &[String]) -> Command {
-    let mut c = Command::new(bin());
-    c.arg("load").args(args).args(["--json", "-", "-q"]);
-    c
-}
-
-/// The report of a `loadterm load` run that ended normally.
-fn report(out: std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "loadterm load failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
 fn n(v: &Value, path: &[&str]) -> u64 {

@@ -96,18 +96,7 @@ fn open_conns(transport: &str) -> String {
 
 /// `loadterm load ... --json -`: the report.
 fn load(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(bin())
-        .arg("load")
-        .args(args)
-        .args(["--json", "-", "--quiet"])
-        .output()
-        .expect("run loadterm load");
-    assert!(
-        out.status.success(),
-        "loadterm load {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the --json report")
+    common::report(common::load_cmd(args).output().expect("run loadterm load"))
 }
 
 /// Our load generator sends `n` requests with `args`; the server's served count for `proto`

@@ -168,3 +168,20 @@ pub fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_js
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// `loadterm load ARGS --json - -q`, to spawn or run.
+pub fn load_cmd<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("load").args(args).args(["--json", "-", "-q"]);
+    c
+}
+
+/// The JSON report of a `loadterm load` run that ended normally.
+pub fn report(out: std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "loadterm load failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
