@@ -1,23 +1,28 @@
 //! Idle HTTP/1.1 keep-alive connections (issue 16): once a connection has waited for its next
 //! request long enough to give back its buffers and its request state (the server's hold is
 //! 10 ms), what comes next is answered as on a busy connection — one request, a pipelined burst,
-//! a request arriving in pieces — on clear TCP and over TLS.
+//! a request arriving in pieces — on clear TCP and over TLS. On clear TCP a connection idle for
+//! a second is parked out of its task (`park.rs`): answered the same once it resumes, closed at
+//! its idle timeout and at shutdown as a connection in its task is.
 
 mod common;
 
 use common::http1::assert_body;
+use common::metrics::scrape;
 use common::Server;
 use loadterm_plan::BodyKind;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Many times the server's idle hold, so that the connection has turned idle even on a loaded
 /// machine.
 const IDLE: Duration = Duration::from_millis(300);
+/// Well past the server's `PARK_AFTER` (1 s): the clear connection has been parked.
+const PARKED: Duration = Duration::from_millis(2500);
 
 trait Wire: Read + Write {}
 impl<T: Read + Write> Wire for T {}
@@ -28,13 +33,30 @@ enum Tr {
     Tls,
 }
 
-/// A server, and its certificate (PEM) for TLS clients to verify.
-fn server() -> (Server, PathBuf) {
+/// A server, its certificate (PEM) for TLS clients to verify, and its statistics' address.
+fn server() -> (Server, PathBuf, SocketAddr) {
     static SERVERS: AtomicUsize = AtomicUsize::new(0);
     let n = SERVERS.fetch_add(1, Ordering::Relaxed);
     let pem = std::env::temp_dir().join(format!("loadterm-idle-{}-{n}.pem", std::process::id()));
-    let s = Server::start(&["-t", "1", "--no-quic", "--cert-out", pem.to_str().unwrap()]);
-    (s, pem)
+    let metrics = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let s = Server::start(&[
+        "-t",
+        "1",
+        "--no-quic",
+        "--cert-out",
+        pem.to_str().unwrap(),
+        "--metrics",
+        &metrics.to_string(),
+    ]);
+    (s, pem, metrics)
+}
+
+/// After an idle spell of `idle`: a clear connection past `PARKED` is parked, and shown so.
+fn check_parked(tr: Tr, idle: Duration, metrics: SocketAddr) {
+    if matches!(tr, Tr::Clear) && idle >= PARKED {
+        let parked = scrape(metrics).sum("loadterm_connections_parked", &[]);
+        assert_eq!(parked, 1, "the idle connection is parked");
+    }
 }
 
 fn connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
@@ -103,13 +125,14 @@ fn get(size: &str) -> String {
 }
 
 /// One request, an idle spell, a pipelined burst in one write, another idle spell, one more.
-fn next_requests_after_idle(tr: Tr) {
-    let (s, pem) = server();
+fn next_requests_after_idle(tr: Tr, idle: Duration) {
+    let (s, pem, metrics) = server();
     let mut c = connect(&s, &pem, tr);
     let mut buf = Vec::new();
     c.write_all(get("1k").as_bytes()).unwrap();
     assert_eq!(response(&mut *c, &mut buf), (200, body(1024)));
-    std::thread::sleep(IDLE);
+    std::thread::sleep(idle);
+    check_parked(tr, idle, metrics);
     let burst = ["5", "20k", "1", "300"];
     let all: String = burst.iter().map(|size| get(size)).collect();
     c.write_all(all.as_bytes()).unwrap();
@@ -118,20 +141,22 @@ fn next_requests_after_idle(tr: Tr) {
         assert_eq!((status, got.len()), (200, len), "s={size}");
         assert_body(&got, BodyKind::Pattern);
     }
-    std::thread::sleep(IDLE);
+    std::thread::sleep(idle);
+    check_parked(tr, idle, metrics);
     c.write_all(get("2k").as_bytes()).unwrap();
     assert_eq!(response(&mut *c, &mut buf), (200, body(2048)));
     assert!(buf.is_empty(), "nothing beyond the responses");
 }
 
 /// A request whose first bytes end the idle spell and whose rest comes well after the hold.
-fn request_in_pieces_after_idle(tr: Tr) {
-    let (s, pem) = server();
+fn request_in_pieces_after_idle(tr: Tr, idle: Duration) {
+    let (s, pem, metrics) = server();
     let mut c = connect(&s, &pem, tr);
     let mut buf = Vec::new();
     c.write_all(get("10").as_bytes()).unwrap();
     assert_eq!(response(&mut *c, &mut buf), (200, body(10)));
-    std::thread::sleep(IDLE);
+    std::thread::sleep(idle);
+    check_parked(tr, idle, metrics);
     let request = get("3k");
     for piece in [&request[..5], &request[5..20], &request[20..]] {
         c.write_all(piece.as_bytes()).unwrap();
@@ -147,22 +172,84 @@ fn body(len: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Block until the server closes `c` (reads discarded); how long that took.
+fn until_closed(c: &mut TcpStream) -> Duration {
+    let t0 = Instant::now();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut sink = [0u8; 4096];
+    loop {
+        match c.read(&mut sink) {
+            Ok(0) | Err(_) => return t0.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// One `GET /?s=1k` on a new clear connection, response read.
+fn one_request(s: &Server) -> TcpStream {
+    let mut c = TcpStream::connect(s.clear_addr()).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = Vec::new();
+    c.write_all(get("1k").as_bytes()).unwrap();
+    assert_eq!(response(&mut c, &mut buf), (200, body(1024)));
+    c
+}
+
 #[test]
 fn idle_connection_answers_next_request_and_burst_clear() {
-    next_requests_after_idle(Tr::Clear);
+    next_requests_after_idle(Tr::Clear, IDLE);
 }
 
 #[test]
 fn idle_connection_answers_next_request_and_burst_tls() {
-    next_requests_after_idle(Tr::Tls);
+    next_requests_after_idle(Tr::Tls, IDLE);
 }
 
 #[test]
 fn request_in_pieces_across_idle_spell_clear() {
-    request_in_pieces_after_idle(Tr::Clear);
+    request_in_pieces_after_idle(Tr::Clear, IDLE);
 }
 
 #[test]
 fn request_in_pieces_across_idle_spell_tls() {
-    request_in_pieces_after_idle(Tr::Tls);
+    request_in_pieces_after_idle(Tr::Tls, IDLE);
+}
+
+#[test]
+fn parked_connection_answers_next_request_and_burst() {
+    next_requests_after_idle(Tr::Clear, PARKED);
+}
+
+#[test]
+fn request_in_pieces_across_parking() {
+    request_in_pieces_after_idle(Tr::Clear, PARKED);
+}
+
+#[test]
+fn parked_connection_closes_at_its_idle_timeout() {
+    let s = Server::start(&["-t", "1", "--no-quic", "--timeout", "4s"]);
+    let mut c = one_request(&s);
+    // Parked after 1 s; closed 4 s after the response, not before (nothing is sent first).
+    let took = until_closed(&mut c);
+    assert!(
+        took >= Duration::from_millis(3900) && took < Duration::from_secs(30),
+        "closed after {took:?}, the idle timeout is 4 s"
+    );
+    // The server still serves, and parks again.
+    let _ = one_request(&s);
+}
+
+#[test]
+fn parked_connection_closes_at_shutdown() {
+    let mut s = Server::start(&["-t", "1", "--no-quic", "--timeout", "60s"]);
+    let mut c = one_request(&s);
+    std::thread::sleep(PARKED);
+    s.sigterm();
+    let took = until_closed(&mut c);
+    assert!(
+        took < Duration::from_secs(20),
+        "closed {took:?} after SIGTERM"
+    );
+    let status = s.child.wait().expect("wait for the server");
+    assert!(status.success(), "the server exits cleanly: {status}");
 }

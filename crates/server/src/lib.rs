@@ -8,11 +8,13 @@ pub mod haterm_cfg;
 pub mod ja4;
 pub mod listen;
 pub mod metrics;
+mod park;
 mod planner;
 mod prefixed;
 mod shutdown;
 pub mod stats;
 pub mod tls;
+mod trim;
 mod workers;
 
 pub use config::TCP_ALPN;

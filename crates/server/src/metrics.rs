@@ -230,6 +230,13 @@ impl Collector for Stats {
             Gauge,
             by_transport(all, |x| t.open(x)),
         )?;
+        family(
+            &mut enc,
+            "loadterm_connections_parked",
+            "Idle HTTP/1 connections on clear TCP parked out of their tasks (among those open).",
+            Gauge,
+            std::iter::once((Vec::new(), t.parked_now())),
+        )?;
         let handshakes = secure.iter().flat_map(|&x| {
             let i = x as usize;
             [

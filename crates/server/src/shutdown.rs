@@ -74,6 +74,7 @@ impl ConnSlot {
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        crate::trim::released();
         if let Some(t) = self.1 {
             stats::closed(t);
         }

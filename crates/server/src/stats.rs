@@ -205,6 +205,9 @@ struct Block {
     bytes_out: [C; 3],
     errors: [C; 4],
     protections: [C; Protection::ALL.len()],
+    /// Idle connections parked, and taken out again (resumed or closed).
+    parked: C,
+    unparked: C,
 }
 
 impl Block {
@@ -222,6 +225,8 @@ impl Block {
             bytes_out: zeros(),
             errors: zeros(),
             protections: zeros(),
+            parked: C::default(),
+            unparked: C::default(),
         }
     }
 }
@@ -307,6 +312,11 @@ pub fn bytes_out(t: Transport, n: usize) {
     mine(|b| b.bytes_out[t as usize].add(n as u64));
 }
 
+/// An idle connection was parked (`true`), or left the parking lot (`false`).
+pub fn parked(into: bool) {
+    mine(|b| if into { &b.parked } else { &b.unparked }.add(1));
+}
+
 pub fn error(kind: ErrorKind) {
     mine(|b| b.errors[kind as usize].add(1));
 }
@@ -360,6 +370,8 @@ pub struct Totals {
     pub bytes_out: [u64; 3],
     pub errors: [u64; 4],
     pub protections: [u64; Protection::ALL.len()],
+    pub parked: u64,
+    pub unparked: u64,
 }
 
 fn sum<const N: usize>(into: &mut [u64; N], from: &[C; N]) {
@@ -388,6 +400,8 @@ impl Totals {
             sum(&mut t.bytes_out, &b.bytes_out);
             sum(&mut t.errors, &b.errors);
             sum(&mut t.protections, &b.protections);
+            t.parked += b.parked.get();
+            t.unparked += b.unparked.get();
         }
         t.failures = (0..FAILURES)
             .filter(|&i| failures[i] > 0)
@@ -400,6 +414,11 @@ impl Totals {
     pub fn open(&self, t: Transport) -> u64 {
         let i = t as usize;
         self.accepted[i].saturating_sub(self.closed[i])
+    }
+
+    /// Idle connections parked out of their tasks now (`park.rs`).
+    pub fn parked_now(&self) -> u64 {
+        self.parked.saturating_sub(self.unparked)
     }
 
     /// The summary printed on SIGUSR1 and at shutdown (non-zero counts only).
@@ -427,6 +446,11 @@ impl Totals {
             .map(|&t| (t.label().to_string(), self.open(t)))
             .collect();
         line(&mut s, "open", open);
+        line(
+            &mut s,
+            "parked",
+            vec![("tcp idle".into(), self.parked_now())],
+        );
         let hs = [Transport::Tls, Transport::Quic]
             .iter()
             .flat_map(|&t| {
@@ -490,6 +514,10 @@ impl<IO> Metered<IO> {
 
     pub fn get_ref(&self) -> &IO {
         &self.io
+    }
+
+    pub fn into_inner(self) -> IO {
+        self.io
     }
 }
 

@@ -6,11 +6,12 @@ use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::stats::{self, Failure, Metered, Protection, Transport};
 use crate::tls::Identity;
-use crate::{h1, h2, h3, ja4};
+use crate::{h1, h2, h3, ja4, park};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,7 @@ pub fn start(
             }
         }
     }
+    crate::trim::start().context("cannot start the memory trimming thread")?;
     let conns = Arc::new(AtomicUsize::new(0));
     for (i, sockets) in per_worker.into_iter().enumerate() {
         let (cfg, conns) = (cfg.clone(), conns.clone());
@@ -115,6 +117,19 @@ fn pin(cpus: &[usize]) -> Result<()> {
 }
 
 async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize>) {
+    if !sockets.clear.is_empty() {
+        let resumed = cfg.clone();
+        let resume = Rc::new(move |sock, slot, until| match TcpStream::from_std(sock) {
+            Ok(sock) => {
+                let sock = Metered::new(sock, Transport::Tcp);
+                tokio::spawn(serve_h1_clear(sock, resumed.clone(), slot, Some(until)));
+            }
+            Err(e) => eprintln!("loadterm: cannot resume a parked connection: {e}"),
+        });
+        if let Err(e) = park::start(cfg.shutdown.clone(), resume) {
+            eprintln!("loadterm: idle connections will not be parked (they close when idle): {e}");
+        }
+    }
     let listeners = sockets
         .clear
         .into_iter()
@@ -199,7 +214,7 @@ async fn accept_loop(
 // The HTTP/2 futures are boxed: a task's future is as large as its largest state, and HTTP/2's
 // (kilobytes of `h2` connection state) would otherwise be paid by every HTTP/1 connection, idle
 // ones included.
-async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, _slot: ConnSlot) {
+async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     // Boxed: its timer and peek would otherwise be part of the task for the connection's life.
     let preface = Box::pin(timeout_opt(cfg.timeout, is_h2_preface(&sock))).await;
     let sock = Metered::new(sock, Transport::Tcp);
@@ -207,26 +222,41 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, _slot: ConnSlot) {
         Some(true) => {
             let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
         }
-        Some(false) => {
-            let opts = h1::Options {
-                h2c_upgrade: true,
-                extra: Vec::new(),
-                splice: cfg.splice,
-                copy_up_to: crate::config::H1_COPY_UP_TO,
-            };
-            // The upgrade's future is made where `up` is: held across an await, `up` would
-            // take a slot in this task's future.
-            let upgraded = h1::serve(sock, cfg.clone(), opts).await.map(|up| {
-                Box::pin(async move {
-                    let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
-                })
-            });
-            if let Some(h2) = upgraded {
-                h2.await;
-            }
-        }
+        Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
     }
+}
+
+/// HTTP/1 on clear TCP, from the first request or after the connection was parked.
+async fn serve_h1_clear(
+    sock: Metered<TcpStream>,
+    cfg: Arc<Config>,
+    slot: ConnSlot,
+    until: Option<std::time::Instant>,
+) {
+    let opts = h1::Options {
+        h2c_upgrade: true,
+        extra: Vec::new(),
+        splice: cfg.splice,
+        copy_up_to: crate::config::H1_COPY_UP_TO,
+    };
+    // The upgrade's future is made where `up` is: held across an await, `up` would take a slot
+    // in this task's future.
+    let upgraded = match h1::serve(sock, cfg.clone(), opts, until).await {
+        None => return,
+        Some(h1::Next::Idle { io, until }) => {
+            match io.into_inner().into_std() {
+                Ok(sock) => park::park(sock, slot, until),
+                Err(e) => eprintln!("loadterm: cannot park an idle connection: {e}"),
+            }
+            return;
+        }
+        Some(h1::Next::Upgrade(up)) => Box::pin(async move {
+            let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+            drop(slot);
+        }),
+    };
+    upgraded.await;
 }
 
 // The TLS task keeps only what an established connection needs: the handshake's state (and
@@ -304,7 +334,7 @@ where
             splice: false,
             copy_up_to: cfg.h2.h1_tls_copy_up_to(),
         };
-        Session::H1(Box::pin(h1::serve(stream, cfg, opts)))
+        Session::H1(Box::pin(h1::serve(stream, cfg, opts, None)))
     }
 }
 

@@ -6,7 +6,8 @@
 //! (one boxed future: the parser state, the buffers, every request's own state) lasts while
 //! requests keep coming; once it has waited `IDLE_HOLD` for a next request with nothing
 //! buffered, it ends, and the connection's task waits for its socket to become readable holding
-//! the socket and little else.
+//! the socket and little else. On clear TCP, past `park::PARK_AFTER` the task ends too and the
+//! socket is parked (`Next::Idle`).
 
 use super::body::Decoder;
 use super::buffers;
@@ -83,6 +84,10 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     /// The socket whose readiness announces the next request, if nothing this stream holds
     /// would be read first: waiting on it needs no buffer.
     fn idle_socket(&self) -> Option<&TcpStream>;
+
+    /// The stream is its socket, and nothing more: once idle for `park::PARK_AFTER` it can be
+    /// handed over whole (`Next::Idle`) and the task end.
+    const PARKS: bool = false;
 }
 
 impl Transport for Metered<TcpStream> {
@@ -93,6 +98,8 @@ impl Transport for Metered<TcpStream> {
     fn idle_socket(&self) -> Option<&TcpStream> {
         Some(self.get_ref())
     }
+
+    const PARKS: bool = true;
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
@@ -203,13 +210,23 @@ struct Each {
     copy_up_to: u64,
 }
 
-/// Serve HTTP/1.x on `io` until the connection ends, or until it switches to HTTP/2 after
-/// `Upgrade: h2c`: then what the HTTP/2 engine needs is returned.
+/// How a connection left the HTTP/1 engine, when not closed.
+pub enum Next<IO> {
+    /// Switched to HTTP/2 (`Upgrade: h2c`).
+    Upgrade(Upgrade<IO>),
+    /// Idle for `park::PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
+    /// readable, then served again with `serve(.., until)`, or closed at `until`.
+    Idle { io: IO, until: Instant },
+}
+
+/// Serve HTTP/1.x on `io` until the connection ends, switches to HTTP/2 after `Upgrade: h2c`, or
+/// is handed over idle; the next request is awaited until `until` (else for the client timeout).
 pub fn serve<IO: Transport>(
     io: IO,
     cfg: Arc<Config>,
     opts: Options,
-) -> impl Future<Output = Option<Upgrade<IO>>> {
+    until: Option<Instant>,
+) -> impl Future<Output = Option<Next<IO>>> {
     let extra_head = opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
         lines.extend_from_slice(n.as_str().as_bytes());
         lines.extend_from_slice(b": ");
@@ -224,7 +241,7 @@ pub fn serve<IO: Transport>(
     };
     // The connection's task holds this future for its whole life, idle spells included: only
     // what it needs is moved in (`Options` is not).
-    run(io, cfg, each, extra_head.into_boxed_slice())
+    run(io, cfg, each, extra_head.into_boxed_slice(), until)
 }
 
 async fn run<IO: Transport>(
@@ -232,9 +249,9 @@ async fn run<IO: Transport>(
     cfg: Arc<Config>,
     each: Each,
     extra_head: Box<[u8]>,
-) -> Option<Upgrade<IO>> {
     // Until when the next request is awaited, after an idle spell.
-    let mut until = None;
+    mut until: Option<Instant>,
+) -> Option<Next<IO>> {
     loop {
         // Boxed in a statement of its own: a temporary in the `match` below would keep a slot
         // in this future (it lives to the end of the statement, across the await).
@@ -242,10 +259,13 @@ async fn run<IO: Transport>(
         match period.await {
             End::Idle(deadline) => {
                 until = Some(deadline);
+                let park = IO::PARKS
+                    .then(|| Instant::now() + crate::park::PARK_AFTER)
+                    .filter(|&at| at < deadline);
                 let wake = match io.idle_socket() {
                     Some(sock) => {
                         // The signal is made before the flag is read: no wake-up falls between.
-                        let spell = Spell::new(sock, deadline, &cfg.shutdown);
+                        let spell = Spell::new(sock, park.unwrap_or(deadline), &cfg.shutdown);
                         if cfg.shutdown.begun() {
                             Wake::Shutdown
                         } else {
@@ -256,7 +276,13 @@ async fn run<IO: Transport>(
                 };
                 match wake {
                     Wake::Readable => {}
-                    Wake::Gone => return None,
+                    Wake::Slept if park.is_some() => {
+                        return Some(Next::Idle {
+                            io,
+                            until: deadline,
+                        })
+                    }
+                    Wake::Slept | Wake::Gone => return None,
                     Wake::Shutdown => {
                         Box::pin(linger(&mut io)).await;
                         return None;
@@ -269,7 +295,7 @@ async fn run<IO: Transport>(
             }
             End::Abort => return None,
             End::Upgrade { head, buffered } => {
-                return Some(Upgrade { io, buffered, head });
+                return Some(Next::Upgrade(Upgrade { io, buffered, head }));
             }
         }
     }
@@ -339,7 +365,9 @@ async fn busy<IO: Transport>(
 
 enum Wake {
     Readable,
-    /// Timed out, or the socket failed.
+    /// The spell's time is over.
+    Slept,
+    /// The socket failed.
     Gone,
     Shutdown,
 }
@@ -380,7 +408,7 @@ impl Future for Spell<'_> {
             Poll::Ready(Err(_)) => Poll::Ready(Wake::Gone),
             Poll::Pending => unsafe { Pin::new_unchecked(&mut this.sleep) }
                 .poll(cx)
-                .map(|()| Wake::Gone),
+                .map(|()| Wake::Slept),
         }
     }
 }
