@@ -463,9 +463,10 @@ fn h3_abandoned_streams_stay_bounded() {
 }
 
 #[test]
-#[ignore = "server defect (docs/RELIABILITY.md): encoder-stream instructions are drained, not a QPACK_ENCODER_STREAM_ERROR"]
 fn h3_qpack_encoder_instructions_end_the_connection() {
-    let Some(mut s) = quic_server(&[]) else {
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let addr = metrics.to_string();
+    let Some(mut s) = quic_server(&["--metrics", &addr]) else {
         return;
     };
     let base = s.rss_kib();
@@ -488,6 +489,9 @@ fn h3_qpack_encoder_instructions_end_the_connection() {
     let (v, peak) = attack(&mut s, &args);
     // RFC 9204 §4.3.1: a capacity above the (zero) maximum is QPACK_ENCODER_STREAM_ERROR.
     assert_eq!(count(&v, "ended", "close:0x201"), 2, "{v}");
+    let errors =
+        common::metrics::scrape(metrics).sum("loadterm_errors_total", &[("kind", "protocol")]);
+    assert_eq!(errors, 2, "counted as protocol errors");
     assert!(peak <= base + 32 * MIB, "RSS {base} -> {peak} KiB");
     h3_serves(&s);
 }
