@@ -308,10 +308,9 @@ async fn uni_stream(
                         }
                     }
                     // RFC 9204 §4.2: closing either stream is a connection error.
-                    Ok(None) | Err(ReadError::Truncated) => {
-                        return close(code::CLOSED_CRITICAL_STREAM)
-                    }
-                    Err(ReadError::Broken) => return,
+                    Ok(None) => return close(code::CLOSED_CRITICAL_STREAM),
+                    // Reset, or the connection is gone.
+                    Err(_) => return,
                 }
             }
         }
