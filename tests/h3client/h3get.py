@@ -12,7 +12,9 @@ sent as the whole field section, in order and unchecked, for malformed requests;
 (a list of [name, value]) ends the request with a trailer section. A connection the
 server closes reports "closed": its error code for every request still waiting.
 {"wait_close": N} sends nothing: it waits up to N seconds for the server to close the
-connection and reports "closed" (the error code) and "elapsed" (seconds), or "closed": null.
+connection and reports "closed" (the error code) and "elapsed" (seconds), or "closed": null;
+with "encoder" or "decoder" (hex), those bytes go on aioquic's QPACK encoder or decoder stream
+first (with FIN if "fin"), for QPACK instruction stream violations.
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds,
 the number of DATA events (one per DATA frame when frames arrive apart) and when the last body
 bytes arrived.
@@ -87,6 +89,12 @@ class Client(QuicConnectionProtocol):
 
     async def request(self, host, port, spec):
         if "wait_close" in spec:
+            for name in ("encoder", "decoder"):
+                if name in spec:
+                    sid = getattr(self.h3, f"_local_{name}_stream_id")
+                    data = bytes.fromhex(spec[name])
+                    self._quic.send_stream_data(sid, data, end_stream=spec.get("fin", False))
+            self.transmit()
             return await self.wait_close(spec["wait_close"])
         sid = self._quic.get_next_available_stream_id()
         data = b"x" * spec["data"] if spec.get("data") is not None else None

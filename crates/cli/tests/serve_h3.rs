@@ -144,6 +144,50 @@ fn protocol_violations_close_the_connection() {
     assert_eq!(r[1]["status"].as_u64(), Some(200));
 }
 
+/// The client's QPACK instruction streams, with no dynamic table either way (RFC 9204): a zero
+/// capacity and Stream Cancellations pass; any other instruction, or closing the stream, closes
+/// the connection with the RFC's code.
+#[test]
+fn qpack_instruction_streams_allow_no_dynamic_table() {
+    if !have_aioquic() {
+        return;
+    }
+    let s = Server::start(&["-t", "1"]);
+    // Capacity 0; Stream Cancellation of streams 4 and 1 000 000 (a multi-byte stream ID).
+    let r = h3get(
+        s.tls_port,
+        &[
+            r#"{"encoder": "2020", "decoder": "447f81843d", "wait_close": 1}"#,
+            r#"{"path": "/?s=1"}"#,
+        ],
+    );
+    assert_eq!(r[0]["closed"], Value::Null, "{}", r[0]);
+    assert_eq!(r[1]["status"].as_u64(), Some(200), "{}", r[1]);
+    for (spec, code, what) in [
+        (r#""encoder": "3fe11f""#, 0x201, "capacity 4096"),
+        (
+            r#""encoder": "20c0""#,
+            0x201,
+            "Insert with a static name reference",
+        ),
+        (r#""decoder": "84""#, 0x202, "Section Acknowledgment"),
+        (r#""decoder": "01""#, 0x202, "Insert Count Increment"),
+        (
+            r#""encoder": "20", "fin": true"#,
+            0x104,
+            "encoder stream closed",
+        ),
+        (
+            r#""decoder": "", "fin": true"#,
+            0x104,
+            "decoder stream closed",
+        ),
+    ] {
+        let r = h3get(s.tls_port, &[&format!(r#"{{{spec}, "wait_close": 5}}"#)]);
+        assert_eq!(r[0]["closed"].as_u64(), Some(code), "{what}: {}", r[0]);
+    }
+}
+
 /// A request stream whose HEADERS never completes (no FIN either) gets 408 after the client
 /// timeout instead of holding its stream forever.
 #[test]

@@ -463,9 +463,10 @@ fn h3_abandoned_streams_stay_bounded() {
 }
 
 #[test]
-#[ignore = "server defect (docs/RELIABILITY.md): encoder-stream instructions are drained, not a QPACK_ENCODER_STREAM_ERROR"]
 fn h3_qpack_encoder_instructions_end_the_connection() {
-    let Some(mut s) = quic_server(&[]) else {
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let addr = metrics.to_string();
+    let Some(mut s) = quic_server(&["--metrics", &addr]) else {
         return;
     };
     let base = s.rss_kib();
@@ -488,6 +489,9 @@ fn h3_qpack_encoder_instructions_end_the_connection() {
     let (v, peak) = attack(&mut s, &args);
     // RFC 9204 §4.3.1: a capacity above the (zero) maximum is QPACK_ENCODER_STREAM_ERROR.
     assert_eq!(count(&v, "ended", "close:0x201"), 2, "{v}");
+    let errors =
+        common::metrics::scrape(metrics).sum("loadterm_errors_total", &[("kind", "protocol")]);
+    assert_eq!(errors, 2, "counted as protocol errors");
     assert!(peak <= base + 32 * MIB, "RSS {base} -> {peak} KiB");
     h3_serves(&s);
 }
@@ -557,8 +561,14 @@ fn h3_initial_flood_from_many_sources_stays_bounded() {
 
 /// RFC 9000 §8.1, exactly: one 1200-byte Initial, never acknowledged, earns at most 3600 bytes
 /// however long the server retransmits.
+///
+/// Ignored because of quinn-proto (0.11.19, the newest 0.11): `poll_transmit` starts a datagram
+/// while one byte of the budget is left (`anti_amplification_blocked(segment_size *
+/// num_datagrams + 1)`, quinn PR #1148), then fills or pads it to 1 200 bytes. Here: 1 200
+/// (Initial + Handshake) + 222 (seven NEW_CONNECTION_IDs), then at the PTO two 1 200-byte probes,
+/// the second allowed since 1 422 + 1 201 <= 3 600: 3 822.
 #[test]
-#[ignore = "server defect (docs/RELIABILITY.md): 3 822 bytes sent for one 1 200-byte Initial (limit 3 600)"]
+#[ignore = "quinn-proto defect (docs/RELIABILITY.md): 3 822 bytes sent for one 1 200-byte Initial (limit 3 600)"]
 fn quic_anti_amplification_limit_holds() {
     let Some(s) = quic_server(&[]) else { return };
     let port = s.tls_port.to_string();

@@ -36,6 +36,8 @@ pub mod code {
     pub const REQUEST_INCOMPLETE: u32 = 0x10d;
     pub const MESSAGE_ERROR: u32 = 0x10e;
     pub const QPACK_DECOMPRESSION_FAILED: u32 = 0x200;
+    pub const QPACK_ENCODER_STREAM_ERROR: u32 = 0x201;
+    pub const QPACK_DECODER_STREAM_ERROR: u32 = 0x202;
 }
 
 /// Append a QUIC variable-length integer (RFC 9000 §16); `v` < 2^62.

@@ -3,7 +3,7 @@
 //! the request/response stream machine (`message`: events, RFC 9114 errors), field validation
 //! (`fields`: malformed messages, content-length against DATA), and QPACK
 //! (RFC 9204) with a zero-capacity dynamic table — what we advertise, so peers may only use the
-//! static table and literals. Purpose-built instead of the `h3` crate, which copied every body
+//! static table and literals, and their QPACK instruction streams may carry next to nothing. Purpose-built instead of the `h3` crate, which copied every body
 //! byte (see docs/PERFORMANCE.md).
 
 pub mod fields;

@@ -1,6 +1,7 @@
 //! QPACK (RFC 9204) with no dynamic table (we advertise QPACK_MAX_TABLE_CAPACITY 0, so peers
 //! may only use the static table and literals): field sections decoded line by line into reused
-//! buffers, and encoded statelessly.
+//! buffers, and encoded statelessly. The peer's encoder and decoder streams are checked against
+//! that: [`InstructionStream`].
 
 use loadterm_codec::{get_int, get_string, put_int};
 use std::collections::HashMap;
@@ -241,6 +242,83 @@ pub fn status(section: &[u8], scratch: &mut Vec<u8>) -> Option<u16> {
     }
 }
 
+/// A connection error on one of the peer's QPACK instruction streams (RFC 9204 §4.1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InstructionError {
+    /// QPACK_ENCODER_STREAM_ERROR.
+    #[error("QPACK encoder stream error")]
+    Encoder,
+    /// QPACK_DECODER_STREAM_ERROR.
+    #[error("QPACK decoder stream error")]
+    Decoder,
+}
+
+impl InstructionError {
+    /// The HTTP/3 error code that closes the connection.
+    pub fn code(self) -> u32 {
+        match self {
+            InstructionError::Encoder => crate::frame::code::QPACK_ENCODER_STREAM_ERROR,
+            InstructionError::Decoder => crate::frame::code::QPACK_DECODER_STREAM_ERROR,
+        }
+    }
+}
+
+/// The peer's QPACK encoder stream (RFC 9204 §4.3) or decoder stream (§4.4), checked byte by byte
+/// as it arrives: neither direction has a dynamic table, ours at capacity 0 and our encoder
+/// never inserting, so almost every instruction is an error, found at its first byte.
+#[derive(Debug)]
+pub struct InstructionStream {
+    decoder: bool,
+    /// Inside a Stream Cancellation's stream ID: the continuation bytes read so far.
+    cancel: Option<u8>,
+}
+
+impl InstructionStream {
+    /// The peer's encoder stream (instructions for our decoder's table).
+    pub fn encoder() -> InstructionStream {
+        InstructionStream {
+            decoder: false,
+            cancel: None,
+        }
+    }
+
+    /// The peer's decoder stream (acknowledgments of what our encoder sent).
+    pub fn decoder() -> InstructionStream {
+        InstructionStream {
+            decoder: true,
+            cancel: None,
+        }
+    }
+
+    /// Check the next bytes of the stream.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), InstructionError> {
+        if !self.decoder {
+            // Set Dynamic Table Capacity 0 (001 and a 5-bit prefix integer) is the byte 0x20
+            // and nothing else; any other byte starts a capacity above our maximum of 0
+            // (§3.2.3, §4.3.1), an Insert that cannot fit in 0 bytes (§3.2.2), or a Duplicate of
+            // an entry that cannot exist (§4.3.4).
+            return match bytes.iter().all(|&b| b == 0x20) {
+                true => Ok(()),
+                false => Err(InstructionError::Encoder),
+            };
+        }
+        for &b in bytes {
+            self.cancel = match self.cancel {
+                // Stream Cancellation (01 and a 6-bit prefix stream ID) is always allowed
+                // (§4.4.2). Section Acknowledgment (1) is an error: we never send a section
+                // with a non-zero Required Insert Count (§4.4.1). So is Insert Count Increment
+                // (00): an increment of 0, or past the 0 entries we inserted (§4.4.3).
+                None if b & 0xc0 != 0x40 => return Err(InstructionError::Decoder),
+                None => (b == 0x7f).then_some(0),
+                // A stream ID (below 2^62) needs at most 9 continuation bytes.
+                Some(9..) => return Err(InstructionError::Decoder),
+                Some(n) => (b & 0x80 != 0).then_some(n + 1),
+            };
+        }
+        Ok(())
+    }
+}
+
 /// Static entries of one name: the first index with it, and every (value, index).
 type Named = (usize, Vec<(&'static str, usize)>);
 
@@ -422,6 +500,67 @@ mod tests {
         assert_eq!(status(&s, &mut scratch), None, "four digits");
         assert_eq!(status(&[0, 0], &mut scratch), None, "empty section");
         assert_eq!(status(&[1, 0, 0xd9], &mut scratch), None, "dynamic table");
+    }
+
+    #[test]
+    fn encoder_stream_allows_only_a_zero_capacity() {
+        let mut e = InstructionStream::encoder();
+        assert_eq!(e.feed(&[]), Ok(()));
+        assert_eq!(e.feed(&[0x20, 0x20]), Ok(()), "capacity 0, twice");
+        let mut cap = Vec::new();
+        put_int(&mut cap, 0x20, 5, 4096);
+        let mut insert = Vec::new();
+        put_int(&mut insert, 0x40, 5, 1);
+        insert.extend(b"x\x01y");
+        for bad in [
+            &cap[..],
+            &cap[..1],     // the rest of the capacity still to come
+            &[0x21],       // capacity 1
+            &[0x3f, 0x00], // capacity 31
+            &[0xc0 | 17],  // Insert with a static name reference
+            &insert,       // Insert with a literal name
+            &[0x00],       // Duplicate
+        ] {
+            let mut e = InstructionStream::encoder();
+            assert_eq!(e.feed(bad), Err(InstructionError::Encoder), "{bad:02x?}");
+            let mut e = InstructionStream::encoder();
+            assert_eq!(e.feed(&[0x20]), Ok(()));
+            assert_eq!(
+                e.feed(bad),
+                Err(InstructionError::Encoder),
+                "after 0: {bad:02x?}"
+            );
+        }
+        assert_eq!(InstructionError::Encoder.code(), 0x201);
+    }
+
+    #[test]
+    fn decoder_stream_allows_only_stream_cancellations() {
+        let mut d = InstructionStream::decoder();
+        let mut ok = Vec::new();
+        for id in [0, 4, 62, 63, 64, 1 << 20, (1 << 62) - 1] {
+            put_int(&mut ok, 0x40, 6, id);
+        }
+        assert_eq!(d.feed(&ok), Ok(()));
+        // Split anywhere, inside a stream ID too.
+        let mut d = InstructionStream::decoder();
+        for b in &ok {
+            assert_eq!(d.feed(std::slice::from_ref(b)), Ok(()));
+        }
+        let mut overlong = vec![0x7f];
+        overlong.extend([0x80; 9]);
+        overlong.push(0);
+        for bad in [
+            &[0x80 | 4][..], // Section Acknowledgment, stream 4
+            &[0x01],         // Insert Count Increment 1
+            &[0x00],         // Insert Count Increment 0
+            &overlong,
+        ] {
+            let mut d = InstructionStream::decoder();
+            assert_eq!(d.feed(&ok), Ok(()));
+            assert_eq!(d.feed(bad), Err(InstructionError::Decoder), "{bad:02x?}");
+        }
+        assert_eq!(InstructionError::Decoder.code(), 0x202);
     }
 
     /// Random sections and mutated valid ones: errors are fine, panics are not.

@@ -113,6 +113,14 @@ impl Reader {
         Ok(())
     }
 
+    /// The stream's next bytes, as they come; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+        Ok(match self.fill().await? {
+            true => Some(std::mem::take(&mut self.chunk)),
+            false => None,
+        })
+    }
+
     /// The next event of a request or response stream parsed by `m`: DATA is counted in
     /// place (one event per chunk), never copied.
     pub async fn event(&mut self, m: &mut Message) -> Result<Event, MessageError> {

@@ -6,11 +6,11 @@ mod stream;
 
 use crate::ja4;
 use crate::shutdown::ConnSlot;
-use crate::stats::{self, Failure, Protection, Transport};
+use crate::stats::{self, ErrorKind, Failure, Protection, Transport};
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use loadterm_h3::frame;
 use loadterm_h3::reader::{ReadError, Reader};
+use loadterm_h3::{frame, qpack};
 use quinn::Runtime;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -245,8 +245,8 @@ async fn connection(
 }
 
 /// A unidirectional stream from the client: its control stream (SETTINGS first, then nothing
-/// that belongs on request streams), QPACK streams (nothing to do without a dynamic table),
-/// and streams of unknown type (grease), which are stopped.
+/// that belongs on request streams), QPACK instruction streams (checked by
+/// `qpack::InstructionStream`: without dynamic tables little is allowed), and streams of unknown type (grease), which are stopped.
 async fn uni_stream(
     conn: quinn::Connection,
     recv: quinn::RecvStream,
@@ -254,7 +254,11 @@ async fn uni_stream(
 ) {
     use frame::code;
     let mut r = Reader::new(recv);
-    let close = |code: u32| conn.close(code.into(), b"");
+    // Every connection error here is the client's protocol violation.
+    let close = |code: u32| {
+        stats::error(ErrorKind::Protocol);
+        conn.close(code.into(), b"");
+    };
     match r.varint().await {
         Ok(Some(frame::STREAM_CONTROL)) => {
             let mut first = true;
@@ -291,9 +295,24 @@ async fn uni_stream(
                 }
             }
         }
-        Ok(Some(frame::STREAM_QPACK_ENCODER | frame::STREAM_QPACK_DECODER)) => {
-            // With a zero-capacity table nothing can arrive but a zero capacity; drain it.
-            while let Ok(Some(_)) = r.varint().await {}
+        Ok(Some(ty @ (frame::STREAM_QPACK_ENCODER | frame::STREAM_QPACK_DECODER))) => {
+            let mut check = match ty {
+                frame::STREAM_QPACK_ENCODER => qpack::InstructionStream::encoder(),
+                _ => qpack::InstructionStream::decoder(),
+            };
+            loop {
+                match r.chunk().await {
+                    Ok(Some(bytes)) => {
+                        if let Err(e) = check.feed(&bytes) {
+                            return close(e.code());
+                        }
+                    }
+                    // RFC 9204 §4.2: closing either stream is a connection error.
+                    Ok(None) => return close(code::CLOSED_CRITICAL_STREAM),
+                    // Reset, or the connection is gone.
+                    Err(_) => return,
+                }
+            }
         }
         Ok(Some(frame::STREAM_PUSH)) => close(code::STREAM_CREATION_ERROR),
         Ok(Some(_)) => r.stop(code::STREAM_CREATION_ERROR),
