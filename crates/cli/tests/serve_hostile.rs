@@ -7,11 +7,12 @@
 mod common;
 
 use common::h2raw::{
-    self, frame, next_frame, request_block, DATA, END_HEADERS, END_STREAM, HEADERS,
+    self, frame, next_frame, request_block, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS,
+    SETTINGS, WINDOW_UPDATE,
 };
 use common::Server;
 use serde_json::Value;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -284,12 +285,30 @@ fn tls_handshake_flood_leaves_the_server_serving() {
 
 // --- HTTP/2 (h2c, raw frames) -----------------------------------------------------------------
 
+/// A server with `--metrics` on a port of its own: (the server, that port).
+fn metered(extra: &[&str]) -> (Server, u16) {
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut opts = vec!["-t", "1", "--no-quic", "--metrics", &addr];
+    opts.extend_from_slice(extra);
+    let s = Server::start(&opts);
+    assert!(common::wait_tcp(port, Duration::from_secs(10)));
+    (s, port)
+}
+
+/// Connections the HTTP/2 control-frame guard cut off, as `/metrics` counts them.
+fn control_floods(metrics: u16) -> u64 {
+    common::metrics::scrape(([127, 0, 0, 1], metrics).into()).sum(
+        "loadterm_protections_total",
+        &[("kind", "h2_control_flood")],
+    )
+}
+
 /// One HTTP/2 flood: `hostile.py h2 KIND`, RSS bounded by `grow` MiB during it and back near
-/// the baseline after, the server answering a fresh connection. Returns the attack's report.
-fn h2_flood(kind: &str, extra: &[&str], server: &[&str], grow: u64) -> Value {
-    let mut opts = vec!["-t", "1", "--no-quic"];
-    opts.extend_from_slice(server);
-    let mut s = Server::start(&opts);
+/// the baseline after, the server answering a fresh connection. Returns the attack's report and
+/// the connections the control-frame guard cut off.
+fn h2_flood(kind: &str, extra: &[&str], server: &[&str], grow: u64) -> (Value, u64) {
+    let (mut s, metrics) = metered(server);
     let base = baseline(&s);
     let port = s.clear_port.to_string();
     let port = port.as_str();
@@ -303,7 +322,7 @@ fn h2_flood(kind: &str, extra: &[&str], server: &[&str], grow: u64) -> Value {
     );
     rss_returns(&s, base, 8 * MIB);
     h2_serves(&s);
-    v
+    (v, control_floods(metrics))
 }
 
 /// How the connection ended, e.g. "goaway:0xb", "close", "open".
@@ -323,7 +342,7 @@ fn goaway_codes(v: &Value) -> Vec<String> {
 
 #[test]
 fn h2_rapid_reset_is_cut_off() {
-    let v = h2_flood(
+    let (v, _) = h2_flood(
         "rapid-reset",
         &["-c", "2", "-n", "50000", "--duration", "6"],
         &[],
@@ -336,7 +355,7 @@ fn h2_rapid_reset_is_cut_off() {
 
 #[test]
 fn h2_continuation_flood_is_cut_off() {
-    let v = h2_flood(
+    let (v, _) = h2_flood(
         "continuation",
         &["-c", "4", "-n", "20000", "--duration", "6"],
         &[],
@@ -346,24 +365,33 @@ fn h2_continuation_flood_is_cut_off() {
     assert!(v["frames_sent"].as_u64().unwrap() < 4 * 20000, "{v}");
 }
 
-#[test]
-fn h2_ping_flood_stays_bounded() {
-    h2_flood(
-        "ping",
+/// A flood of frames the h2 crate answers (or applies) one by one without limit: the guard
+/// cuts every connection off with GOAWAY ENHANCE_YOUR_CALM and counts it.
+fn control_flood_is_cut_off(kind: &str) {
+    let (v, cut) = h2_flood(
+        kind,
         &["-c", "4", "-n", "200000", "--duration", "4"],
         &[],
         32,
     );
+    assert_eq!(ended(&v, "goaway:0xb"), 4, "{v}");
+    assert_eq!(ended(&v, "open"), 0, "{v}");
+    assert_eq!(cut, 4, "h2_control_flood protections: {v}");
 }
 
 #[test]
-fn h2_settings_flood_stays_bounded() {
-    h2_flood(
-        "settings",
-        &["-c", "4", "-n", "200000", "--duration", "4"],
-        &[],
-        32,
-    );
+fn h2_ping_flood_is_cut_off() {
+    control_flood_is_cut_off("ping");
+}
+
+#[test]
+fn h2_settings_flood_is_cut_off() {
+    control_flood_is_cut_off("settings");
+}
+
+#[test]
+fn h2_window_update_flood_is_cut_off() {
+    control_flood_is_cut_off("window-update");
 }
 
 #[test]
@@ -377,19 +405,9 @@ fn h2_empty_data_flood_stays_bounded() {
 }
 
 #[test]
-fn h2_window_update_flood_stays_bounded() {
-    h2_flood(
-        "window-update",
-        &["-c", "4", "-n", "200000", "--duration", "4"],
-        &[],
-        32,
-    );
-}
-
-#[test]
 fn h2_hpack_bomb_is_refused() {
     // Each request's 16 KiB header block inflates to ~65 MB: 200 of them are 13 GB.
-    let v = h2_flood(
+    let (v, _) = h2_flood(
         "hpack-bomb",
         &["-c", "2", "-n", "200", "--duration", "6"],
         &[],
@@ -406,7 +424,7 @@ fn h2_hpack_bomb_is_refused() {
 fn h2_abandoned_streams_are_reset_and_the_connection_closed() {
     // 2 000 streams of 1 MB each on wide-open windows, never read; the write timeout (1 s)
     // ends the streams, the idle connection is then closed.
-    let v = h2_flood(
+    let (v, _) = h2_flood(
         "abandon",
         &["-n", "2000", "--duration", "5", "--timeout", "30"],
         &["--timeout", "1s"],
@@ -416,6 +434,65 @@ fn h2_abandoned_streams_are_reset_and_the_connection_closed() {
         ended(&v, "close") + ended(&v, "rst") + goaway_codes(&v).len() as u64 > 0,
         "the abandoned connection was kept: {v}"
     );
+}
+
+/// The guard sits under connections upgraded from HTTP/1.1 (`Upgrade: h2c`) too.
+#[test]
+fn h2_window_update_flood_after_an_upgrade_is_cut_off() {
+    let (s, metrics) = metered(&[]);
+    let mut c = common::http1::connect(s.clear_port);
+    c.write_all(
+        b"GET /?s=3 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+        Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).expect("the 101's head");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    let mut flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    flood.extend(frame(SETTINGS, 0, 0, &[]));
+    flood.extend(frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()).repeat(5000));
+    c.write_all(&flood).unwrap();
+    let goaway = loop {
+        match next_frame(&mut c) {
+            Some((GOAWAY, _, _, p)) => break u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
+            Some(_) => {}
+            None => panic!("no GOAWAY before the connection ended"),
+        }
+    };
+    assert_eq!(goaway, 0xb, "ENHANCE_YOUR_CALM");
+    assert_eq!(control_floods(metrics), 1);
+    h2_serves(&s);
+}
+
+/// A legitimate client with small flow-control windows (16 KiB per stream, 64 KiB for the
+/// connection) sends a WINDOW_UPDATE per 8 KiB received: thousands over large downloads, which
+/// the guard pays for with the bytes the server wrote, so it is never cut off.
+#[test]
+fn h2_large_download_with_small_windows_is_not_cut_off() {
+    if !common::have_tool("h2load") {
+        return;
+    }
+    let (s, metrics) = metered(&[]);
+    let url = format!("http://127.0.0.1:{}/?s=4m", s.clear_port);
+    let out = Command::new("h2load")
+        .args(["-n", "20", "-c", "1", "-w", "14", "-W", "16", &url])
+        .output()
+        .expect("h2load");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("20 total, 20 started, 20 done, 20 succeeded"),
+        "{out}"
+    );
+    assert_eq!(control_floods(metrics), 0, "{out}");
 }
 
 // --- HTTP/3 and QUIC --------------------------------------------------------------------------

@@ -77,6 +77,10 @@ pub enum Protection {
     /// client's errors, or a header list far over the limit. The h2 crate (0.4) drops the
     /// GOAWAY's debug data, which names the cause, from the error it returns, so they are one.
     EnhanceYourCalm,
+    /// HTTP/2: a client sent more WINDOW_UPDATE, SETTINGS, PING, PRIORITY (or extension) frames
+    /// than the server's output allows (`h2::guard`); the connection ended with GOAWAY
+    /// ENHANCE_YOUR_CALM.
+    H2ControlFlood,
     /// A request head over the size limits (431, or the connection ended).
     HeaderListTooLarge,
     /// A request head not complete within the client timeout (408).
@@ -90,8 +94,9 @@ pub enum Protection {
 }
 
 impl Protection {
-    pub const ALL: [Protection; 6] = [
+    pub const ALL: [Protection; 7] = [
         Protection::EnhanceYourCalm,
+        Protection::H2ControlFlood,
         Protection::HeaderListTooLarge,
         Protection::SlowHead,
         Protection::WriteTimeout,
@@ -102,6 +107,7 @@ impl Protection {
     pub fn label(self) -> &'static str {
         [
             "enhance_your_calm",
+            "h2_control_flood",
             "header_list_too_large",
             "slow_head",
             "write_timeout",

@@ -1,8 +1,10 @@
 //! HTTP/2 engine (TLS ALPN `h2`; h2c by prior knowledge or `Upgrade: h2c` on the clear port), on the `h2`
 //! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
 //! static slices sent as flow control allows, so any size streams in constant memory.
+//! Control-frame floods the crate does not bound are cut off by `guard`.
 
 mod emit;
+mod guard;
 mod stream;
 pub mod upgrade;
 
@@ -11,7 +13,13 @@ use futures::FutureExt;
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+
+/// How long a flooded connection may take to flush its GOAWAY and linger (`guard`) before it
+/// is dropped.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
 /// is what the client sent after the upgrading request, whose head becomes stream 1.
@@ -30,8 +38,8 @@ where
     }
 }
 
-/// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-/// `extra`: fields added to every response (`alt-svc`, `x-ja4`).
+/// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed (the
+/// guard skips it). `extra`: fields added to every response (`alt-svc`, `x-ja4`).
 pub async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
@@ -53,19 +61,18 @@ where
         .max_local_error_reset_streams(Some(256))
         .max_concurrent_reset_streams(64)
         .max_send_buffer_size(256 << 10);
-    let mut conn = match tokio::time::timeout(
-        cfg.timeout,
-        builder.handshake::<_, bytes::Bytes>(emit::Emit::new(io, s.copy_up_to())),
-    )
-    .await
-    {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(failed(e)),
-        Err(elapsed) => {
-            stats::error(ErrorKind::Timeout);
-            return Err(elapsed.into());
-        }
-    };
+    // Notified once the client floods control frames (then `h2` reads nothing more).
+    let flood = Arc::new(Notify::new());
+    let io = guard::Guard::new(emit::Emit::new(io, s.copy_up_to()), flood.clone());
+    let mut conn =
+        match tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(failed(e)),
+            Err(elapsed) => {
+                stats::error(ErrorKind::Timeout);
+                return Err(elapsed.into());
+            }
+        };
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
     // `w`: the idle time (ms, 0: none) the last request set for the connection.
@@ -108,6 +115,7 @@ where
                 Err(_) => break,
             },
             () = &mut stop => break,
+            () = flood.notified() => return cut_off(&mut conn).await,
         };
         match next {
             Some(Ok(stream)) => {
@@ -135,13 +143,35 @@ where
     }
     conn.graceful_shutdown();
     // Streams the client opened before it saw the GOAWAY are still served.
-    let _ = tokio::time::timeout(cfg.timeout, async {
-        while let Some(Ok(stream)) = conn.accept().await {
-            dispatch(stream);
+    let flooded = tokio::time::timeout(cfg.timeout, async {
+        loop {
+            tokio::select! {
+                next = conn.accept() => match next {
+                    Some(Ok(stream)) => dispatch(stream),
+                    _ => return false,
+                },
+                () = flood.notified() => return true,
+            }
         }
     })
     .await;
+    if flooded == Ok(true) {
+        return cut_off(&mut conn).await;
+    }
     Ok(())
+}
+
+/// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
+/// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close, within `LINGER`.
+async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> anyhow::Result<()>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    B: bytes::Buf,
+{
+    stats::protection(Protection::H2ControlFlood);
+    conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+    let _ = tokio::time::timeout(LINGER, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+    anyhow::bail!("HTTP/2 control frame flood: connection ended with GOAWAY ENHANCE_YOUR_CALM")
 }
 
 /// Count how a connection failed: the h2 crate's flood protections (its GOAWAY
