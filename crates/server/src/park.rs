@@ -47,7 +47,8 @@ struct Lot {
     /// Tells the driver that a new earliest deadline came in.
     sooner: Rc<Notify>,
     resume: Resume,
-    /// Shutdown has begun: parking resumes at once (the connection then closes gracefully).
+    /// Shutdown has begun (or the driver failed): parking resumes at once (the connection then
+    /// waits in its task, and closes gracefully at shutdown).
     closed: bool,
 }
 
@@ -76,8 +77,8 @@ pub fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
 }
 
 /// Park an idle connection until it turns readable or `until` passes (then it is closed).
-/// After shutdown, or if the registration fails, it is resumed at once instead: the caller's
-/// task is ending, and the connection must not be lost.
+/// After shutdown (or once the lot's epoll failed), or if the registration fails, it is resumed
+/// at once instead: the caller's task is ending, and the connection must not be lost.
 pub fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
     let p = Parked { sock, slot, until };
     let refused = LOT.with_borrow_mut(|lot| {
@@ -138,7 +139,14 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
         };
         tokio::select! {
             ready = poll.readable_mut() => {
-                let Ok(mut ready) = ready else { return };
+                let mut ready = match ready {
+                    Ok(ready) => ready,
+                    Err(e) => {
+                        // Nothing would wake the parked connections: give them back to tasks.
+                        eprintln!("loadterm: parked connections' epoll failed: {e}");
+                        break;
+                    }
+                };
                 // Our epoll set is edge-triggered for tokio's: drain it before clearing.
                 loop {
                     if let Err(e) = ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
@@ -164,11 +172,13 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
         }
     }
     // Shutdown: every parked connection goes back to a task, which closes it gracefully (or
-    // answers a request that came in meanwhile).
-    let keys: Vec<usize> = LOT.with_borrow_mut(|lot| {
-        let lot = lot.as_mut().expect("the lot outlives its driver");
-        lot.closed = true;
-        lot.parked.iter().map(|(k, _)| k).collect()
+    // answers a request that came in meanwhile); the lot takes no more.
+    let keys: Vec<usize> = LOT.with_borrow_mut(|lot| match lot.as_mut() {
+        Some(lot) => {
+            lot.closed = true;
+            lot.parked.iter().map(|(k, _)| k).collect()
+        }
+        None => Vec::new(),
     });
     for key in keys {
         if let Some((p, resume)) = unpark(key) {

@@ -30,15 +30,21 @@ fn server_config(
         .stream_receive_window(cfg.h3.quic_window.into())
         .receive_window(cfg.h3.quic_window.saturating_mul(4).into())
         .send_window(64 << 20)
-        // Idle connections end after the client timeout.
+        // Idle connections end after the client timeout, plus a grace second: a request head
+        // left incomplete gets its 408 at the timeout, counted from the stream's acceptance,
+        // which comes a little after the last packet; with no grace the transport (ours or the
+        // client's, which takes the minimum) would close the connection first.
         .max_idle_timeout(Some(
-            cfg.timeout
+            (cfg.timeout + IDLE_GRACE)
                 .try_into()
                 .context("--timeout too large for QUIC")?,
         ));
     server.transport_config(Arc::new(t));
     Ok(server)
 }
+
+/// See `max_idle_timeout` above.
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Handshakes in progress on one endpoint past which unvalidated clients get a Retry.
 const RETRY_THRESHOLD: usize = 100;
