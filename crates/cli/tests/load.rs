@@ -139,6 +139,23 @@ fn duration_uploads_statuses_and_closes() {
     assert_eq!(u(&r, &["bytes", "body"]), 50 * 10 + 50 * 30);
 }
 
+/// The server announces the close on every response (`C=1`) while 4 requests are pipelined: the
+/// ones behind it were not processed (RFC 9112 §9.6), so they are sent again on a new connection
+/// and counted as retried, not failed; the server served exactly what the client completed.
+#[test]
+fn pipelined_requests_behind_a_close_are_sent_again() {
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &metrics.to_string()]);
+    let url = format!("http://127.0.0.1:{}/?s=100&C=1", s.clear_port);
+    let r = json(&load(&["-n", "200", "-c", "2", "-m", "4", &url]));
+    assert_eq!(u(&r, &["requests", "succeeded"]), 200, "{r}");
+    assert_eq!(u(&r, &["requests", "failed"]), 0, "{r}");
+    assert!(u(&r, &["requests", "retried"]) >= 100, "{r}");
+    let served =
+        common::metrics::scrape(metrics).sum("loadterm_requests_total", &[("proto", "h1")]);
+    assert_eq!(served, 200);
+}
+
 #[test]
 fn tls_verification_and_errors() {
     let pem = std::env::temp_dir().join(format!("loadterm-load-{}.pem", std::process::id()));

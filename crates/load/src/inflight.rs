@@ -15,6 +15,8 @@ pub(crate) enum End {
 
 /// A request sent and not yet answered.
 pub(crate) struct InFlight {
+    /// The request's index (which URL), to send it again if it is given back.
+    pub index: u64,
     pub intended: Option<Instant>,
     pub sent: Instant,
     pub first_byte: Option<Instant>,

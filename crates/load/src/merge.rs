@@ -182,6 +182,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
         duration_s,
         requests: report::Requests {
             started: sum(&|r| r.requests.started),
+            retried: sum(&|r| r.requests.retried),
             completed,
             succeeded: sum(&|r| r.requests.succeeded),
             failed: sum(&|r| r.requests.failed),

@@ -104,6 +104,8 @@ pub struct Recorder {
     /// it explains what went wrong, it is not a measurement).
     pub first_reasons: BTreeMap<ErrorKind, (Instant, String)>,
     pub started: u64,
+    /// Requests given back to send again (counted once in `started`).
+    pub retried: u64,
     pub completed: u64,
     pub head_bytes: u64,
     pub body_bytes: u64,
@@ -138,6 +140,7 @@ impl Recorder {
             errors: Errors::default(),
             first_reasons: BTreeMap::new(),
             started: 0,
+            retried: 0,
             completed: 0,
             head_bytes: 0,
             body_bytes: 0,
@@ -203,6 +206,12 @@ impl Recorder {
         }
     }
 
+    pub fn retried(&mut self, n: u64, at: Instant) {
+        if self.in_window(at) {
+            self.retried += n;
+        }
+    }
+
     pub fn interim(&mut self, at: Instant) {
         if self.in_window(at) {
             self.interim += 1;
@@ -249,6 +258,7 @@ impl Recorder {
             }
         }
         self.started += o.started;
+        self.retried += o.retried;
         self.completed += o.completed;
         self.head_bytes += o.head_bytes;
         self.body_bytes += o.body_bytes;

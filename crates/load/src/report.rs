@@ -42,6 +42,10 @@ impl Percentiles {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Requests {
     pub started: u64,
+    /// HTTP/1.1 requests pipelined behind a response that announced the close (so not
+    /// processed), sent again on another connection; counted once in `started`.
+    #[serde(default)]
+    pub retried: u64,
     pub completed: u64,
     pub succeeded: u64,
     pub failed: u64,
@@ -207,6 +211,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         duration_s: info.duration_s,
         requests: Requests {
             started: r.started,
+            retried: r.retried,
             completed: r.completed,
             succeeded: ok,
             failed,
@@ -303,6 +308,12 @@ pub fn text(r: &Report) -> String {
         "requests: {} started, {} done, {} succeeded, {} failed\n",
         r.requests.started, r.requests.completed, r.requests.succeeded, r.requests.failed
     );
+    if r.requests.retried > 0 {
+        s += &format!(
+            "retried: {} (pipelined behind a response that closed the connection)\n",
+            r.requests.retried
+        );
+    }
     let class = |c: u16| {
         r.status
             .iter()

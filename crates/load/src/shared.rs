@@ -6,6 +6,7 @@ use crate::record::{ErrorKind, Failure, Recorder};
 use crate::sched::Pace;
 use crate::setup::Setup;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,23 +74,33 @@ pub struct Worker {
     pub endpoint: Option<quinn::Endpoint>,
     pub counter: Cell<u64>,
     pub startup: Arc<Startup>,
+    /// Requests to send again, with their index and intended time: HTTP/1.1 requests pipelined
+    /// behind a response that announced the close, which the server did not process.
+    pub retries: RefCell<VecDeque<(u64, Option<Instant>)>>,
 }
 
 impl Worker {
-    /// Whether more requests may start now.
+    /// Whether more requests may start now: new ones, or ones given back.
     pub fn more(&self) -> bool {
-        if self.startup.stopped() {
-            return false;
-        }
+        self.fresh() || (self.running() && !self.retries.borrow().is_empty())
+    }
+
+    /// Neither stopped nor past the deadline.
+    fn running(&self) -> bool {
+        !self.startup.stopped() && self.deadline.is_none_or(|d| Instant::now() < d)
+    }
+
+    /// Whether a new request may start: the budget (`-n`) or the deadline allows it.
+    fn fresh(&self) -> bool {
         match &self.tickets {
-            Some(t) => t.get() > 0,
-            None => self.deadline.is_none_or(|d| Instant::now() < d),
+            Some(t) => !self.startup.stopped() && t.get() > 0,
+            None => self.running(),
         }
     }
 
     /// Take the right to send one request; returns its index (for round-robin URLs).
     pub fn take(&self) -> Option<u64> {
-        if !self.more() {
+        if !self.fresh() {
             return None;
         }
         if let Some(t) = &self.tickets {
@@ -98,6 +109,25 @@ impl Worker {
         let i = self.counter.get();
         self.counter.set(i + 1);
         Some(i)
+    }
+
+    /// A request given back to send again: its index and intended time.
+    pub fn take_retry(&self) -> Option<(u64, Option<Instant>)> {
+        let mut retries = self.retries.borrow_mut();
+        if retries.is_empty() || !self.running() {
+            return None;
+        }
+        retries.pop_front()
+    }
+
+    /// Requests the server did not process, to send again on another connection (RFC 9112
+    /// §9.3.2), counted as retried rather than lost.
+    pub fn give_back(&self, again: impl Iterator<Item = (u64, Option<Instant>)>) {
+        let mut retries = self.retries.borrow_mut();
+        let before = retries.len();
+        retries.extend(again);
+        let n = (retries.len() - before) as u64;
+        self.rec.borrow_mut().retried(n, Instant::now());
     }
 
     pub fn error(&self, kind: ErrorKind) {
@@ -165,6 +195,7 @@ mod tests {
             endpoint: None,
             counter: Cell::new(0),
             startup: Arc::new(Startup::new(2)),
+            retries: RefCell::default(),
         }
     }
 
@@ -176,6 +207,27 @@ mod tests {
         assert_eq!(taken, [0, 1, 2]);
         assert!(!w.more());
         assert_eq!(w.take(), None);
+    }
+
+    #[test]
+    fn requests_given_back_are_sent_again_past_the_budget() {
+        let w = worker(Some(2), None);
+        let t = Instant::now();
+        assert_eq!((w.take(), w.take()), (Some(0), Some(1)));
+        assert!(!w.more());
+        w.give_back([(1, Some(t))].into_iter());
+        assert!(w.more(), "a request given back is still to do");
+        assert_eq!(w.take(), None, "but it takes no new ticket");
+        assert_eq!(w.take_retry(), Some((1, Some(t))));
+        assert!(!w.more() && w.take_retry().is_none());
+        assert_eq!(w.rec.borrow().retried, 1);
+    }
+
+    #[test]
+    fn requests_given_back_are_dropped_past_the_deadline() {
+        let w = worker(None, Some(Instant::now()));
+        w.give_back([(0, None)].into_iter());
+        assert_eq!(w.take_retry(), None);
     }
 
     #[test]

@@ -67,6 +67,7 @@ async fn run(job: Job) -> Result<Recorder> {
         endpoint,
         counter: Cell::new(0),
         startup: job.startup,
+        retries: RefCell::default(),
     });
     tokio::time::sleep_until(job.t0.into()).await;
     let tasks: Vec<_> = job

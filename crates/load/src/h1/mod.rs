@@ -31,15 +31,22 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
         let now = Instant::now();
         let mut queued = Vec::new();
         while inflight.len() + queued.len() < setup.streams {
-            let intended = match sched.peek() {
-                Some(t) if t > now => break,
-                Some(_) => sched.advance(),
-                None => None,
+            // Requests given back go first, with their intended time.
+            let (i, intended, again) = match w.take_retry() {
+                Some((i, intended)) => (i, intended, true),
+                None => {
+                    let intended = match sched.peek() {
+                        Some(t) if t > now => break,
+                        Some(_) => sched.advance(),
+                        None => None,
+                    };
+                    let Some(i) = w.take() else { break };
+                    (i, intended, false)
+                }
             };
-            let Some(i) = w.take() else { break };
             out.extend_from_slice(&setup.target(i).h1_request);
             out.extend_from_slice(&setup.data);
-            queued.push(intended);
+            queued.push((i, intended, again));
         }
         if !out.is_empty() {
             if tokio::time::timeout(setup.timeout, io.write_all(&out))
@@ -57,9 +64,12 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
             out.clear();
             let sent = Instant::now();
             let mut rec = w.rec.borrow_mut();
-            for intended in queued {
-                rec.sent(intended, sent);
+            for (index, intended, again) in queued {
+                if !again {
+                    rec.sent(intended, sent);
+                }
                 inflight.push_back(InFlight {
+                    index,
                     intended,
                     sent,
                     first_byte: None,
@@ -91,9 +101,10 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 return End::Reconnect;
             }
             Ok(Err(_)) | Ok(Ok(0)) => {
-                // A close-delimited body ends here, a response cut short is a protocol error;
-                // any other request in flight is lost (the front one too: it must not be popped
-                // unless it completes).
+                // A close-delimited body ends here (the requests behind it were not processed:
+                // sent again, as after an announced close), a response cut short is a protocol
+                // error; otherwise the requests in flight are lost (the front one too: it must
+                // not be popped unless it completes).
                 match parser.eof() {
                     Ok(Some(done)) => {
                         let f = inflight
@@ -107,11 +118,14 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                             done.body_bytes,
                             Instant::now(),
                         );
+                        w.give_back(inflight.drain(..).map(|f| (f.index, f.intended)));
                     }
-                    Ok(None) => {}
-                    Err(_) => lose(w, inflight.pop_front().into_iter(), ErrorKind::Protocol),
+                    Ok(None) => lose(w, inflight.drain(..), ErrorKind::Reset),
+                    Err(_) => {
+                        lose(w, inflight.pop_front().into_iter(), ErrorKind::Protocol);
+                        lose(w, inflight.drain(..), ErrorKind::Reset);
+                    }
                 }
-                lose(w, inflight.drain(..), ErrorKind::Reset);
                 return End::Reconnect;
             }
             Ok(Ok(n)) => n,
@@ -143,7 +157,10 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                     let f = inflight.pop_front().expect("front exists");
                     finish(w, f, done.status, done.head_bytes, done.body_bytes, now);
                     if done.close {
-                        lose(w, inflight.drain(..), ErrorKind::Reset);
+                        // The server processes no request after the one it announced the
+                        // close with (RFC 9112 §9.6): the ones pipelined behind it are sent
+                        // again on another connection, not lost.
+                        w.give_back(inflight.drain(..).map(|f| (f.index, f.intended)));
                         return End::Reconnect;
                     }
                 }

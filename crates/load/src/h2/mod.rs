@@ -67,6 +67,7 @@ where
             c.start(&setup.target(i).h2_block, &setup.data, slot);
             w.rec.borrow_mut().sent(intended, now);
             slots[slot] = Some(InFlight {
+                index: i,
                 intended,
                 sent: now,
                 first_byte: None,
