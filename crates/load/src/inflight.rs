@@ -47,3 +47,14 @@ pub(crate) fn lose(w: &WorkerRef, lost: impl Iterator<Item = InFlight>, kind: Er
         w.error(kind);
     }
 }
+
+/// Requests the server did not process (HTTP/1.1: pipelined behind the close; HTTP/2: above the
+/// GOAWAY, or refused): sent again if their connection `progressed` (answered a request), else
+/// `reset` errors, so that a server refusing everything ends the run instead of looping.
+pub(crate) fn unprocessed(w: &WorkerRef, fs: impl Iterator<Item = InFlight>, progressed: bool) {
+    if progressed {
+        w.give_back(fs.map(|f| (f.index, f.intended)));
+    } else {
+        lose(w, fs, ErrorKind::Reset);
+    }
+}

@@ -42,8 +42,9 @@ impl Percentiles {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Requests {
     pub started: u64,
-    /// HTTP/1.1 requests pipelined behind a response that announced the close (so not
-    /// processed), sent again on another connection; counted once in `started`.
+    /// Requests the server did not process (HTTP/1.1: pipelined behind a response that
+    /// announced the close; HTTP/2: above the GOAWAY's last stream, or refused), sent again;
+    /// counted once in `started`.
     #[serde(default)]
     pub retried: u64,
     pub completed: u64,
@@ -310,7 +311,7 @@ pub fn text(r: &Report) -> String {
     );
     if r.requests.retried > 0 {
         s += &format!(
-            "retried: {} (pipelined behind a response that closed the connection)\n",
+            "retried: {} (not processed by the server: behind its close or GOAWAY, or refused)\n",
             r.requests.retried
         );
     }

@@ -74,8 +74,8 @@ pub struct Worker {
     pub endpoint: Option<quinn::Endpoint>,
     pub counter: Cell<u64>,
     pub startup: Arc<Startup>,
-    /// Requests to send again, with their index and intended time: HTTP/1.1 requests pipelined
-    /// behind a response that announced the close, which the server did not process.
+    /// Requests to send again, with their index and intended time: ones the server did not
+    /// process (`inflight::unprocessed`).
     pub retries: RefCell<VecDeque<(u64, Option<Instant>)>>,
 }
 

@@ -3,7 +3,7 @@
 
 mod response;
 
-use crate::inflight::{finish, lose, End, InFlight};
+use crate::inflight::{finish, lose, unprocessed, End, InFlight};
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
@@ -118,7 +118,8 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                             done.body_bytes,
                             Instant::now(),
                         );
-                        w.give_back(inflight.drain(..).map(|f| (f.index, f.intended)));
+                        // This connection answered a request: progress.
+                        unprocessed(w, inflight.drain(..), true);
                     }
                     Ok(None) => lose(w, inflight.drain(..), ErrorKind::Reset),
                     Err(_) => {
@@ -160,7 +161,8 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                         // The server processes no request after the one it announced the
                         // close with (RFC 9112 §9.6): the ones pipelined behind it are sent
                         // again on another connection, not lost.
-                        w.give_back(inflight.drain(..).map(|f| (f.index, f.intended)));
+                        // This connection answered a request: progress.
+                        unprocessed(w, inflight.drain(..), true);
                         return End::Reconnect;
                     }
                 }

@@ -16,6 +16,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Receive window per stream and per connection, as h2load's defaults (`-w 30 -W 30`): large
 /// enough that window updates are rare.
 pub const WINDOW: u32 = (1 << 30) - 1;
+/// RST_STREAM's error code for a request the server did not process (RFC 9113 §7).
+const REFUSED_STREAM: u32 = 0x7;
 /// Frame size we accept (the default: we do not raise SETTINGS_MAX_FRAME_SIZE).
 const MAX_FRAME: usize = 16_384;
 /// Cap on one header block (HEADERS + CONTINUATION), against endless CONTINUATION.
@@ -47,8 +49,11 @@ pub enum Event {
     },
     /// An interim (1xx) response head arrived; the final one is still to come.
     Interim { slot: usize },
-    /// The stream was reset by the server, or left unprocessed by its GOAWAY.
+    /// The stream was reset by the server.
     Reset { slot: usize },
+    /// The server did not process the request (RFC 9113 §8.7): above its GOAWAY's last stream,
+    /// or reset with REFUSED_STREAM. It may be sent again.
+    Unprocessed { slot: usize },
     /// The response was malformed (RFC 9113 §8.1.1): the stream is reset with PROTOCOL_ERROR,
     /// the connection goes on.
     Malformed { slot: usize },
@@ -364,7 +369,12 @@ impl Client {
                     return Err(ProtocolError("bad RST_STREAM"));
                 }
                 if let Some(s) = self.streams.remove(&id) {
-                    self.events.push(Event::Reset { slot: s.slot });
+                    let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                    self.events.push(if code == REFUSED_STREAM {
+                        Event::Unprocessed { slot: s.slot }
+                    } else {
+                        Event::Reset { slot: s.slot }
+                    });
                 }
                 Ok(())
             }
@@ -390,7 +400,7 @@ impl Client {
                 let lost: Vec<u32> = self.streams.keys().copied().filter(|&i| i > last).collect();
                 for i in lost {
                     let s = self.streams.remove(&i).expect("listed");
-                    self.events.push(Event::Reset { slot: s.slot });
+                    self.events.push(Event::Unprocessed { slot: s.slot });
                 }
                 Ok(())
             }
@@ -889,7 +899,7 @@ mod tests {
             c.start(b"\x82", &Bytes::new(), slot);
         }
         sent(&mut c);
-        c.feed(&frame(RST_STREAM, 0, 3, &[0, 0, 0, 7])).unwrap();
+        c.feed(&frame(RST_STREAM, 0, 3, &[0, 0, 0, 2])).unwrap();
         c.feed(&frame(PING, 0, 0, b"12345678")).unwrap();
         assert_eq!(sent(&mut c), [(PING, ACK, 0, b"12345678".to_vec())]);
         // GOAWAY with last stream 1: stream 5 was never processed.
@@ -897,7 +907,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             events(&mut c),
-            [Event::Reset { slot: 1 }, Event::Reset { slot: 2 }]
+            [Event::Reset { slot: 1 }, Event::Unprocessed { slot: 2 }]
         );
         assert!(c.going_away() && !c.can_start());
         assert_eq!(c.in_flight(), 1);

@@ -7,7 +7,7 @@
 
 mod client;
 
-use crate::inflight::{finish, lose, End, InFlight};
+use crate::inflight::{finish, lose, unprocessed, End, InFlight};
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
@@ -47,25 +47,34 @@ where
     let mut check: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(setup.timeout));
     let mut check_armed = false;
     let mut wake: Option<timer::Sleep> = None;
+    // A response completed on this connection: requests it left unprocessed may be sent again.
+    let mut progressed = false;
     loop {
         let now = Instant::now();
         let mut due: Option<Instant> = None;
         let mut k = 0;
         while k < free.len() && c.can_start() {
             let slot = free[k];
-            let intended = match scheds[slot].peek() {
-                Some(t) if t > now => {
-                    due = Some(due.map_or(t, |d| d.min(t)));
-                    k += 1;
-                    continue;
+            // Requests given back go first, with their intended time.
+            let (i, intended) = match w.take_retry() {
+                Some(again) => again,
+                None => {
+                    let intended = match scheds[slot].peek() {
+                        Some(t) if t > now => {
+                            due = Some(due.map_or(t, |d| d.min(t)));
+                            k += 1;
+                            continue;
+                        }
+                        Some(_) => scheds[slot].advance(),
+                        None => None,
+                    };
+                    let Some(i) = w.take() else { break };
+                    w.rec.borrow_mut().sent(intended, now);
+                    (i, intended)
                 }
-                Some(_) => scheds[slot].advance(),
-                None => None,
             };
-            let Some(i) = w.take() else { break };
             free.swap_remove(k);
             c.start(&setup.target(i).h2_block, &setup.data, slot);
-            w.rec.borrow_mut().sent(intended, now);
             slots[slot] = Some(InFlight {
                 index: i,
                 intended,
@@ -153,12 +162,17 @@ where
                             let f = slots[slot].take().expect("in flight");
                             free.push(slot);
                             finish(w, f, status, head_bytes, body_bytes, now);
+                            progressed = true;
                         }
                         Event::Interim { .. } => w.interim(),
                         Event::Reset { slot } => {
                             slots[slot] = None;
                             free.push(slot);
                             w.error(ErrorKind::Reset);
+                        }
+                        Event::Unprocessed { slot } => {
+                            free.push(slot);
+                            unprocessed(w, slots[slot].take().into_iter(), progressed);
                         }
                         Event::Malformed { slot } => {
                             slots[slot] = None;
