@@ -160,8 +160,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                     if done.close {
                         // The server processes no request after the one it announced the
                         // close with (RFC 9112 §9.6): the ones pipelined behind it are sent
-                        // again on another connection, not lost.
-                        // This connection answered a request: progress.
+                        // again on another connection, not lost (this one answered: progress).
                         unprocessed(w, inflight.drain(..), true);
                         return End::Reconnect;
                     }
