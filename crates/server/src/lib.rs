@@ -5,6 +5,7 @@ pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod haterm_cfg;
+mod heavy;
 pub mod ja4;
 pub mod listen;
 pub mod metrics;

@@ -290,7 +290,8 @@ where
 {
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
-        acceptor.accept(Metered::new(io, Transport::Tls)),
+        // One handshake step per turn of the loop: established connections first (heavy.rs).
+        crate::heavy::heavy(acceptor.accept(Metered::new(io, Transport::Tls))),
     ));
     let stream = match accepting.await {
         Some(Ok(stream)) => {
