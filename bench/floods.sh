@@ -5,7 +5,8 @@
 # while the attack is in place (hostile.py --ready); the server's RSS and CPU time are sampled
 # from /proc every 0.2 s meanwhile. Afterwards: does a fresh 100-request run succeed, and does
 # RSS come back near its baseline (base + max(10%, 4 MiB), within 20 s)?
-# Prints one Markdown table row per scenario, then RSS per idle connection ((peak - base) / N).
+# Prints one Markdown table row per scenario, then RSS per idle connection ((RSS - base) / N, held
+# idle at the probe's end, and at the peak while the connections were opened).
 #
 #   bench/floods.sh [LOADTERM]          (default target/release/loadterm; never built here)
 # Env: HATERM=/path/to/haterm   the idle scenarios against haterm too (never built or fetched)
@@ -126,6 +127,8 @@ scenario() {
   local t_ready
   t_ready=$(date +%s.%N)
   probe "$work/under.json" "$proto"
+  local t_probed
+  t_probed=$(date +%s.%N)
   wait "$attacker" || true
   local t_end
   t_end=$(date +%s.%N)
@@ -146,10 +149,10 @@ scenario() {
   [ $alive = yes ] && after=$(serves "$proto")
   [ $alive = yes ] || after="CRASHED: $(tail -c 300 "$work/server.err" | tr '\n' ' ')"
   rows+=("$(python3 - "$name" "$work" "$base" "$end" "$settled" "$after" "$t_ready" "$t_end" \
-    "$(getconf CLK_TCK)" "$probe_s" <<'PY'
+    "$(getconf CLK_TCK)" "$probe_s" "$t_probed" <<'PY'
 import json, sys
-name, work, base, end, settled, after, t0, t1, hz, probe_s = sys.argv[1:11]
-base, end, t0, t1, hz = int(base), int(end), float(t0), float(t1), int(hz)
+name, work, base, end, settled, after, t0, t1, hz, probe_s, t_probed = sys.argv[1:12]
+base, end, t0, t1, hz, t_probed = int(base), int(end), float(t0), float(t1), int(hz), float(t_probed)
 
 def load(f):
     try:
@@ -184,10 +187,13 @@ fmt = lambda x: "n/a" if x is None else f"{x:.2f}"
 print(f"| {name} | {saw} | {mib(base)} / {mib(peak)} / {mib(end)} ({'back' if settled == 'yes' else 'NOT back'}) "
       f"| {cpu:.0f}% | {fmt(r50)} / {fmt(r99)} | {fmt(u50)} / {fmt(u99)} | {ratio} | {uerr} | {after} | {met} |")
 if name.startswith("idle"):
+    # Held: the last sample while the probe ran, every connection idle for 10 s by then.
     n = a.get("opened") or 0
-    print(f"IDLE {name}: {n} connections held, RSS {mib(base)} -> {mib(peak)} MiB: "
-          f"{(peak - base) / n if n else float('nan'):.2f} KiB per idle connection",
-          file=open(f"{work}/idle.txt", "a"))
+    held = ([s for s in samples if s[0] <= t_probed] or [(0, 0, 0)])[-1][1]
+    per = lambda k: f"{(k - base) / n if n else float('nan'):.2f}"
+    print(f"IDLE {name}: {n} connections; RSS {mib(base)} MiB before, {mib(held)} MiB held idle "
+          f"({per(held)} KiB per idle connection), {mib(peak)} MiB at the peak while opening "
+          f"({per(peak)} KiB)", file=open(f"{work}/idle.txt", "a"))
 PY
 )")
   stop_server
