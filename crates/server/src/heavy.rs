@@ -2,12 +2,11 @@
 //! tasklet (TLS handshakes are) per loop. A TLS handshake's polls cost its signing, key exchange
 //! and tickets: under a handshake flood, dozens of them woken together ran back to back, and an
 //! established connection's request, its readiness seen only at the next I/O poll, waited for
-//! all of them (probe p99 5–7 ms instead of 0.3). Behind this gate each poll of a heavy future
+//! all of them (probe p99 5–10 ms instead of 0.3). Behind this gate each poll of a heavy future
 //! waits for an I/O poll with no heavy step since, so a request waits for one step at most.
 //!
-//! Waiters queue in line and are handed the turn one at a time: letting every waiter retry after
-//! each I/O poll cost 6.6% more CPU per handshake under a saturating handshake load (each of N
-//! waiters polled again per step).
+//! Waiters queue in line and are handed the turn one at a time, rather than all retrying after
+//! each I/O poll (N waiters polled again per step).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
