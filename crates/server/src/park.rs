@@ -129,7 +129,7 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
     let mut events = Events::with_capacity(256);
     let stop = shutdown.wait();
     tokio::pin!(stop);
-    loop {
+    'drive: loop {
         let first = LOT.with_borrow(|lot| lot.as_ref()?.deadlines.first().map(|&(t, _)| t));
         let expiry = async {
             match first {
@@ -139,21 +139,27 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
         };
         tokio::select! {
             ready = poll.readable_mut() => {
+                let failed = |e: io::Error| {
+                    // Nothing would wake the parked connections: give them back to tasks.
+                    eprintln!("loadterm: parked connections' epoll failed: {e}");
+                };
                 let mut ready = match ready {
                     Ok(ready) => ready,
                     Err(e) => {
-                        // Nothing would wake the parked connections: give them back to tasks.
-                        eprintln!("loadterm: parked connections' epoll failed: {e}");
+                        failed(e);
                         break;
                     }
                 };
-                // Our epoll set is edge-triggered for tokio's: drain it before clearing.
+                // Our epoll set is edge-triggered for tokio's: drain it before clearing (an
+                // event left in it would not wake us again).
                 loop {
-                    if let Err(e) = ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
-                        if e.kind() != io::ErrorKind::Interrupted {
-                            eprintln!("loadterm: parked connections' epoll failed: {e}");
+                    match ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            failed(e);
+                            break 'drive;
                         }
-                        break;
                     }
                     if events.is_empty() {
                         break;
