@@ -4,10 +4,13 @@
 
 use std::cell::RefCell;
 
-/// Buffers kept per thread for the next connection that needs one; beyond that, or beyond
-/// `KEEP_SIZE`, they are freed, so a burst of connections does not pin its peak memory.
+/// Buffers kept per thread for the next connection that needs one; beyond that they are freed,
+/// so a burst of connections does not pin its peak memory. A kept buffer is shrunk to
+/// `KEEP_SIZE`: one that grew for a large response would otherwise be handed to the next
+/// connection, which may grow its other buffer in turn, until every buffer in use and in the
+/// pool had the largest size any response ever needed.
 const KEEP: usize = 64;
-const KEEP_SIZE: usize = 128 * 1024;
+const KEEP_SIZE: usize = 16 * 1024;
 
 thread_local! {
     static FREE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
@@ -22,13 +25,34 @@ pub fn take(capacity: usize) -> Vec<u8> {
 
 /// Give `buf` back (emptied); an unallocated one is dropped.
 pub fn give(mut buf: Vec<u8>) {
-    if buf.capacity() == 0 || buf.capacity() > KEEP_SIZE {
+    if buf.capacity() == 0 {
         return;
     }
-    buf.clear();
     FREE.with_borrow_mut(|free| {
         if free.len() < KEEP {
+            buf.clear();
+            // In place: glibc shrinks a heap chunk by splitting it, without copying.
+            buf.shrink_to(KEEP_SIZE);
             free.push(buf);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_that_grew_is_lent_again_at_the_kept_size() {
+        let mut big = take(4096);
+        big.resize(128 * 1024, b'x');
+        give(big);
+        let again = take(4096);
+        assert!(again.is_empty());
+        assert!(
+            (4096..=KEEP_SIZE).contains(&again.capacity()),
+            "capacity {}",
+            again.capacity()
+        );
+    }
 }
