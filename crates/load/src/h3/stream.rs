@@ -32,7 +32,7 @@ impl From<ReadError> for Fail {
     fn from(e: ReadError) -> Fail {
         match e {
             ReadError::Truncated => Fail::Protocol,
-            ReadError::Broken => Fail::Stream,
+            ReadError::Reset(_) | ReadError::Broken => Fail::Stream,
         }
     }
 }
