@@ -156,6 +156,106 @@ fn pipelined_requests_behind_a_close_are_sent_again() {
     assert_eq!(served, 200);
 }
 
+/// The HTTP/3 requests served by the server whose metrics listen at `m`.
+fn h3_served(m: std::net::SocketAddr) -> u64 {
+    common::metrics::scrape(m).sum("loadterm_requests_total", &[("proto", "h3")])
+}
+
+/// The HTTP/3 requests a server served, from the statistics it prints at exit
+/// (`h3 requests  2xx 6, 4xx 1`).
+fn h3_served_at_exit(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("h3 requests"))
+        .unwrap_or_else(|| panic!("no h3 requests in:\n{stderr}"));
+    line.split(',')
+        .map(|item| {
+            item.split_whitespace()
+                .last()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// `loadterm load --h3 -k -c 1 -m 4 ARGS` against a server that allows 2 streams per
+/// connection and answers in 500 ms, shut down gracefully once it has answered 2 requests: the
+/// next 2 are then in progress (they complete) and 2 wait for a stream, which they get above
+/// the GOAWAY's stream ID (RFC 9114 §5.2: the first ID the server did not take) or never, so
+/// they are not processed. Returns the client, still running, the server's ports and the
+/// requests it served by its exit.
+fn h3_shutdown_mid_run(args: &[&str]) -> (std::process::Child, (u16, u16), u64) {
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let mut s = Server::start_capturing_stderr(&[
+        "-t",
+        "1",
+        "--h3-max-streams",
+        "2",
+        "--metrics",
+        &m.to_string(),
+    ]);
+    let url = format!("https://127.0.0.1:{}/?s=10&t=500", s.tls_port);
+    let client = common::load_cmd(&[&["--h3", "-k", "-c", "1", "-m", "4"], args, &[&url]].concat())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while h3_served(m) < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no response");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Well inside the next 2 responses' 500 ms.
+    std::thread::sleep(Duration::from_millis(200));
+    s.sigterm();
+    assert!(s.child.wait().unwrap().success());
+    let mut summary = String::new();
+    std::io::Read::read_to_string(&mut s.child.stderr.take().unwrap(), &mut summary).unwrap();
+    (
+        client,
+        (s.clear_port, s.tls_port),
+        h3_served_at_exit(&summary),
+    )
+}
+
+/// The requests a server shutting down did not process (above its GOAWAY, see
+/// `h3_shutdown_mid_run`) are sent again, to the server that then takes over the port, and
+/// counted as retried, not failed; the two servers served exactly the requests the client
+/// completed.
+#[test]
+fn http3_requests_above_the_goaway_are_sent_again() {
+    let (client, (clear, tls), old) = h3_shutdown_mid_run(&["-n", "8"]);
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let _new = Server::start_at(clear, tls, &["-t", "1", "--metrics", &m.to_string()]);
+    let r = common::report(client.wait_with_output().unwrap());
+    assert_eq!(u(&r, &["requests", "succeeded"]), 8, "{r}");
+    assert_eq!(u(&r, &["requests", "failed"]), 0, "{r}");
+    assert!(u(&r, &["requests", "retried"]) >= 2, "{r}");
+    assert_eq!(old + h3_served(m), 8, "{old} served before the GOAWAY");
+}
+
+/// As above with no server after it: the requests given back cannot be sent again, each
+/// failed connection attempt uses one up, and the run ends (it used to go on for ever, the
+/// requests given back keeping it alive).
+#[test]
+fn http3_requests_given_back_end_with_the_server() {
+    let (mut client, _, old) = h3_shutdown_mid_run(&["-n", "6", "--timeout", "2s"]);
+    let t0 = Instant::now();
+    while client.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            client.kill().unwrap();
+            panic!("the run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = common::report(client.wait_with_output().unwrap());
+    assert_eq!(u(&r, &["requests", "succeeded"]), old, "{r}");
+    let retried = u(&r, &["requests", "retried"]);
+    assert!(retried >= 2, "{r}");
+    assert_eq!(u(&r, &["errors", "reset"]), 0, "{r}");
+    assert_eq!(u(&r, &["errors", "connect"]), retried, "{r}");
+}
+
 #[test]
 fn tls_verification_and_errors() {
     let pem = std::env::temp_dir().join(format!("loadterm-load-{}.pem", std::process::id()));

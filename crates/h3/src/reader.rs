@@ -10,7 +10,10 @@ use bytes::{Buf, Bytes};
 pub enum ReadError {
     /// The stream ended inside a frame.
     Truncated,
-    /// The stream was reset or the connection lost.
+    /// The peer reset the stream with this error code (a client learns from it whether its
+    /// request was processed: H3_REQUEST_REJECTED).
+    Reset(u64),
+    /// The connection was lost, or the stream is otherwise unreadable.
     Broken,
 }
 
@@ -40,6 +43,7 @@ impl Reader {
             match self.recv.read_chunk(usize::MAX, true).await {
                 Ok(Some(c)) => self.chunk = c.bytes,
                 Ok(None) => return Ok(false),
+                Err(quinn::ReadError::Reset(code)) => return Err(ReadError::Reset(code.into())),
                 Err(_) => return Err(ReadError::Broken),
             }
         }

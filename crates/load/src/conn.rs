@@ -24,9 +24,10 @@ pub async fn run(w: WorkerRef, slot: u64) {
             Ok(End::Reconnect) => failures = 0,
             Err(f) => {
                 w.failed(&f, first);
-                // A connection that cannot be made costs one request of the budget, so that
-                // `-n` runs against a dead server end; back off so `-D` runs do not spin.
-                let _ = w.take();
+                // A connection that cannot be made costs one request of the budget (or one
+                // given back), so that `-n` runs against a dead server end; back off so `-D`
+                // runs do not spin.
+                w.forfeit();
                 failures += 1;
                 tokio::time::sleep(Duration::from_millis(10 * failures.min(20) as u64)).await;
             }

@@ -43,8 +43,8 @@ impl Percentiles {
 pub struct Requests {
     pub started: u64,
     /// Requests the server did not process (HTTP/1.1: pipelined behind a response that
-    /// announced the close; HTTP/2: above the GOAWAY's last stream, or refused), sent again;
-    /// counted once in `started`.
+    /// announced the close; HTTP/2 and HTTP/3: above the GOAWAY's stream, or refused), sent
+    /// again; counted once in `started`.
     #[serde(default)]
     pub retried: u64,
     pub completed: u64,

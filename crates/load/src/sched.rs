@@ -50,14 +50,6 @@ impl Schedule {
         }
     }
 
-    /// Wait for the next intended time (open loop); returns it.
-    pub async fn wait(&mut self) -> Option<Instant> {
-        let next = self.next?;
-        crate::timer::sleep_until(next).await;
-        self.next = Some(next + self.interval);
-        Some(next)
-    }
-
     /// The next intended time, if open loop.
     pub fn peek(&self) -> Option<Instant> {
         self.next

@@ -120,6 +120,15 @@ impl Worker {
         retries.pop_front()
     }
 
+    /// A connection could not be made: that costs one request, a new one or else one given
+    /// back (which would otherwise keep a `-n` run going), so that a run against a server
+    /// that is gone ends.
+    pub fn forfeit(&self) {
+        if self.take().is_none() {
+            self.take_retry();
+        }
+    }
+
     /// Requests the server did not process, to send again on another connection (RFC 9112
     /// §9.3.2), counted as retried rather than lost.
     pub fn give_back(&self, again: impl Iterator<Item = (u64, Option<Instant>)>) {
@@ -221,6 +230,17 @@ mod tests {
         assert_eq!(w.take_retry(), Some((1, Some(t))));
         assert!(!w.more() && w.take_retry().is_none());
         assert_eq!(w.rec.borrow().retried, 1);
+    }
+
+    #[test]
+    fn failed_connections_use_up_new_requests_then_ones_given_back() {
+        let w = worker(Some(2), None);
+        assert_eq!(w.take(), Some(0));
+        w.give_back([(0, None)].into_iter());
+        w.forfeit();
+        assert!(w.more(), "a new request went first");
+        w.forfeit();
+        assert!(!w.more() && w.take_retry().is_none());
     }
 
     #[test]

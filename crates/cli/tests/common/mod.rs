@@ -44,31 +44,48 @@ impl Server {
         Server::start_with(extra, Stdio::piped)
     }
 
+    /// As `start`, on these ports (to take over from a server that exited, say).
+    pub fn start_at(clear_port: u16, tls_port: u16, extra: &[&str]) -> Server {
+        Server::spawn(clear_port, tls_port, extra, Stdio::inherit)
+            .unwrap_or_else(|| panic!("loadterm serve did not start on {clear_port}:{tls_port}"))
+    }
+
     fn start_with(extra: &[&str], stderr: fn() -> Stdio) -> Server {
         for _ in 0..5 {
-            let (clear_port, tls_port) = (free_port(), free_port());
-            let listen = format!("127.0.0.1:{clear_port}:{tls_port}");
-            let mut child = Command::new(bin())
-                .args(["serve", "-L", &listen])
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(stderr())
-                .spawn()
-                .expect("spawn loadterm serve");
-            if wait_tcp(clear_port, Duration::from_secs(10))
-                && wait_tcp(tls_port, Duration::from_secs(5))
-            {
-                return Server {
-                    child,
-                    clear_port,
-                    tls_port,
-                };
+            if let Some(s) = Server::spawn(free_port(), free_port(), extra, stderr) {
+                return s;
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("loadterm serve did not start");
+    }
+
+    fn spawn(
+        clear_port: u16,
+        tls_port: u16,
+        extra: &[&str],
+        stderr: fn() -> Stdio,
+    ) -> Option<Server> {
+        let listen = format!("127.0.0.1:{clear_port}:{tls_port}");
+        let mut child = Command::new(bin())
+            .args(["serve", "-L", &listen])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr())
+            .spawn()
+            .expect("spawn loadterm serve");
+        if wait_tcp(clear_port, Duration::from_secs(10))
+            && wait_tcp(tls_port, Duration::from_secs(5))
+        {
+            return Some(Server {
+                child,
+                clear_port,
+                tls_port,
+            });
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     pub fn clear_addr(&self) -> SocketAddr {

@@ -50,11 +50,14 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
         .write_all(&hello)
         .await
         .map_err(|e| connect_failed(&e))?;
-    let goaway = Rc::new(Cell::new(false));
+    // The stream ID of the server's GOAWAY, once it came.
+    let goaway = Rc::new(Cell::new(None));
     let peer = tokio::task::spawn_local(server_streams(conn.clone(), goaway.clone()));
+    // A request completed on this connection: requests it left unprocessed may be sent again.
+    let progressed = Cell::new(false);
     let loops = scheds
         .iter_mut()
-        .map(|sched| stream::stream_loop(w, &conn, sched, &goaway));
+        .map(|sched| stream::stream_loop(w, &conn, sched, &goaway, &progressed));
     let ends = futures::future::join_all(loops).await;
     peer.abort();
     conn.close(code::NO_ERROR.into(), b"done");
@@ -65,25 +68,58 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
     })
 }
 
-/// The server's unidirectional streams: its control stream (watched for GOAWAY) and the rest
-/// (QPACK streams, grease), drained.
-async fn server_streams(conn: quinn::Connection, goaway: Rc<Cell<bool>>) {
+/// The server's unidirectional streams: its control stream (watched for GOAWAY, whose stream
+/// ID goes to `goaway`) and the rest (QPACK streams, grease), drained.
+async fn server_streams(conn: quinn::Connection, goaway: Rc<Cell<Option<u64>>>) {
     while let Ok(recv) = conn.accept_uni().await {
         let goaway = goaway.clone();
         tokio::task::spawn_local(async move {
             let mut r = Reader::new(recv);
             if let Ok(Some(frame::STREAM_CONTROL)) = r.varint().await {
                 while let Ok(Some((ty, len))) = r.frame_head().await {
+                    let payload = match ty {
+                        // One integer: 1 to 8 bytes.
+                        frame::GOAWAY if (1..=8).contains(&len) => r.payload(len as usize).await,
+                        _ => r.skip(len).await.map(|()| bytes::Bytes::new()),
+                    };
+                    let Ok(payload) = payload else { return };
                     if ty == frame::GOAWAY {
-                        goaway.set(true);
-                    }
-                    if r.skip(len).await.is_err() {
-                        return;
+                        // A later GOAWAY may only lower the ID (RFC 9114 §5.2).
+                        let id = goaway_id(&payload);
+                        goaway.set(Some(goaway.get().map_or(id, |g| g.min(id))));
                     }
                 }
             } else {
                 while let Ok(Some(_)) = r.varint().await {}
             }
         });
+    }
+}
+
+/// A GOAWAY's stream ID (RFC 9114 §5.2: requests on streams from it on were not processed);
+/// a malformed one tells nothing, so it marks no request unprocessed.
+fn goaway_id(payload: &[u8]) -> u64 {
+    match frame::get_varint(payload) {
+        Some((id, n)) if n == payload.len() => id,
+        _ => u64::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::goaway_id;
+    use loadterm_h3::frame;
+
+    #[test]
+    fn goaway_payloads() {
+        for id in [0, 4, 64, 16_384, 1 << 40] {
+            let mut p = Vec::new();
+            frame::put_varint(&mut p, id);
+            assert_eq!(goaway_id(&p), id);
+        }
+        // Empty, cut short, or with bytes after the integer: claims nothing.
+        assert_eq!(goaway_id(&[]), u64::MAX);
+        assert_eq!(goaway_id(&[0x40]), u64::MAX);
+        assert_eq!(goaway_id(&[0x04, 0x00]), u64::MAX);
     }
 }

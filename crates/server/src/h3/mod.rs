@@ -297,7 +297,7 @@ async fn uni_stream(
                     Ok(None) | Err(ReadError::Truncated) => {
                         return close(code::CLOSED_CRITICAL_STREAM)
                     }
-                    Err(ReadError::Broken) => return,
+                    Err(ReadError::Reset(_) | ReadError::Broken) => return,
                 }
             }
         }
