@@ -100,7 +100,8 @@ fn load(args: &[&str]) -> serde_json::Value {
 }
 
 /// Our load generator sends `n` requests with `args`; the server's served count for `proto`
-/// equals `n` and the client's completed count, and the connections of `transport` close.
+/// equals `n` and the client's completed count, the connections of `transport` close, and the
+/// server counted no error of any kind.
 fn load_agrees(proto: &str, transport: &str, args: &[&str], url: impl Fn(&Server) -> String) {
     let m = Metered::start(&[]);
     let n = 400;
@@ -126,6 +127,12 @@ fn load_agrees(proto: &str, transport: &str, args: &[&str], url: impl Fn(&Server
         0.0,
         "connections left open"
     );
+    let errors: Vec<_> = m
+        .samples()
+        .into_iter()
+        .filter(|(k, v)| k.starts_with("loadterm_errors_total") && *v != 0.0)
+        .collect();
+    assert!(errors.is_empty(), "the server counted errors: {errors:?}");
     assert!(
         m.value(&format!(
             "loadterm_connections_accepted_total{{transport=\"{transport}\"}}"
