@@ -48,9 +48,10 @@ pub(crate) fn lose(w: &WorkerRef, lost: impl Iterator<Item = InFlight>, kind: Er
     }
 }
 
-/// Requests the server did not process (HTTP/1.1: pipelined behind the close; HTTP/2: above the
-/// GOAWAY, or refused): sent again if their connection `progressed` (answered a request), else
-/// `reset` errors, so that a server refusing everything ends the run instead of looping.
+/// Requests the server did not process (HTTP/1.1: pipelined behind the close; HTTP/2 and
+/// HTTP/3: above the GOAWAY, or refused): sent again if their connection `progressed` (answered
+/// a request), as often as that happens, else `reset` errors. A run therefore ends: each
+/// connection that gives requests back has answered one.
 pub(crate) fn unprocessed(w: &WorkerRef, fs: impl Iterator<Item = InFlight>, progressed: bool) {
     if progressed {
         w.give_back(fs.map(|f| (f.index, f.intended)));

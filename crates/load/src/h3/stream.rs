@@ -109,8 +109,7 @@ pub(super) async fn stream_loop(
                     sent,
                     first_byte: None,
                 };
-                // Sent again once only: a request the server leaves unprocessed twice is lost.
-                unprocessed(w, std::iter::once(f), progressed.get() && !again);
+                unprocessed(w, std::iter::once(f), progressed.get());
                 if conn.close_reason().is_some() {
                     return End::Reconnect;
                 }
