@@ -56,7 +56,7 @@ pub fn start() -> std::io::Result<()> {
                 if after_burst {
                     done += 1;
                 }
-                if after_burst || ticks.is_multiple_of(STEADY) {
+                if after_burst || ticks % STEADY == 0 {
                     trim();
                 }
             }
