@@ -11,11 +11,9 @@
 #     protocol that cannot keep its rate therefore runs past DURATION: lower LOAD_PCT). Requests
 #     round-robin over sizes, delays (`t=`), a chunked response, size and delay
 #     distributions, 404s and 503s (`r=`), and an uncacheable one (`c=0`).
-#  3. Report, and exit 1 when one fails: RSS drift after the first minute, on each minute's
-#     highest sample (the server trims its heap every 10 s, so single samples saw-tooth): the
-#     highest and the last minute's peak vs. the second minute's, VmRSS and RssAnon; fails when
-#     RssAnon's reaches 5% (VmRSS also counts the binary's pages as its code first runs); the
-#     single-sample figures (max and last vs. the sample at 1 min) are printed too. Transport errors seen by the
+#  3. Report, and exit 1 when one fails: RSS drift after the first minute (the max and the
+#     last sample vs. the sample at 1 min, VmRSS and RssAnon; fails when RssAnon's reaches
+#     5%: VmRSS also counts the binary's pages as its code first runs), transport errors seen by the
 #     clients (fails when > 0; the 404s and 503s asked for are not errors), and nothing lost:
 #     the clients' completed requests summed == the growth of the server's
 #     loadterm_requests_total over the soak (fails when they differ).
@@ -114,17 +112,7 @@ if not later:
 def drift(i):
     at1, top, end = later[0][i], max(s[i] for s in later), later[-1][i]
     return at1, top, end, (top - at1) / at1 * 100, (end - at1) / at1 * 100
-# Each whole minute's highest sample (a minute with at least 30 samples), from the second on.
-minutes = {}
-for s in later:
-    minutes.setdefault(int((s[0] - t0) // 60), []).append(s)
-peaks = [max(v, key=lambda s: s[2]) for _, v in sorted(minutes.items()) if len(v) >= 30]
-if len(peaks) < 2:
-    sys.exit("soak: too short to compare minutes (3 minutes at least)")
-def peak_drift(i):
-    base, top, end = peaks[0][i], max(p[i] for p in peaks[1:]), peaks[-1][i]
-    return base, top, end, (top - base) / base * 100, (end - base) / base * 100
-_, _, _, drift_max, drift_end = peak_drift(2)
+at1, top, end, drift_max, drift_end = drift(2)
 runs = {p: json.load(open(f"{out}/soak-{p}.json")) for p in ("h1", "h2", "h3")}
 done = sum(r["requests"]["completed"] for r in runs.values())
 kinds = ("connect", "tls", "timeout", "reset", "protocol")
@@ -134,11 +122,8 @@ for r in runs.values():
     for s, c in r["status"].items():
         statuses[s] = statuses.get(s, 0) + c
 for name, i in (("VmRSS", 1), ("RssAnon", 2)):
-    a, t, e, dm, de = peak_drift(i)
-    print(f"{name} (KiB, each minute's peak, {len(peaks)} minutes from the second): {a} in minute 2; "
-          f"later at most {t} ({dm:+.2f}%), last minute {e} ({de:+.2f}%)")
     a, t, e, dm, de = drift(i)
-    print(f"  single samples ({len(rss)}): {a} at 1 min; after it max {t} ({dm:+.2f}%), "
+    print(f"{name} (KiB, {len(rss)} samples): {a} at 1 min; after it max {t} ({dm:+.2f}%), "
           f"end {e} ({de:+.2f}%)")
 for p, r in runs.items():
     lat, ol = r["latency_us"], r["open_loop"]
