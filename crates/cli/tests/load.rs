@@ -161,24 +161,6 @@ fn h3_served(m: std::net::SocketAddr) -> u64 {
     common::metrics::scrape(m).sum("loadterm_requests_total", &[("proto", "h3")])
 }
 
-/// The HTTP/3 requests a server served, from the statistics it prints at exit
-/// (`h3 requests  2xx 6, 4xx 1`).
-fn h3_served_at_exit(stderr: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("h3 requests"))
-        .unwrap_or_else(|| panic!("no h3 requests in:\n{stderr}"));
-    line.split(',')
-        .map(|item| {
-            item.split_whitespace()
-                .last()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum()
-}
-
 /// `loadterm load --h3 -k -c 1 -m 4 ARGS` against a server that allows 2 streams per
 /// connection and answers in 500 ms, shut down gracefully once it has answered 2 requests: the
 /// next 2 are then in progress (they complete) and 2 wait for a stream, which they get above
@@ -214,7 +196,7 @@ fn h3_shutdown_mid_run(args: &[&str]) -> (std::process::Child, (u16, u16), u64) 
     (
         client,
         (s.clear_port, s.tls_port),
-        h3_served_at_exit(&summary),
+        common::metrics::exit_summary(&summary, "h3").0,
     )
 }
 

@@ -77,7 +77,7 @@ struct Served {
 
 impl Served {
     /// `loadterm serve --metrics 127.0.0.1:<free port> <extra...>`; with `capture`, its stderr
-    /// is kept for `exit_summary`.
+    /// is kept for `common::metrics::exit_summary`.
     fn start(extra: &[&str], capture: bool) -> Served {
         let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let addr = metrics.to_string();
@@ -292,33 +292,6 @@ fn killed_clients_h2load() {
 // ---------------------------------------------------------------------------------------
 // SIGTERM mid-run.
 
-/// The server's own counts at exit, from the statistics summary it prints on stderr then
-/// (its last `loadterm statistics:` block; zero counts are left out), for `p`: (served,
-/// aborted). Lines such as `  h1 requests  2xx 12, 4xx 4` and `  aborted      h2 1, h3 2`.
-fn exit_summary(stderr: &str, p: Proto) -> (u64, u64) {
-    let block = stderr
-        .rsplit_once("loadterm statistics:")
-        .unwrap_or_else(|| panic!("no statistics summary at exit in:\n{stderr}"))
-        .1;
-    // `key n, key n, ...` → the sum of n over the keys `key` accepts.
-    let items = |rest: &str, key: &dyn Fn(&str) -> bool| -> u64 {
-        rest.split(", ")
-            .filter_map(|item| item.trim().rsplit_once(' '))
-            .filter(|(k, _)| key(k))
-            .map(|(_, n)| n.parse::<u64>().expect("a count"))
-            .sum()
-    };
-    let (mut served, mut aborted) = (0, 0);
-    for line in block.lines().map(str::trim_start) {
-        if let Some(rest) = line.strip_prefix(&format!("{} requests", p.label())) {
-            served += items(rest, &|_| true);
-        } else if let Some(rest) = line.strip_prefix("aborted ") {
-            aborted += items(rest, &|k| k == p.label());
-        }
-    }
-    (served, aborted)
-}
-
 /// SIGTERM with requests in flight: 16 requests sent at once (HTTP/1.1: 16 connections;
 /// HTTP/2 and 3: one connection of 16 streams), alternately answered after 1 s and after 4 s.
 /// The signal comes once the server has served the 8 quick ones (and fewer than 16, checked),
@@ -368,7 +341,7 @@ fn sigterm_mid_run(p: Proto) {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    let (served, aborted) = exit_summary(&stderr, p);
+    let (served, aborted) = common::metrics::exit_summary(&stderr, p.label());
     eprintln!(
         "{p:?}: {at_signal} served at the signal, {served} at exit; client: {}",
         r["requests"]

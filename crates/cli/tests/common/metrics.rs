@@ -93,3 +93,31 @@ fn labels(s: &str) -> Vec<(&str, &str)> {
     }
     out
 }
+
+/// The server's own counts at exit, from the statistics summary it prints on stderr then
+/// (its last `loadterm statistics:` block; zero counts are left out): (served, aborted) of
+/// protocol `proto` (`h1`, `h2`, `h3`). Lines such as `  h1 requests  2xx 12, 4xx 4` and
+/// `  aborted      h2 1, h3 2`.
+pub fn exit_summary(stderr: &str, proto: &str) -> (u64, u64) {
+    let block = stderr
+        .rsplit_once("loadterm statistics:")
+        .unwrap_or_else(|| panic!("no statistics summary at exit in:\n{stderr}"))
+        .1;
+    // `key n, key n, ...` → the sum of n over the keys `key` accepts.
+    let items = |rest: &str, key: &dyn Fn(&str) -> bool| -> u64 {
+        rest.split(", ")
+            .filter_map(|item| item.trim().rsplit_once(' '))
+            .filter(|(k, _)| key(k))
+            .map(|(_, n)| n.parse::<u64>().expect("a count"))
+            .sum()
+    };
+    let (mut served, mut aborted) = (0, 0);
+    for line in block.lines().map(str::trim_start) {
+        if let Some(rest) = line.strip_prefix(&format!("{proto} requests")) {
+            served += items(rest, &|_| true);
+        } else if let Some(rest) = line.strip_prefix("aborted ") {
+            aborted += items(rest, &|k| k == proto);
+        }
+    }
+    (served, aborted)
+}
