@@ -9,6 +9,9 @@ set -euo pipefail
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing_apt=()
+# The build: aws-lc-rs and jemalloc compile C (jemalloc with its own configure and make).
+command -v make >/dev/null || missing_apt+=(make)
+command -v cc >/dev/null || missing_apt+=(gcc libc6-dev)
 command -v curl >/dev/null || missing_apt+=(curl)
 command -v h2load >/dev/null || missing_apt+=(nghttp2-client)
 command -v ss >/dev/null || missing_apt+=(iproute2)

@@ -10,6 +10,12 @@ if ss -Hlntu 2>/dev/null | grep -qE '127\.0\.0\.1:888[89]|\*:888[89]|0\.0\.0\.0:
   exit 1
 fi
 
+for tool in cc make; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "quickstart: the build needs a C compiler and make (aws-lc-rs, jemalloc): apt-get install build-essential" >&2
+    exit 1
+  fi
+done
 cargo build --release --locked
 bin=target/release/loadterm
 cert=target/quickstart-cert.pem
