@@ -12,7 +12,8 @@ sent as the whole field section, in order and unchecked, for malformed requests;
 (a list of [name, value]) ends the request with a trailer section. A connection the
 server closes reports "closed": its error code for every request still waiting.
 {"wait_close": N} sends nothing: it waits up to N seconds for the server to close the
-connection and reports "closed" (the error code) and "elapsed" (seconds), or "closed": null;
+connection and reports "closed" (the error code) and "elapsed" (seconds), or "closed": null,
+and "goaway": the stream ID of the server's last GOAWAY, or null when none came;
 with "encoder" or "decoder" (hex), those bytes go on aioquic's QPACK encoder or decoder stream
 first (with FIN if "fin"), for QPACK instruction stream violations.
 Prints one JSON line per request: status, headers, body length and first bytes, elapsed seconds,
@@ -29,11 +30,12 @@ import sys
 import time
 
 from aioquic.asyncio import connect
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
 GREASE_FRAME_TYPE = 0x1F * 7 + 0x21
 
@@ -45,6 +47,8 @@ class Client(QuicConnectionProtocol):
         self.waiters = {}
         self.results = {}
         self.terminated = None
+        # The server's unidirectional streams, raw: aioquic reads GOAWAY but keeps no record.
+        self.server_uni = {}
 
     def _finish(self, sid):
         fut = self.waiters.pop(sid, None)
@@ -59,6 +63,8 @@ class Client(QuicConnectionProtocol):
                 self.results.setdefault(sid, {})["closed"] = event.error_code
                 self._finish(sid)
             return
+        if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
+            self.server_uni.setdefault(event.stream_id, bytearray()).extend(event.data)
         if isinstance(event, StreamReset):
             self.results.setdefault(event.stream_id, {})["reset"] = event.error_code
             self._finish(event.stream_id)
@@ -78,14 +84,31 @@ class Client(QuicConnectionProtocol):
             if getattr(ev, "stream_ended", False):
                 self._finish(ev.stream_id)
 
+    def goaway(self):
+        """The stream ID of the last GOAWAY on the server's control stream, or None."""
+        last = None
+        for data in self.server_uni.values():
+            buf = Buffer(data=bytes(data))
+            try:
+                if buf.pull_uint_var() != 0:  # not the control stream
+                    continue
+                while not buf.eof():
+                    frame_type, length = buf.pull_uint_var(), buf.pull_uint_var()
+                    payload = buf.pull_bytes(length)
+                    if frame_type == 0x7:
+                        last = Buffer(data=payload).pull_uint_var()
+            except BufferReadError:
+                pass  # a frame cut short: the rest has not arrived
+        return last
+
     async def wait_close(self, limit):
         self.terminated = asyncio.get_running_loop().create_future()
         start = time.monotonic()
         try:
             code = await asyncio.wait_for(self.terminated, timeout=limit)
         except asyncio.TimeoutError:
-            return {"closed": None, "elapsed": time.monotonic() - start}
-        return {"closed": code, "elapsed": time.monotonic() - start}
+            code = None
+        return {"closed": code, "elapsed": time.monotonic() - start, "goaway": self.goaway()}
 
     async def request(self, host, port, spec):
         if "wait_close" in spec:

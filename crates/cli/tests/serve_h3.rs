@@ -235,6 +235,35 @@ fn sigterm_lets_requests_in_flight_finish() {
     }
 }
 
+/// SIGTERM with no HTTP/3 request in progress: the GOAWAY reaches the client before the close
+/// (it was written, then dropped unsent by the close that followed at once).
+#[test]
+fn sigterm_with_no_request_in_progress_still_sends_goaway() {
+    use std::io::BufRead;
+    if !have_aioquic() {
+        return;
+    }
+    let mut s = Server::start(&["-t", "1"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
+    let mut client = std::process::Command::new("python3")
+        .args([script, "127.0.0.1", &s.tls_port.to_string()])
+        .args([r#"{"path": "/?s=10"}"#, r#"{"wait_close": 20}"#])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    // The answer came: the connection is idle when the signal arrives.
+    assert_eq!(next()["status"].as_u64(), Some(200));
+    s.sigterm();
+    let closed = next();
+    assert_eq!(closed["closed"].as_u64(), Some(0x100), "{closed}");
+    // Its one request was on stream 0: none from stream 4 on was processed.
+    assert_eq!(closed["goaway"].as_u64(), Some(4), "{closed}");
+    assert!(client.wait().unwrap().success());
+    assert!(s.child.wait().unwrap().success());
+}
+
 /// Send one request whose field section is exactly `fields` (`{authority}` replaced) and
 /// `data` body bytes, then a well-formed one on the same connection; the first's result is
 /// returned, the second must get its 200 (a malformed request resets only its stream).

@@ -575,6 +575,8 @@ fn w_closes_the_idle_connection_h3() {
     // H3_NO_ERROR, well before the 25 s timeout.
     assert_eq!(r[1]["closed"].as_u64(), Some(0x100), "{}", r[1]);
     assert!(r[1]["elapsed"].as_f64().unwrap() < 5.0, "{}", r[1]);
+    // With its GOAWAY first (no request from stream 4 on), not dropped by the close.
+    assert_eq!(r[1]["goaway"].as_u64(), Some(4), "{}", r[1]);
 }
 
 // ================================================================ B: partial read of the body

@@ -46,6 +46,10 @@ fn server_config(
 /// See `max_idle_timeout` above.
 const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a peer may hold back an ACK: max_ack_delay's default (RFC 9000 §18.2), which
+/// quinn's and most clients' transport parameters keep.
+const MAX_ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// Handshakes in progress on one endpoint past which unvalidated clients get a Retry.
 const RETRY_THRESHOLD: usize = 100;
 
@@ -243,6 +247,19 @@ async fn connection(
             if let Some((send, _)) = send {
                 let _ = send.stopped().await;
             }
+        }
+    })
+    .await;
+    // Nor can the GOAWAY itself be waited for (the control stream stays open, so it is never
+    // acknowledged as a whole), and with no answer left to wait for, closing would drop it
+    // unsent. Give it two probe timeouts (RFC 9002 §6.2.1 on a fresh path: 3 RTT plus the ACK
+    // delay) to arrive, or when lost to be sent again, unless the client closes first. A
+    // request opened meanwhile is above the GOAWAY: rejected, so the client may send it again.
+    let grace = 2 * (3 * conn.rtt() + MAX_ACK_DELAY);
+    let _ = tokio::time::timeout(grace.min(cfg.timeout), async {
+        while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+            let _ = send.reset(frame::code::REQUEST_REJECTED.into());
+            let _ = recv.stop(frame::code::REQUEST_REJECTED.into());
         }
     })
     .await;
