@@ -94,14 +94,14 @@ fn argv() -> Vec<std::ffi::OsString> {
 
 // jemalloc, not glibc's malloc: under the soak's mixed load glibc's heap fragments, its free
 // pages stay resident and RSS creeps (+7.3% in 30 minutes with memory in use flat);
-// jemalloc returns free pages by itself (dirty-page decay). Same CPU per request on HTTP/1.1
-// and HTTP/2, less on HTTP/3 (docs/RELIABILITY.md "Soak", docs/bench/2026-11-25-ab-jemalloc/).
+// jemalloc returns free pages by itself (dirty-page decay). No difference in CPU per request
+// shown by `loadterm ab` (docs/RELIABILITY.md "Soak", docs/bench/2026-11-25-ab-jemalloc/).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 // jemalloc's options, read before `main`: a background thread purges freed pages on their decay
 // schedule, also while the server is idle (without it, only allocations drive the decay: after
-// 2 000 HTTP/3 connections closed, 33 MiB stayed resident 15 s later, against 12 MiB with it).
+// 2 000 HTTP/3 connections closed, 33 MiB stayed resident 15 s later, against 8-12 MiB with it).
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: &[u8; 23] = b"background_thread:true\0";
 

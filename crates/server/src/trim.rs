@@ -3,8 +3,8 @@
 //! parked idle) would stay in the process's RSS at its peak, fragmented by what is still in use.
 //! Once such a burst is over, `malloc_trim` releases the free pages wherever they are. With the
 //! `jemalloc` feature (the binary's allocator), jemalloc's arenas are purged too: its own decay
-//! returns free pages only as allocations go on, and an idle server makes none. It runs off the
-//! request path, and not while connections keep ending: memory freed then is reused.
+//! would return their free pages only over some ten seconds. It runs off the request path, and
+//! not while connections keep ending: memory freed then is reused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
