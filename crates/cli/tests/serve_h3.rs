@@ -244,10 +244,8 @@ fn sigterm_with_no_request_in_progress_still_sends_goaway() {
         return;
     }
     let mut s = Server::start(&["-t", "1"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
-    let mut client = std::process::Command::new("python3")
-        .args([script, "127.0.0.1", &s.tls_port.to_string()])
-        .args([r#"{"path": "/?s=10"}"#, r#"{"wait_close": 20}"#])
+    let requests = [r#"{"path": "/?s=10"}"#, r#"{"wait_close": 20}"#];
+    let mut client = common::h3get_cmd(s.tls_port, &requests)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");

@@ -162,16 +162,23 @@ pub fn have_aioquic() -> bool {
     ok
 }
 
+/// tests/h3client/h3get.py (aioquic) against 127.0.0.1:`port`, with these requests, to spawn
+/// or run.
+pub fn h3get_cmd(port: u16, requests: &[&str]) -> Command {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
+    let mut c = Command::new("python3");
+    c.arg(script)
+        .arg("127.0.0.1")
+        .arg(port.to_string())
+        .args(requests);
+    c
+}
+
 /// Run tests/h3client/h3get.py (aioquic) against 127.0.0.1:`port` with `env` set: one JSON
 /// value per request line it prints.
 pub fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_json::Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
-    let out = Command::new("python3")
+    let out = h3get_cmd(port, requests)
         .envs(env.iter().copied())
-        .arg(script)
-        .arg("127.0.0.1")
-        .arg(port.to_string())
-        .args(requests)
         .output()
         .expect("python3");
     assert!(
