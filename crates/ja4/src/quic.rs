@@ -18,35 +18,53 @@ const MAX_CID: usize = 20;
 /// many small frames, as Chrome does, stay far below it).
 const MAX_RANGES: usize = 64;
 
-/// A client Initial packet's header fields that matter here.
+/// The type of a long-header packet (RFC 9000 §17.2; RFC 9369 §3.2 numbers them differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PacketKind {
+    Initial,
+    ZeroRtt,
+    Handshake,
+    Retry,
+}
+
+/// A long-header packet's header, as sent in clear: what the JA4 reader needs to open a client's
+/// Initial, and what the server's anti-amplification guard needs to tell connections apart.
 #[derive(Debug)]
-struct InitialHeader<'a> {
+pub struct LongHeader<'a> {
     /// V1 or V2.
-    version: u32,
-    dcid: &'a [u8],
+    pub version: u32,
+    pub kind: PacketKind,
+    pub dcid: &'a [u8],
+    pub scid: &'a [u8],
     /// Offset of the (protected) packet number.
     pn_offset: usize,
     /// Offset just past the packet (where a coalesced packet may follow).
-    end: usize,
+    pub end: usize,
 }
 
 /// Whether the datagram starts with a long-header Initial packet of QUIC v1 or v2: the cheap test
 /// to run on every received datagram before anything else.
 pub fn starts_with_initial(datagram: &[u8]) -> bool {
-    datagram.len() >= 5 && initial_version(datagram).is_some()
+    matches!(kind(datagram), Some((_, PacketKind::Initial)))
 }
 
-fn initial_version(packet: &[u8]) -> Option<u32> {
+/// The version and type of a long-header packet of QUIC v1 or v2; `None` for a short header
+/// (1-RTT), another version, or too few bytes.
+fn kind(packet: &[u8]) -> Option<(u32, PacketKind)> {
     let first = *packet.first()?;
     if first & 0x80 == 0 {
         return None;
     }
     let version = u32::from_be_bytes(packet.get(1..5)?.try_into().ok()?);
     let ty = (first >> 4) & 0x03;
-    match (version, ty) {
-        (V1, 0b00) | (V2, 0b01) => Some(version),
-        _ => None,
-    }
+    let kind = match (version, ty) {
+        (V1, 0b00) | (V2, 0b01) => PacketKind::Initial,
+        (V1, 0b01) | (V2, 0b10) => PacketKind::ZeroRtt,
+        (V1, 0b10) | (V2, 0b11) => PacketKind::Handshake,
+        (V1, 0b11) | (V2, 0b00) => PacketKind::Retry,
+        _ => return None,
+    };
+    Some((version, kind))
 }
 
 fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, Error> {
@@ -74,34 +92,58 @@ fn take<'a>(buf: &'a [u8], pos: &mut usize, len: u64) -> Result<&'a [u8], Error>
     Ok(s)
 }
 
-fn parse_header(packet: &[u8]) -> Result<Option<InitialHeader<'_>>, Error> {
-    let Some(version) = initial_version(packet) else {
+fn cid<'a>(packet: &'a [u8], pos: &mut usize) -> Result<&'a [u8], Error> {
+    let len = *packet.get(*pos).ok_or(Error::Quic("truncated header"))?;
+    *pos += 1;
+    if usize::from(len) > MAX_CID {
+        return Err(Error::Quic("connection ID too long"));
+    }
+    take(packet, pos, len.into())
+}
+
+/// The long header at the start of `packet`: `Ok(None)` when it starts with a short header or
+/// with a version other than 1 and 2.
+pub fn long_header(packet: &[u8]) -> Result<Option<LongHeader<'_>>, Error> {
+    let Some((version, kind)) = kind(packet) else {
         return Ok(None);
     };
     let mut pos = 5;
-    let dcid_len = *packet.get(pos).ok_or(Error::Quic("truncated header"))?;
-    pos += 1;
-    if usize::from(dcid_len) > MAX_CID {
-        return Err(Error::Quic("connection ID too long"));
+    let dcid = cid(packet, &mut pos)?;
+    let scid = cid(packet, &mut pos)?;
+    if kind == PacketKind::Retry {
+        // A Retry has no length: it fills the rest of the datagram.
+        return Ok(Some(LongHeader {
+            version,
+            kind,
+            dcid,
+            scid,
+            pn_offset: pos,
+            end: packet.len(),
+        }));
     }
-    let dcid = take(packet, &mut pos, dcid_len.into())?;
-    let scid_len = *packet.get(pos).ok_or(Error::Quic("truncated header"))?;
-    pos += 1;
-    if usize::from(scid_len) > MAX_CID {
-        return Err(Error::Quic("connection ID too long"));
+    if kind == PacketKind::Initial {
+        let token_len = varint(packet, &mut pos)?;
+        take(packet, &mut pos, token_len)?;
     }
-    take(packet, &mut pos, scid_len.into())?;
-    let token_len = varint(packet, &mut pos)?;
-    take(packet, &mut pos, token_len)?;
     let length = varint(packet, &mut pos)?;
     let pn_offset = pos;
     take(packet, &mut pos, length)?;
-    Ok(Some(InitialHeader {
+    Ok(Some(LongHeader {
         version,
+        kind,
         dcid,
+        scid,
         pn_offset,
         end: pos,
     }))
+}
+
+/// The Initial packet at the start of `packet`, if that is what it holds.
+fn initial_header(packet: &[u8]) -> Result<Option<LongHeader<'_>>, Error> {
+    if !starts_with_initial(packet) {
+        return Ok(None);
+    }
+    long_header(packet)
 }
 
 fn initial_keys(version: u32, dcid: &[u8]) -> DirectionalKeys {
@@ -122,11 +164,7 @@ fn initial_keys(version: u32, dcid: &[u8]) -> DirectionalKeys {
 
 /// Remove the header protection and decrypt one Initial packet (`packet` is exactly the
 /// packet); return its plaintext payload (the frames).
-fn open(
-    keys: &DirectionalKeys,
-    header: &InitialHeader<'_>,
-    packet: &[u8],
-) -> Result<Vec<u8>, Error> {
+fn open(keys: &DirectionalKeys, header: &LongHeader<'_>, packet: &[u8]) -> Result<Vec<u8>, Error> {
     let sample_len = keys.header.sample_len();
     let pn_offset = header.pn_offset;
     // The sample starts 4 bytes after the packet number's start, whatever its real length.
@@ -303,7 +341,7 @@ impl Reassembler {
         let mut rest = datagram;
         let mut done = None;
         // Coalesced packets (RFC 9000 §12.2): the Initial comes first; stop at anything else.
-        while let Some(header) = parse_header(rest)? {
+        while let Some(header) = initial_header(rest)? {
             let packet = &rest[..header.end];
             let key = header.dcid;
             let result = self.take_packet(&header, packet);
@@ -320,7 +358,7 @@ impl Reassembler {
 
     fn take_packet(
         &mut self,
-        header: &InitialHeader<'_>,
+        header: &LongHeader<'_>,
         packet: &[u8],
     ) -> Result<Option<ClientHello>, Error> {
         let dcid = header.dcid;

@@ -91,10 +91,13 @@ pub enum Protection {
     MaxConn,
     /// A QUIC client sent a stateless Retry: too many handshakes were in progress.
     QuicRetry,
+    /// A datagram to a QUIC client whose address is not validated held back: it would have
+    /// taken what the server sent it over three times what it received (RFC 9000 §8.1).
+    QuicAmplification,
 }
 
 impl Protection {
-    pub const ALL: [Protection; 7] = [
+    pub const ALL: [Protection; 8] = [
         Protection::EnhanceYourCalm,
         Protection::H2ControlFlood,
         Protection::HeaderListTooLarge,
@@ -102,6 +105,7 @@ impl Protection {
         Protection::WriteTimeout,
         Protection::MaxConn,
         Protection::QuicRetry,
+        Protection::QuicAmplification,
     ];
 
     pub fn label(self) -> &'static str {
@@ -113,6 +117,7 @@ impl Protection {
             "write_timeout",
             "maxconn",
             "quic_retry",
+            "quic_amplification",
         ][self as usize]
     }
 

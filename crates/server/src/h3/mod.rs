@@ -2,6 +2,7 @@
 //! without a dynamic table) so that bodies reach quinn without copies. One endpoint per worker
 //! on its own SO_REUSEPORT UDP socket, one task per request stream.
 
+mod amplification;
 mod stream;
 
 use crate::ja4;
@@ -79,24 +80,23 @@ pub async fn run_endpoint(
 ) -> Result<()> {
     let server = server_config(&identity, &cfg)?;
     let runtime = Arc::new(quinn::TokioRuntime);
-    let (endpoint, fingerprints) = match &cfg.ja4 {
-        None => (
-            quinn::Endpoint::new(Default::default(), Some(server), socket, runtime),
-            None,
-        ),
+    let socket = runtime.wrap_udp_socket(socket)?;
+    let (socket, fingerprints): (Arc<dyn quinn::AsyncUdpSocket>, _) = match &cfg.ja4 {
+        None => (socket, None),
         Some(stats) => {
             // --ja4: client Initials are read off the socket as quinn receives them.
             let seen = Arc::new(ja4::QuicFingerprints::new(stats.clone()));
-            let socket = ja4::SniffingSocket::new(runtime.wrap_udp_socket(socket)?, seen.clone());
-            let endpoint = quinn::Endpoint::new_with_abstract_socket(
-                Default::default(),
-                Some(server),
-                Arc::new(socket),
-                runtime,
-            );
-            (endpoint, Some(seen))
+            let socket = ja4::SniffingSocket::new(socket, seen.clone());
+            (Arc::new(socket), Some(seen))
         }
     };
+    let socket = Arc::new(amplification::GuardedSocket::new(socket));
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        Default::default(),
+        Some(server),
+        socket,
+        runtime,
+    );
     let endpoint = endpoint.context("QUIC endpoint")?;
     let stop = cfg.shutdown.wait();
     tokio::pin!(stop);
