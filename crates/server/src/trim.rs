@@ -3,8 +3,9 @@
 //! parked idle) would stay in the process's RSS at its peak, fragmented by what is still in use.
 //! Once such a burst is over, `malloc_trim` releases the free pages wherever they are. With the
 //! `jemalloc` feature (the binary's allocator), jemalloc's arenas are purged too: its own decay
-//! would return their free pages only over some ten seconds. It runs off the request path, and
-//! not while connections keep ending: memory freed then is reused.
+//! would return their free pages only over some ten seconds, and each worker first gives its
+//! thread cache back to the arenas (only the thread itself can). It runs off the request path,
+//! and not while connections keep ending: memory freed then is reused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -44,12 +45,50 @@ pub fn start() -> std::io::Result<()> {
                     done = 0;
                 }
                 if AFTER.get(done).is_some_and(|&after| quiet >= after) {
+                    #[cfg(feature = "jemalloc")]
+                    {
+                        FLUSH.notify_waiters();
+                        // The workers' flushes, then the purge of what they freed.
+                        std::thread::sleep(FLUSHED_IN);
+                    }
                     trim();
                     done += 1;
                 }
             }
         })
         .map(drop)
+}
+
+/// Woken before each trim: every worker flushes its jemalloc thread cache. After 2 000 HTTP/3
+/// connections a worker's cache held 1.6 MB (RELIABILITY, "With jemalloc").
+#[cfg(feature = "jemalloc")]
+static FLUSH: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Time given to the workers' flushes before the purge.
+#[cfg(feature = "jemalloc")]
+const FLUSHED_IN: Duration = Duration::from_millis(50);
+
+/// Run on each worker, for its life: flush the thread's cache when a trim is coming.
+#[cfg(feature = "jemalloc")]
+pub async fn flush_thread_cache() {
+    loop {
+        FLUSH.notified().await;
+        jemalloc_do(c"thread.tcache.flush");
+    }
+}
+
+/// Run a jemalloc control that takes and returns no value.
+#[cfg(feature = "jemalloc")]
+fn jemalloc_do(name: &std::ffi::CStr) {
+    // SAFETY: the controls named here take and return no value; the name is NUL-terminated.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
 }
 
 fn trim() {
@@ -59,16 +98,7 @@ fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
+    // Every arena (MALLCTL_ARENAS_ALL).
     #[cfg(feature = "jemalloc")]
-    // SAFETY: "arena.<MALLCTL_ARENAS_ALL>.purge" takes and returns no value; the name is a
-    // NUL-terminated string.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"arena.4096.purge".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        );
-    }
+    jemalloc_do(c"arena.4096.purge");
 }

@@ -117,6 +117,8 @@ fn pin(cpus: &[usize]) -> Result<()> {
 }
 
 async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize>) {
+    #[cfg(feature = "jemalloc")]
+    tokio::spawn(crate::trim::flush_thread_cache());
     if !sockets.clear.is_empty() {
         let resumed = cfg.clone();
         let resume = Rc::new(move |sock, slot, until| match TcpStream::from_std(sock) {
