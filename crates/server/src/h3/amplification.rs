@@ -4,8 +4,8 @@
 //! quinn-proto 0.11 keeps its own count but starts a datagram while any budget is left and then
 //! pads it to 1 200 bytes, so an Initial that is never answered gets up to one datagram more than
 //! the limit (docs/RELIABILITY.md, defect 5). Here every datagram is checked against the same
-//! limit before it leaves ([`GuardedSocket`]): one that does not fit whole is held back, which quinn takes for a loss
-//! and sends again once the client has sent more.
+//! limit before it leaves ([`GuardedSocket`]): one that does not fit whole is held back, which
+//! quinn takes for a loss and sends again once the client has sent more.
 //!
 //! A connection is known by the client's connection ID (the Source Connection ID of its long
 //! headers, the Destination Connection ID of what the server sends it), so that a new
@@ -45,8 +45,8 @@ struct Budget {
     serial: u64,
 }
 
-/// The budgets of the connections not yet validated, by client address. Sans-I/O: the socket
-/// wrapper in `h3::mod` feeds it every datagram.
+/// The budgets of the connections not yet validated, by client address. Sans-I/O:
+/// [`GuardedSocket`] shows it every datagram.
 #[derive(Debug, Default)]
 pub struct Budgets {
     by_addr: HashMap<SocketAddr, Vec<Budget>>,
