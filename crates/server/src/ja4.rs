@@ -3,10 +3,11 @@
 //!
 //! - TLS over TCP: the ClientHello is read before rustls sees anything, then replayed into it
 //!   ([`Prefixed`]).
-//! - QUIC: the UDP socket quinn reads from is wrapped ([`SniffingSocket`]); client Initial
-//!   datagrams are opened and reassembled as they pass, and the fingerprint waits, keyed by the
-//!   client's address and original Destination Connection ID (quinn's `Incoming` exposes both),
-//!   for the HTTP/3 engine to take it once the connection's handshake is done.
+//! - QUIC: the UDP socket quinn reads from (`h3::socket`) shows every datagram to
+//!   [`QuicFingerprints`] before quinn sees it; client Initial datagrams are opened and
+//!   reassembled as they pass, and the fingerprint waits, keyed by the client's address and
+//!   original Destination Connection ID (quinn's `Incoming` exposes both), for the HTTP/3 engine
+//!   to take it once the connection's handshake is done.
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
@@ -15,11 +16,8 @@ use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, Transport};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
-use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -184,8 +182,8 @@ impl QuicFingerprints {
         }
     }
 
-    /// A datagram from `from`, before quinn sees it.
-    fn observe(&self, from: SocketAddr, datagram: &[u8]) {
+    /// A datagram from `from`, before quinn sees it (`h3::socket`).
+    pub fn observe(&self, from: SocketAddr, datagram: &[u8]) {
         if !loadterm_ja4::quic::starts_with_initial(datagram) {
             return;
         }
@@ -219,65 +217,6 @@ impl QuicFingerprints {
         let fp = st.found.remove(&key)?;
         st.order.retain(|k| k != &key);
         Some(fp)
-    }
-}
-
-/// quinn's UDP socket with every received datagram shown to [`QuicFingerprints`] first.
-#[derive(Debug)]
-pub struct SniffingSocket {
-    inner: Arc<dyn quinn::AsyncUdpSocket>,
-    seen: Arc<QuicFingerprints>,
-}
-
-impl SniffingSocket {
-    pub fn new(inner: Arc<dyn quinn::AsyncUdpSocket>, seen: Arc<QuicFingerprints>) -> Self {
-        SniffingSocket { inner, seen }
-    }
-}
-
-impl quinn::AsyncUdpSocket for SniffingSocket {
-    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
-        self.inner.clone().create_io_poller()
-    }
-
-    fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
-        self.inner.try_send(transmit)
-    }
-
-    fn poll_recv(
-        &self,
-        cx: &mut Context,
-        bufs: &mut [IoSliceMut<'_>],
-        meta: &mut [quinn::udp::RecvMeta],
-    ) -> Poll<io::Result<usize>> {
-        let n = match self.inner.poll_recv(cx, bufs, meta) {
-            Poll::Ready(Ok(n)) => n,
-            other => return other,
-        };
-        for (buf, m) in bufs.iter().zip(meta.iter()).take(n) {
-            // With GRO one buffer holds several datagrams, `stride` bytes apart.
-            let stride = m.stride.max(1);
-            for datagram in buf[..m.len].chunks(stride) {
-                self.seen.observe(m.addr, datagram);
-            }
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.local_addr()
-    }
-
-    fn max_transmit_segments(&self) -> usize {
-        self.inner.max_transmit_segments()
-    }
-
-    fn max_receive_segments(&self) -> usize {
-        self.inner.max_receive_segments()
-    }
-
-    fn may_fragment(&self) -> bool {
-        self.inner.may_fragment()
     }
 }
 

@@ -4,7 +4,7 @@
 //! quinn-proto 0.11 keeps its own count but starts a datagram while any budget is left and then
 //! pads it to 1 200 bytes, so an Initial that is never answered gets up to one datagram more than
 //! the limit (docs/RELIABILITY.md, defect 5). Here every datagram is checked against the same
-//! limit before it leaves ([`GuardedSocket`]): one that does not fit whole is held back, which
+//! limit before it leaves ([`Guard`]): one that does not fit whole is held back, which
 //! quinn takes for a loss and sends again once the client has sent more.
 //!
 //! A connection is known by the client's connection ID (the Source Connection ID of its long
@@ -16,14 +16,12 @@
 
 use crate::stats::{self, Protection};
 use loadterm_ja4::quic::{self, PacketKind};
-use quinn::udp::{RecvMeta, Transmit};
+use quinn::udp::Transmit;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// RFC 9000 §8.1.
@@ -45,8 +43,8 @@ struct Budget {
     serial: u64,
 }
 
-/// The budgets of the connections not yet validated, by client address. Sans-I/O:
-/// [`GuardedSocket`] shows it every datagram.
+/// The budgets of the connections not yet validated, by client address. Sans-I/O: [`Guard`]
+/// shows it every datagram.
 #[derive(Debug, Default)]
 pub struct Budgets {
     by_addr: HashMap<SocketAddr, Vec<Budget>>,
@@ -178,101 +176,60 @@ impl Budgets {
     }
 }
 
-/// quinn's UDP socket with [`Budgets`] between it and the network.
-#[derive(Debug)]
-pub struct GuardedSocket {
-    inner: Arc<dyn quinn::AsyncUdpSocket>,
+/// [`Budgets`] shared by the socket's receive and send paths (`h3::socket`).
+#[derive(Debug, Default)]
+pub struct Guard {
     budgets: Mutex<Budgets>,
     /// `Budgets::tracked`, read without the lock: when 0, sends go straight through.
     tracked: AtomicUsize,
 }
 
-impl GuardedSocket {
-    pub fn new(inner: Arc<dyn quinn::AsyncUdpSocket>) -> GuardedSocket {
-        GuardedSocket {
-            inner,
-            budgets: Mutex::default(),
-            tracked: AtomicUsize::new(0),
-        }
-    }
-
+impl Guard {
     fn budgets(&self) -> MutexGuard<'_, Budgets> {
         self.budgets.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-impl quinn::AsyncUdpSocket for GuardedSocket {
-    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
-        self.inner.clone().create_io_poller()
+    /// A datagram came from `from`. `now` is read once per batch, and only when needed.
+    pub fn received(&self, from: SocketAddr, datagram: &[u8], now: &mut Option<Instant>) {
+        // Only long headers open or validate a budget; 1-RTT packets are most of them.
+        if datagram.first().is_some_and(|b| b & 0x80 != 0) {
+            let now = *now.get_or_insert_with(Instant::now);
+            let mut b = self.budgets();
+            b.received(from, datagram, now);
+            self.tracked.store(b.tracked(), Ordering::Relaxed);
+        }
     }
 
-    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+    /// Send what of `transmit` may go, through `send`.
+    pub fn send(
+        &self,
+        transmit: &Transmit,
+        send: impl FnOnce(&Transmit) -> io::Result<()>,
+    ) -> io::Result<()> {
         if self.tracked.load(Ordering::Relaxed) == 0 {
-            return self.inner.try_send(transmit);
+            return send(transmit);
         }
         let (to, len) = (transmit.destination, transmit.contents.len());
         let segment = transmit.segment_size.unwrap_or(len);
         let first = &transmit.contents[..segment.min(len)];
         let admitted = self.budgets().admit(to, first, len, segment);
-        if admitted < len {
-            stats::protection(Protection::QuicAmplification);
+        if admitted == len {
+            return send(transmit);
         }
+        stats::protection(Protection::QuicAmplification);
         if admitted == 0 {
             // Held back: quinn will find it lost, and send it again when the client has sent more.
             return Ok(());
         }
-        let cut = Transmit {
+        let sent = send(&Transmit {
             contents: &transmit.contents[..admitted],
             segment_size: transmit.segment_size.filter(|&s| s < admitted),
             ..*transmit
-        };
-        let sent = self.inner.try_send(&cut);
+        });
         if sent.is_err() {
             self.budgets().unsent(to, first, admitted);
         }
         sent
-    }
-
-    fn poll_recv(
-        &self,
-        cx: &mut Context,
-        bufs: &mut [IoSliceMut<'_>],
-        meta: &mut [RecvMeta],
-    ) -> Poll<io::Result<usize>> {
-        let n = match self.inner.poll_recv(cx, bufs, meta) {
-            Poll::Ready(Ok(n)) => n,
-            other => return other,
-        };
-        let mut now = None;
-        for (buf, m) in bufs.iter().zip(meta.iter()).take(n) {
-            // With GRO one buffer holds several datagrams, `stride` bytes apart.
-            for datagram in buf[..m.len].chunks(m.stride.max(1)) {
-                // Only long headers open or validate a budget; 1-RTT packets are most of them.
-                if datagram.first().is_some_and(|b| b & 0x80 != 0) {
-                    let now = *now.get_or_insert_with(Instant::now);
-                    let mut b = self.budgets();
-                    b.received(m.addr, datagram, now);
-                    self.tracked.store(b.tracked(), Ordering::Relaxed);
-                }
-            }
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.local_addr()
-    }
-
-    fn max_transmit_segments(&self) -> usize {
-        self.inner.max_transmit_segments()
-    }
-
-    fn max_receive_segments(&self) -> usize {
-        self.inner.max_receive_segments()
-    }
-
-    fn may_fragment(&self) -> bool {
-        self.inner.may_fragment()
     }
 }
 

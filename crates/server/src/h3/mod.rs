@@ -3,6 +3,7 @@
 //! on its own SO_REUSEPORT UDP socket, one task per request stream.
 
 mod amplification;
+mod socket;
 mod stream;
 
 use crate::ja4;
@@ -80,21 +81,16 @@ pub async fn run_endpoint(
 ) -> Result<()> {
     let server = server_config(&identity, &cfg)?;
     let runtime = Arc::new(quinn::TokioRuntime);
-    let socket = runtime.wrap_udp_socket(socket)?;
-    let (socket, fingerprints): (Arc<dyn quinn::AsyncUdpSocket>, _) = match &cfg.ja4 {
-        None => (socket, None),
-        Some(stats) => {
-            // --ja4: client Initials are read off the socket as quinn receives them.
-            let seen = Arc::new(ja4::QuicFingerprints::new(stats.clone()));
-            let socket = ja4::SniffingSocket::new(socket, seen.clone());
-            (Arc::new(socket), Some(seen))
-        }
-    };
-    let socket = Arc::new(amplification::GuardedSocket::new(socket));
+    // --ja4: client Initials are read off the socket as quinn receives them.
+    let fingerprints = cfg
+        .ja4
+        .as_ref()
+        .map(|stats| Arc::new(ja4::QuicFingerprints::new(stats.clone())));
+    let socket = socket::Socket::new(runtime.wrap_udp_socket(socket)?, fingerprints.clone());
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
         Default::default(),
         Some(server),
-        socket,
+        Arc::new(socket),
         runtime,
     );
     let endpoint = endpoint.context("QUIC endpoint")?;
