@@ -1,14 +1,14 @@
-//! `loadterm ab`: interleaved rounds of fresh server processes, paired statistics, verdicts.
+//! `loadterm ab`: the command line, the cells of a comparison, and the report.
 
-use crate::compare::{compare, noise, signed_pct};
+use crate::cell::{Cell as CellRun, Regime, Servers};
+use crate::compare::{signed_pct, Comparison};
 use crate::contam;
 use crate::fixture::{Backends, Vars};
-use crate::measure::{self, Run, RunSpec, Target, METRICS};
-use crate::power;
+use crate::measure::{RunSpec, Target};
+use crate::procs;
 use crate::report::{self, Cell, Report, Variant};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,8 +21,10 @@ pub struct AbArgs {
     /// Candidate server command.
     #[arg(long = "b", value_name = "CMD")]
     b: Option<String>,
+    /// The baseline's name in reports.
     #[arg(long, default_value = "A")]
     a_name: String,
+    /// The candidate's name in reports.
     #[arg(long, default_value = "B")]
     b_name: String,
     /// More variants, NAME=CMD (repeatable; the first is the baseline). Replaces --a/--b.
@@ -40,36 +42,58 @@ pub struct AbArgs {
     /// Response sizes: replace `s=` in the URL, one matrix cell each (e.g. 1k,256k).
     #[arg(long, value_delimiter = ',')]
     size: Vec<String>,
-    #[arg(long, default_value_t = 10)]
-    rounds: usize,
-    /// Measured time per run.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Unmeasured load before each measured run.
+    /// Measured rounds per cell (the warm-up round is extra). Default: rounds continue until
+    /// the 95% interval of the change in CPU per request is within ±2/3 of --target-effect, or
+    /// --max-time ends.
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Measured time per run [default: 1s, or 5s with --fresh-process].
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Unmeasured load before measuring: once per server, or before each run with
+    /// --fresh-process.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     warmup: Duration,
+    /// CPUs of the servers under test.
     #[arg(long, default_value = "0", value_delimiter = ',')]
     server_cpus: Vec<usize>,
+    /// CPUs of the load client (and of ab itself).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     client_cpus: Vec<usize>,
+    /// Address the servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Client connections.
-    #[arg(short = 'c', long, default_value_t = 50)]
+    #[arg(short = 'c', long, visible_alias = "clients", default_value_t = 50)]
     connections: usize,
     /// Client concurrent streams (pipelining depth on HTTP/1.1).
-    #[arg(short = 'm', long, default_value_t = 10)]
+    #[arg(
+        short = 'm',
+        long,
+        visible_alias = "max-concurrent-streams",
+        default_value_t = 10
+    )]
     streams: usize,
-    /// Client threads.
+    /// Client threads (default: one per client CPU).
     #[arg(short = 't', long)]
     threads: Option<usize>,
-    /// Open-loop rate (requests per second); latency then also coordinated-omission corrected.
-    #[arg(long, conflicts_with = "rate_fraction")]
+    /// Closed loop: a saturating client, instead of the default fixed rate. CPU per request
+    /// then includes batching, and is several times noisier.
+    #[arg(long, conflicts_with_all = ["rate", "rate_fraction", "server_load"])]
+    closed_loop: bool,
+    /// Open loop at this fixed rate (requests per second), instead of one chosen by a pilot.
+    #[arg(long, conflicts_with_all = ["rate_fraction", "server_load"])]
     rate: Option<f64>,
-    /// Open-loop rate as a fraction of the baseline's saturation throughput, measured in a
-    /// closed-loop pilot run of each cell (e.g. 0.5).
-    #[arg(long, value_name = "F")]
+    /// Open loop at this fraction of the baseline's closed-loop throughput (e.g. 0.5).
+    #[arg(long, value_name = "F", conflicts_with = "server_load")]
     rate_fraction: Option<f64>,
+    /// The default regime: open loop at the rate that keeps the baseline's server at this
+    /// share of its cores, found by a pilot (room for a candidate that costs more).
+    #[arg(long, value_name = "F", default_value_t = 0.5)]
+    server_load: f64,
+    /// A fresh server process for every run, instead of one per variant kept for the cell.
+    #[arg(long)]
+    fresh_process: bool,
     /// A process started once before the first round and stopped at the end, pinned to
     /// --backend-cpus, never measured (repeatable). Its ports are {backend_port} and
     /// {backend_tls_port} in its own command and in the variants' (the N-th backend's also
@@ -87,40 +111,43 @@ pub struct AbArgs {
     /// process control, no server-side metrics.
     #[arg(long, value_name = "URL", requires = "b_endpoint", conflicts_with_all = ["a", "b", "variants"])]
     a_endpoint: Option<String>,
+    /// The candidate's base URL in endpoint mode.
     #[arg(long, value_name = "URL", requires = "a_endpoint")]
     b_endpoint: Option<String>,
-    /// Run the baseline against itself with a known extra cost: one variant per
-    /// --burn-levels, the baseline command with `--burn PERCENT` appended (it must be a
-    /// `loadterm serve` command); implies --aa.
+    /// Run the baseline against itself with known extra costs: one variant per --burn-levels,
+    /// the baseline command with `--burn PERCENT` appended (it must be a `loadterm serve`
+    /// command); implies --aa.
     #[arg(long)]
     calibrate: bool,
-    /// Injected extra costs of --calibrate, percent of the server's own per-request CPU.
-    #[arg(long, value_delimiter = ',', default_value = "3,10")]
+    /// Injected extra costs of --calibrate, percent of the server's own CPU per request in
+    /// the measured regime.
+    #[arg(long, value_delimiter = ',', default_value = "1,3,10")]
     burn_levels: Vec<f64>,
-    /// Plan the rounds so that a change of this size in CPU per request (req/s in endpoint
-    /// mode) is detected with 80% power, from an A/A pilot (e.g. 3%).
-    #[arg(long, value_name = "PCT", value_parser = parse_pct)]
-    target_effect: Option<f64>,
-    /// Rounds of the A/A pilot of --target-effect.
-    #[arg(long, default_value_t = 8)]
-    pilot_rounds: usize,
-    /// Time budget of --target-effect: stop with "not measurable in the time allowed" when
-    /// the planned rounds would not fit.
-    #[arg(long, value_parser = parse_duration, requires = "target_effect")]
-    max_time: Option<Duration>,
-    /// Measure the noise floor first: the baseline against itself.
+    /// The change in CPU per request (req/s in endpoint mode) the run must resolve: rounds
+    /// continue until the 95% interval is within ±2/3 of it (±2 points for 3%).
+    #[arg(long, value_name = "PCT", value_parser = parse_pct, default_value = "3%")]
+    target_effect: f64,
+    /// Time budget of the whole comparison; rounds stop when it ends, interval resolved or
+    /// not.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    max_time: Duration,
+    /// Measure the noise floor too: the baseline against a second copy of itself, in the
+    /// same rounds.
     #[arg(long)]
     aa: bool,
-    /// Keep the first round (by default it is discarded as warm-up).
+    /// Keep the first round (by default it is a warm-up, discarded).
     #[arg(long)]
     keep_first_round: bool,
     /// Seed of the per-round order (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    /// Markdown report.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// JSON report: every run, every comparison, the environment.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// SVG chart of every cell.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// HTML report: the charts inline, the tables, the verdicts, the environment.
@@ -207,9 +234,10 @@ fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
                 out.push((a.a_name.clone(), command(&a.a_name, ca)));
                 out.push((a.b_name.clone(), command(&a.b_name, cb)));
             }
-            (Some(ca), None) => {
-                out.push((a.a_name.clone(), command(&a.a_name, ca)));
-                out.push((a.b_name.clone(), command(&a.b_name, ca)));
+            (Some(_), None) => {
+                return Err(usage_error(
+                    "--b is missing: give the candidate's command (for an A/A run, the same command as --a; or --calibrate)",
+                ))
             }
             _ => return Err(usage_error(
                 "give --a CMD [--b CMD], several --variant NAME=CMD, or --a-endpoint/--b-endpoint",
@@ -259,64 +287,15 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
         .collect()
 }
 
-/// Rounds of A against itself (the noise floor and the pilot): runs named `name` and `name'`.
-fn aa_rounds(
-    spec: &RunSpec,
-    name: &str,
-    rounds: usize,
-    rng: &mut rand::rngs::StdRng,
-    backends: &mut Backends,
-) -> Result<Vec<Run>> {
-    let twin = format!("{name}'");
-    let mut out = Vec::new();
-    for round in 0..rounds {
-        backends.check_alive()?;
-        let mut order = [0, 1];
-        order.shuffle(rng);
-        for k in order {
-            let n = if k == 0 { name } else { twin.as_str() };
-            out.push(measure::run(spec, n, round)?);
-        }
-    }
-    Ok(out)
-}
-
-/// Per-round ratios `name'` / `name` of a metric.
-fn aa_ratios(runs: &[Run], name: &str, metric: &str) -> Vec<f64> {
-    let twin = format!("{name}'");
-    runs.iter()
-        .filter(|r| r.variant == twin)
-        .filter_map(|r2| {
-            let r1 = runs
-                .iter()
-                .find(|r| r.variant == name && r.round == r2.round)?;
-            let v = r2.metric(metric) / r1.metric(metric);
-            (v.is_finite() && v > 0.0).then_some(v)
-        })
-        .collect()
-}
-
 pub fn run(a: AbArgs) -> Result<()> {
     let t_start = std::time::Instant::now();
-    let variants = variants(&a)?;
-    if a.rounds < 2 {
-        return Err(usage_error("--rounds must be at least 2"));
-    }
-    if a.target_effect.is_some() && a.pilot_rounds < 3 {
-        return Err(usage_error("--pilot-rounds must be at least 3"));
-    }
-    if let Some(f) = a.rate_fraction {
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(usage_error("--rate-fraction must be in (0, 1]"));
-        }
-    }
-    for p in &a.proto {
-        if !matches!(p.as_str(), "h1" | "h2" | "h3") {
-            return Err(usage_error(format!("unknown protocol '{p}' (h1, h2, h3)")));
-        }
-    }
+    let mut variants = variants(&a)?;
+    validate(&a)?;
     let endpoint_mode = matches!(variants[0].1, Target::Endpoint(_));
-    let aa = a.aa || a.calibrate;
+    if a.aa || a.calibrate {
+        let (name, target) = variants[0].clone();
+        variants.push((format!("{name}'"), target));
+    }
     let environment = crate::env::capture();
     let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
     // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
@@ -333,26 +312,42 @@ pub fn run(a: AbArgs) -> Result<()> {
     let mut vars = Vars::default();
     vars.set("host", &a.host);
     let mut backends = Backends::start(&a.backends, &a.host, &a.backend_cpus, &mut vars)?;
-    let mut base_args = vec![
+    if !endpoint_mode {
+        // ab itself (once the backends, which it must not pin, are started) wakes up at every window's edges: on the client's cores, not the server's.
+        procs::pin_self(&a.client_cpus);
+    }
+    let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
+    let load_args = [
         "-c".to_owned(),
         a.connections.to_string(),
         "-m".to_owned(),
         a.streams.to_string(),
+        "-t".to_owned(),
+        threads.to_string(),
     ];
-    if let Some(t) = a.threads {
-        base_args.extend(["-t".to_owned(), t.to_string()]);
-    }
     let sizes: Vec<Option<&String>> = if a.size.is_empty() {
         vec![None]
     } else {
         a.size.iter().map(Some).collect()
     };
-    let first = usize::from(!a.keep_first_round);
+    let fresh = a.fresh_process || endpoint_mode;
+    let duration = a
+        .duration
+        .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
+    let regime = match (a.closed_loop, a.rate, a.rate_fraction) {
+        (true, _, _) => Regime::Closed,
+        (_, Some(r), _) => Regime::Rate(r),
+        (_, _, Some(f)) => Regime::RateFraction(f),
+        // The default regime needs the server's CPU to choose its rate.
+        _ if endpoint_mode => Regime::Closed,
+        _ => Regime::ServerLoad(a.server_load),
+    };
     let headline = if endpoint_mode {
         "rps"
     } else {
         "cpu_us_per_req"
     };
+    let cell_count = a.proto.len() * sizes.len();
     let mut cells = Vec::new();
     for proto in &a.proto {
         for size in &sizes {
@@ -364,186 +359,86 @@ pub fn run(a: AbArgs) -> Result<()> {
                 };
                 size.map_or(u.to_owned(), |s| with_size(u, s))
             };
-            let vs: Vec<(Variant, Target)> = variants
+            let vs: Vec<Variant> = variants
                 .iter()
                 .enumerate()
-                .map(|(i, (n, t))| {
-                    let command = match t {
+                .map(|(i, (n, t))| Variant {
+                    name: n.clone(),
+                    command: match t {
                         Target::Command { command, .. } => command.clone(),
                         Target::Endpoint(u) => format!("(endpoint) {u}"),
-                    };
-                    (
-                        Variant {
-                            name: n.clone(),
-                            command,
-                            url: url_of(i),
-                        },
-                        t.clone(),
-                    )
+                    },
+                    url: url_of(i),
                 })
                 .collect();
-            let tag = format!("[{proto} {}]", vs[0].0.url);
-            let spec = |k: usize, load_args: &[String]| {
-                let mut v = vars.clone();
-                v.set("variant", &vs[k].0.name);
-                RunSpec {
-                    target: vs[k].1.clone(),
-                    proto: proto.clone(),
-                    host: a.host.clone(),
-                    url: vs[k].0.url.clone(),
-                    server_cpus: a.server_cpus.clone(),
-                    client_cpus: a.client_cpus.clone(),
-                    warmup: a.warmup,
-                    duration: a.duration,
-                    load_args: load_args.to_vec(),
-                    vars: v,
-                    reference: reference.clone(),
-                    smt: smt.clone(),
-                }
+            let specs: Vec<RunSpec> = vs
+                .iter()
+                .zip(&variants)
+                .map(|(v, (_, target))| {
+                    let mut vars = vars.clone();
+                    vars.set("variant", &v.name);
+                    RunSpec {
+                        target: target.clone(),
+                        proto: proto.clone(),
+                        host: a.host.clone(),
+                        url: v.url.clone(),
+                        server_cpus: a.server_cpus.clone(),
+                        client_cpus: a.client_cpus.clone(),
+                        warmup: a.warmup,
+                        duration,
+                        load_args: load_args.to_vec(),
+                        vars,
+                        reference: reference.clone(),
+                        smt: smt.clone(),
+                    }
+                })
+                .collect();
+            let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
+            // What is left of the budget, shared by the cells still to run.
+            let left = a.max_time.saturating_sub(t_start.elapsed());
+            let cells_left = (cell_count - cells.len()) as u32;
+            let deadline = std::time::Instant::now() + left / cells_left.max(1);
+            let tag = format!("[{proto} {}]", vs[0].url);
+            let mut servers = if fresh {
+                Servers::Fresh
+            } else {
+                eprintln!("{tag} starting {} servers", names.len());
+                Servers::kept(&specs, &names)?
             };
-            // The load regime, decided once per cell.
-            let mut load_args = base_args.clone();
-            let regime = match (a.rate, a.rate_fraction) {
-                (Some(r), _) => {
-                    load_args.extend(["--rate".to_owned(), r.to_string()]);
-                    format!(
-                        "open loop at {r:.0} req/s (fixed --rate), -c {} -m {}",
-                        a.connections, a.streams
-                    )
-                }
-                (None, Some(f)) => {
-                    eprintln!("{tag} pilot: the baseline's saturation throughput");
-                    let pilot = measure::run(&spec(0, &base_args), &vs[0].0.name, 0)?;
-                    let rate = (pilot.rps * f).max(1.0);
-                    load_args.extend(["--rate".to_owned(), format!("{rate:.0}")]);
-                    format!(
-                        "open loop at {rate:.0} req/s = {f} × the baseline's saturation ({:.0} req/s closed loop in a pilot run), -c {} -m {}",
-                        pilot.rps, a.connections, a.streams
-                    )
-                }
-                (None, None) => format!(
-                    "closed loop, saturating client (-c {} -m {})",
-                    a.connections, a.streams
-                ),
-            };
-            let mut notes = Vec::new();
-            let mut rounds = a.rounds;
-            if let Some(effect) = a.target_effect {
-                eprintln!("{tag} A/A pilot: {} rounds", a.pilot_rounds);
-                let pilot = aa_rounds(
-                    &spec(0, &load_args),
-                    &vs[0].0.name,
-                    a.pilot_rounds,
-                    &mut rng,
-                    &mut backends,
-                )?;
-                let ratios = aa_ratios(&pilot, &vs[0].0.name, headline);
-                let s = power::log_spread(&ratios)
-                    .with_context(|| format!("{tag} the pilot measured no {headline} spread"))?;
-                let sigma = power::sigma_upper(s, ratios.len());
-                rounds = power::rounds_for(effect, sigma);
-                let per_run = pilot.iter().map(|r| r.wall_s).sum::<f64>() / pilot.len() as f64;
-                let runs_needed =
-                    (rounds + first) * vs.len() + if aa { 2 * (rounds + first) } else { 0 };
-                let estimate = per_run * runs_needed as f64;
-                let plan = format!(
-                    "planned {rounds} rounds for a {:.1}% change in {headline} with 80% power (5% two-sided) from an A/A pilot of {} rounds: log-ratio spread {:.2}% (80% upper bound {:.2}%), about {:.0} s of runs",
-                    effect * 100.0, a.pilot_rounds, s * 100.0, sigma * 100.0, estimate
-                );
-                eprintln!("{tag} {plan}");
-                if let Some(max) = a.max_time {
-                    let left = max.as_secs_f64() - t_start.elapsed().as_secs_f64();
-                    if estimate > left {
-                        let affordable = ((left / per_run) as usize
-                            / (vs.len() + if aa { 2 } else { 0 }))
-                        .saturating_sub(first);
-                        let reach = if affordable >= power::MIN_ROUNDS {
-                            format!(
-                                "the {affordable} rounds that fit resolve {:.1}%",
-                                power::detectable(affordable, sigma) * 100.0
-                            )
-                        } else {
-                            format!("fewer than {} rounds fit", power::MIN_ROUNDS)
-                        };
-                        bail!(
-                            "not measurable in the time allowed: {tag} a {:.1}% change needs {rounds} rounds (about {estimate:.0} s); --max-time leaves {:.0} s, in which {reach}",
-                            effect * 100.0, left.max(0.0)
-                        );
-                    }
-                }
-                notes.push(plan);
+            let outcome = CellRun {
+                tag,
+                names,
+                specs,
+                twin: a.aa || a.calibrate,
+                regime,
+                rounds: a.rounds,
+                precision_pct: a.target_effect * 100.0 * 2.0 / 3.0,
+                warmup_rounds: usize::from(!a.keep_first_round),
+                deadline: Some(deadline),
+                headline,
+                backends: &mut backends,
+                rng: &mut rng,
             }
-            let mut aa_runs = Vec::new();
-            if aa {
-                eprintln!("{tag} A/A noise floor: {rounds} rounds");
-                aa_runs = aa_rounds(
-                    &spec(0, &load_args),
-                    &vs[0].0.name,
-                    rounds + first,
-                    &mut rng,
-                    &mut backends,
-                )?;
-                aa_runs.retain(|r| r.round >= first);
-            }
-            let mut runs = Vec::new();
-            for round in 0..rounds + first {
-                backends.check_alive()?;
-                let mut order: Vec<usize> = (0..vs.len()).collect();
-                order.shuffle(&mut rng);
-                eprintln!(
-                    "{tag} round {}/{}{}",
-                    round + 1,
-                    rounds + first,
-                    if round < first {
-                        " (warm-up, discarded)"
-                    } else {
-                        ""
-                    }
-                );
-                for k in order {
-                    let r = measure::run(&spec(k, &load_args), &vs[k].0.name, round)?;
-                    if r.errors > 0 {
-                        eprintln!(
-                            "  warning: {} had {} transport errors in round {}",
-                            vs[k].0.name,
-                            r.errors,
-                            round + 1
-                        );
-                    }
-                    if round >= first {
-                        runs.push(r);
-                    }
-                }
-            }
-            let base = &vs[0].0.name;
-            let aa_name = format!("{base}'");
-            let mut comparisons = Vec::new();
-            for (v, _) in &vs[1..] {
-                for metric in METRICS {
-                    let floor = aa
-                        .then(|| noise(metric, &aa_runs, base, &aa_name))
-                        .flatten();
-                    comparisons.extend(compare(metric, base, &v.name, &runs, floor));
-                }
-            }
+            .run(&mut servers)?;
+            drop(servers);
+            let mut notes = outcome.notes;
             if a.calibrate {
                 notes.extend(calibration_notes(
-                    &comparisons,
-                    &aa_runs,
-                    base,
+                    &outcome.comparisons,
+                    &vs[0].name,
                     &a.burn_levels,
-                    rounds,
                 ));
             }
+            let twin = format!("{}'", vs[0].name);
             cells.push(Cell {
                 proto: proto.clone(),
-                url: vs[0].0.url.clone(),
-                variants: vs.into_iter().map(|(v, _)| v).collect(),
-                runs,
-                aa_runs,
-                comparisons,
-                regime,
-                rounds,
+                url: vs[0].url.clone(),
+                variants: vs.into_iter().filter(|v| v.name != twin).collect(),
+                runs: outcome.runs,
+                aa_runs: outcome.aa_runs,
+                comparisons: outcome.comparisons,
+                regime: outcome.regime,
+                rounds: outcome.rounds,
                 notes,
             });
         }
@@ -576,53 +471,64 @@ pub fn run(a: AbArgs) -> Result<()> {
     Ok(())
 }
 
-/// What --calibrate found: per injected level, the measured change and whether it was detected;
-/// and the smallest change these rounds detect with 80% power, from the A/A spread.
-fn calibration_notes(
-    comparisons: &[crate::compare::Comparison],
-    aa_runs: &[Run],
-    base: &str,
-    levels: &[f64],
-    rounds: usize,
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    for level in levels {
-        let name = format!("{base}+burn{level}%");
-        if let Some(c) = comparisons
-            .iter()
-            .find(|c| c.variant == name && c.metric == "cpu_us_per_req")
-        {
-            notes.push(format!(
-                "calibration: injected +{level}% CPU per request, measured {} ({}), {}",
+/// Options that cannot go together or are out of range (clap checks the rest).
+fn validate(a: &AbArgs) -> Result<()> {
+    if a.rounds.is_some_and(|r| r < 2) {
+        return Err(usage_error("--rounds must be at least 2"));
+    }
+    if let Some(f) = a.rate_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(usage_error("--rate-fraction must be in (0, 1]"));
+        }
+    }
+    if !(a.server_load > 0.0 && a.server_load < 1.0) {
+        return Err(usage_error("--server-load must be in (0, 1)"));
+    }
+    if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(usage_error(
+            "--rate must be a positive number of requests per second",
+        ));
+    }
+    if a.max_time.is_zero() {
+        return Err(usage_error("--max-time must be more than 0"));
+    }
+    for p in &a.proto {
+        if !matches!(p.as_str(), "h1" | "h2" | "h3") {
+            return Err(usage_error(format!("unknown protocol '{p}' (h1, h2, h3)")));
+        }
+    }
+    Ok(())
+}
+
+/// What --calibrate found, one sentence per injected level: the measured change with its
+/// interval, whether it was detected, and whether the interval holds the injected value.
+fn calibration_notes(comparisons: &[Comparison], base: &str, levels: &[f64]) -> Vec<String> {
+    levels
+        .iter()
+        .filter_map(|level| {
+            let name = format!("{base}+burn{level}%");
+            let c = comparisons
+                .iter()
+                .find(|c| c.variant == name && c.metric == "cpu_us_per_req")?;
+            let (lo, hi) = c.ci_pct?;
+            Some(format!(
+                "calibration: injected +{level}% CPU per request, measured {} (95% CI {} to {}), {}, {}",
                 signed_pct(c.change_pct),
-                c.ci_pct.map_or("no CI".into(), |(lo, hi)| format!(
-                    "95% CI {} to {}",
-                    signed_pct(lo),
-                    signed_pct(hi)
-                )),
+                signed_pct(lo),
+                signed_pct(hi),
                 if c.significant {
                     "detected"
                 } else {
                     "not detected"
+                },
+                if lo <= *level && *level <= hi {
+                    "the interval holds the injected value"
+                } else {
+                    "the interval misses the injected value"
                 }
-            ));
-        }
-    }
-    let ratios = aa_ratios(aa_runs, base, "cpu_us_per_req");
-    if rounds < power::MIN_ROUNDS {
-        notes.push(format!(
-            "calibration: no change is detectable with {rounds} rounds (the median's 95% CI needs at least {})",
-            power::MIN_ROUNDS
-        ));
-    } else if let Some(s) = power::log_spread(&ratios) {
-        notes.push(format!(
-            "calibration: with {rounds} rounds of this length, the smallest change in CPU per request detected with 80% power is about {:.1}% (A/A log-ratio spread {:.2}% over {} rounds)",
-            power::detectable(rounds, s) * 100.0,
-            s * 100.0,
-            ratios.len()
-        ));
-    }
-    notes
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -670,6 +576,8 @@ mod tests {
         assert_eq!(config(1), ("one.conf".to_owned(), "only B".to_owned()));
         let err = variants(&args(&[
             "--a",
+            "x",
+            "--b",
             "x",
             "--config-template",
             &format!("C={one}"),

@@ -44,14 +44,8 @@ pub fn signed_pct(x: f64) -> String {
     format!("{x:+.1}%")
 }
 
-/// Paired by round: runs of `variant` and `baseline` with the same round number.
-pub fn compare(
-    metric: &str,
-    baseline: &str,
-    variant: &str,
-    runs: &[Run],
-    noise_pct: Option<f64>,
-) -> Option<Comparison> {
+/// (baseline, variant) values of `metric`, paired by round; positive and finite only.
+fn pairs(metric: &str, baseline: &str, variant: &str, runs: &[Run]) -> Vec<(f64, f64)> {
     let value = |name: &str, round: usize| {
         runs.iter()
             .find(|r| r.variant == name && r.round == round)
@@ -67,13 +61,151 @@ pub fn compare(
         r.dedup();
         r
     };
-    let pairs: Vec<(f64, f64)> = rounds
+    rounds
         .iter()
         .filter_map(|&k| Some((value(baseline, k)?, value(variant, k)?)))
         .filter(|(a, b)| *a > 0.0 && *b > 0.0 && a.is_finite() && b.is_finite())
-        .collect();
+        .collect()
+}
+
+/// The same value in every round of both variants (bytes per request of fixed-size
+/// responses): the difference is exact, and a statistic would only blur it.
+fn exact(
+    metric: &str,
+    variant: &str,
+    pairs: &[(f64, f64)],
+    noise_pct: Option<f64>,
+) -> Option<Comparison> {
+    let (a, b) = pairs[0];
+    if pairs.iter().any(|p| *p != (a, b)) {
+        return None;
+    }
+    let (what, up, down) = describe(metric);
+    let ratio = b / a;
+    let verdict = if a == b {
+        format!(
+            "{variant}: the same {what} in every round ({})",
+            exact_value(a)
+        )
+    } else {
+        let word = if b > a { up } else { down };
+        format!(
+            "{variant}: exactly {} {word} {what} in every round ({} against {}, {})",
+            exact_value((b - a).abs()),
+            exact_value(b),
+            exact_value(a),
+            signed_pct((ratio - 1.0) * 100.0)
+        )
+    };
+    Some(Comparison {
+        metric: metric.to_owned(),
+        variant: variant.to_owned(),
+        rounds: pairs.len(),
+        ratio,
+        change_pct: (ratio - 1.0) * 100.0,
+        ci: Some((ratio, ratio)),
+        ci_pct: Some(((ratio - 1.0) * 100.0, (ratio - 1.0) * 100.0)),
+        p_wilcoxon: None,
+        p_mann_whitney: None,
+        noise_pct,
+        rounds_needed: None,
+        significant: a != b,
+        verdict,
+    })
+}
+
+/// A value as it is: an integer without decimals.
+fn exact_value(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// The headline metric: the geometric mean of the per-round ratios with a Student-t 95%
+/// interval (`sequential`), the estimate whose width decides when a run has measured enough.
+/// `precision_pct`: the width asked for, said in the verdict when it was not reached.
+pub fn headline(
+    metric: &str,
+    baseline: &str,
+    variant: &str,
+    runs: &[Run],
+    noise_pct: Option<f64>,
+    precision_pct: Option<f64>,
+) -> Option<Comparison> {
+    let pairs = pairs(metric, baseline, variant, runs);
+    let logs: Vec<f64> = pairs.iter().map(|(a, b)| (b / a).ln()).collect();
+    let Some(e) = crate::sequential::estimate(&logs) else {
+        return compare(metric, baseline, variant, runs, noise_pct);
+    };
+    let ratio = 1.0 + e.change_pct / 100.0;
+    let hidden_by_noise = noise_pct.is_some_and(|n| e.change_pct.abs() < n);
+    let significant = e.significant() && !hidden_by_noise;
+    let (what, up, down) = describe(metric);
+    let numbers = format!(
+        "change {}, 95% CI {} to {}, p={:.4}, {} rounds",
+        signed_pct(e.change_pct),
+        signed_pct(e.ci_pct.0),
+        signed_pct(e.ci_pct.1),
+        e.p,
+        e.rounds
+    );
+    let unresolved = match precision_pct {
+        Some(p) if !crate::sequential::resolved(&e, p) => format!(
+            "; the interval is ±{:.1} points, wider than the ±{p:.1} asked for",
+            e.half_width_pct
+        ),
+        _ => String::new(),
+    };
+    let verdict = if significant {
+        let word = if ratio > 1.0 { up } else { down };
+        format!(
+            "{variant}: {:.1}% {word} {what} ({numbers}){unresolved}",
+            e.change_pct.abs()
+        )
+    } else if let (true, Some(n)) = (hidden_by_noise, noise_pct) {
+        format!(
+            "{variant}: not measurable in {what}: the A/A noise ±{n:.1}% is larger than the change ({}){unresolved}",
+            signed_pct(e.change_pct)
+        )
+    } else {
+        format!("{variant}: no significant difference in {what} ({numbers}){unresolved}")
+    };
+    let b: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+    let a: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+    Some(Comparison {
+        metric: metric.to_owned(),
+        variant: variant.to_owned(),
+        rounds: e.rounds,
+        ratio,
+        change_pct: e.change_pct,
+        ci: Some((1.0 + e.ci_pct.0 / 100.0, 1.0 + e.ci_pct.1 / 100.0)),
+        ci_pct: Some(e.ci_pct),
+        p_wilcoxon: stats::wilcoxon(&logs),
+        p_mann_whitney: stats::mann_whitney(&a, &b),
+        noise_pct,
+        rounds_needed: None,
+        significant,
+        verdict,
+    })
+}
+
+/// Paired by round: runs of `variant` and `baseline` with the same round number; the median
+/// ratio with its order-statistic interval and Wilcoxon's p (every metric but the headline).
+pub fn compare(
+    metric: &str,
+    baseline: &str,
+    variant: &str,
+    runs: &[Run],
+    noise_pct: Option<f64>,
+) -> Option<Comparison> {
+    let pairs = pairs(metric, baseline, variant, runs);
     if pairs.is_empty() {
         return None;
+    }
+    if let Some(c) = exact(metric, variant, &pairs, noise_pct) {
+        return Some(c);
     }
     let ratios: Vec<f64> = pairs.iter().map(|(a, b)| b / a).collect();
     let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
@@ -133,24 +265,6 @@ pub fn compare(
     })
 }
 
-/// Noise floor of a metric from A/A rounds: the half-width of the ratio's 95% CI around 1, or the
-/// largest deviation when there are too few rounds for a CI; in percent.
-pub fn noise(metric: &str, runs: &[Run], a: &str, a2: &str) -> Option<f64> {
-    let c = compare(metric, a, a2, runs, None)?;
-    Some(match c.ci {
-        Some((lo, hi)) => (1.0 - lo).abs().max((hi - 1.0).abs()) * 100.0,
-        None => {
-            let devs = runs.iter().filter(|r| r.variant == a2).filter_map(|r2| {
-                let r1 = runs
-                    .iter()
-                    .find(|r| r.variant == a && r.round == r2.round)?;
-                Some((r2.metric(metric) / r1.metric(metric) - 1.0).abs() * 100.0)
-            });
-            devs.fold(0.0, f64::max)
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +288,7 @@ mod tests {
             rss_peak_mib: Some(10.0),
             rss_mean_mib: Some(10.0),
             ctx_switches_per_req: Some(0.1),
+            late_pct: None,
             series: Vec::new(),
             wall_s: 1.0,
             checks: crate::contam::Checks {
@@ -188,6 +303,7 @@ mod tests {
                 },
                 steady: None,
                 flags: Vec::new(),
+                repeat: false,
             },
         }
     }
@@ -248,6 +364,51 @@ mod tests {
             c.verdict
                 .starts_with("B: no significant difference in CPU per request")
                 && c.verdict.contains("need at least 6"),
+            "{}",
+            c.verdict
+        );
+    }
+
+    #[test]
+    fn exact_differences_are_printed_as_numbers() {
+        let mut runs = Vec::new();
+        for k in 0..8 {
+            let mut a = run("A", k, 10.0 + k as f64 * 0.1);
+            a.bytes_per_req = 262_173.0;
+            let mut b = run("B", k, 10.0);
+            b.bytes_per_req = 262_202.0;
+            runs.extend([a, b]);
+        }
+        let c = compare("bytes_per_req", "A", "B", &runs, None).unwrap();
+        assert_eq!(
+            c.verdict,
+            "B: exactly 29 more bytes per request in every round (262202 against 262173, +0.0%)"
+        );
+        assert!(c.significant);
+        let same = compare("mean_ms", "A", "B", &runs, None).unwrap();
+        assert_eq!(same.verdict, "B: the same mean latency in every round (1)");
+        assert!(!same.significant);
+    }
+
+    #[test]
+    fn headline_uses_the_geometric_mean_and_says_when_too_wide() {
+        let mut runs = Vec::new();
+        for k in 0..12 {
+            let jitter = 1.0 + (k as f64 * 0.37).sin() * 0.01;
+            runs.push(run("A", k, 10.0));
+            runs.push(run("B", k, 10.3 * jitter));
+        }
+        let c = headline("cpu_us_per_req", "A", "B", &runs, None, Some(2.0)).unwrap();
+        assert!(c.significant, "{}", c.verdict);
+        assert!(
+            c.verdict.starts_with("B: 3.") && c.verdict.contains("more CPU per request"),
+            "{}",
+            c.verdict
+        );
+        assert!(!c.verdict.contains("wider than"), "{}", c.verdict);
+        let c = headline("cpu_us_per_req", "A", "B", &runs, None, Some(0.1)).unwrap();
+        assert!(
+            c.verdict.ends_with("wider than the ±0.1 asked for"),
             "{}",
             c.verdict
         );

@@ -11,6 +11,9 @@ pub const STEAL_PCT: f64 = 2.0;
 pub const FOREIGN_PCT: f64 = 5.0;
 /// The client's cores at or above this busy share: req/s then measures the client.
 pub const CLIENT_SATURATED_PCT: f64 = 95.0;
+/// Open loop: more than this share of the sends over 1 ms behind schedule means the client
+/// could not keep the rate, and the server saw a different load than the other variants.
+pub const LATE_PCT: f64 = 1.0;
 /// A 1-minute load average that moved this much since the first run means the machine's load
 /// changed during the comparison.
 pub const LOAD_CHANGE: f64 = 1.0;
@@ -174,6 +177,8 @@ pub struct Readings {
     pub client_cpus: Vec<usize>,
     /// Ticks of the server's process tree during the run; `None` when no server is measured.
     pub server_ticks: Option<u64>,
+    /// Open loop: share of the sends more than 1 ms late, percent.
+    pub late_pct: Option<f64>,
     pub start: Settings,
     /// Settings when the comparison began (the reference for "changed").
     pub reference: Settings,
@@ -193,6 +198,10 @@ pub struct Checks {
     pub settings: Settings,
     pub steady: Option<Steady>,
     pub flags: Vec<String>,
+    /// A flag that says this run's pair is contaminated by something outside the servers
+    /// (steal, foreign CPU on the server cores, a client that fell behind): the round is run
+    /// again. Decided from these readings alone, never from the metrics compared.
+    pub repeat: bool,
 }
 
 fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
@@ -227,16 +236,28 @@ pub fn check(r: &Readings) -> Checks {
     let client_busy_pct =
         (delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
     let mut flags = Vec::new();
+    let mut repeat = false;
     if steal_pct > STEAL_PCT {
         flags.push(format!("steal {steal_pct:.1}%"));
+        repeat = true;
     }
     if let Some(f) = foreign_pct.filter(|f| *f > FOREIGN_PCT) {
         flags.push(format!("foreign CPU {f:.1}% on the server cores"));
+        repeat = true;
     }
-    if client_busy_pct >= CLIENT_SATURATED_PCT {
-        flags.push(format!(
+    match r.late_pct {
+        // Open loop: the rate is fixed, so a busy client shows as late sends, not as req/s.
+        Some(late) if late > LATE_PCT => {
+            flags.push(format!(
+                "client late: {late:.1}% of sends over 1 ms behind schedule (client cores {client_busy_pct:.0}% busy)"
+            ));
+            repeat = true;
+        }
+        Some(_) => {}
+        None if client_busy_pct >= CLIENT_SATURATED_PCT => flags.push(format!(
             "client cores {client_busy_pct:.0}% busy: req/s measures the client"
-        ));
+        )),
+        None => {}
     }
     for (s, c) in &r.smt {
         flags.push(format!("SMT siblings: server CPU {s} and client CPU {c}"));
@@ -272,6 +293,7 @@ pub fn check(r: &Readings) -> Checks {
         settings: now.clone(),
         steady,
         flags,
+        repeat,
     }
 }
 
@@ -290,6 +312,7 @@ mod tests {
 
     fn readings(before: &str, after: &str, server_ticks: Option<u64>) -> Readings {
         Readings {
+            late_pct: None,
             wall_s: 1.0,
             ticks_per_s: 100.0,
             before: parse_proc_stat(before),
@@ -326,6 +349,24 @@ mod tests {
         assert!(text.contains("foreign CPU 30.0%"), "{text}");
         assert!(text.contains("steal 2.5%"), "{text}");
         assert!(text.contains("client cores 100% busy"), "{text}");
+        assert!(c.repeat, "steal and foreign CPU contaminate the round");
+    }
+
+    #[test]
+    fn a_late_open_loop_client_repeats_the_round() {
+        let after = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let mut r = readings(BEFORE, after, Some(58));
+        assert!(!check(&r).repeat);
+        r.late_pct = Some(3.0);
+        let c = check(&r);
+        assert!(c.repeat, "{:?}", c.flags);
+        assert!(
+            c.flags[0].starts_with("client late: 3.0% of sends over 1 ms behind schedule"),
+            "{:?}",
+            c.flags
+        );
+        r.late_pct = Some(0.2);
+        assert!(!check(&r).repeat);
     }
 
     #[test]

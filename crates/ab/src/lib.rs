@@ -1,4 +1,5 @@
 //! See the crate description.
+mod cell;
 pub mod cli;
 mod compare;
 mod contam;
@@ -6,7 +7,7 @@ mod env;
 mod fixture;
 mod measure;
 mod plot;
-mod power;
 mod procs;
 mod report;
+pub mod sequential;
 pub mod stats;

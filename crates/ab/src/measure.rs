@@ -1,6 +1,10 @@
-//! One measured run: a fresh server process (or an already running endpoint), a warm-up, the
-//! measured client run (a separate `loadterm load --json` process pinned to the client CPUs),
-//! /proc samples and contamination checks around it.
+//! One measured run, in one of two shapes:
+//! - `run`: a fresh server process (or an already running endpoint), a warm-up, the measured
+//!   client run (a separate `loadterm load --json` process pinned to the client CPUs), /proc
+//!   samples and contamination checks around it;
+//! - `window`: a server kept running for the whole cell (`start`), a client that warms its
+//!   connections up and then measures a window that starts at an agreed instant, and the
+//!   server's CPU read in nanoseconds at both ends of that window.
 
 use crate::contam::{self, Checks, Readings, Settings};
 use crate::fixture::{self, Scratch, Vars};
@@ -68,6 +72,8 @@ pub struct Run {
     pub rss_peak_mib: Option<f64>,
     pub rss_mean_mib: Option<f64>,
     pub ctx_switches_per_req: Option<f64>,
+    /// Open loop: share of the sends more than 1 ms behind their schedule, percent.
+    pub late_pct: Option<f64>,
     /// Requests completed in each full second of the measured run.
     pub series: Vec<f64>,
     /// Wall time of the whole run: start-up, checks, warm-up, measurement, stop.
@@ -103,12 +109,14 @@ impl Run {
     }
 }
 
-fn client(
+/// The `loadterm load` command of a run (`extra`: options of this run only).
+fn client_command(
     spec: &RunSpec,
     url: &str,
     duration: Duration,
     json: Option<&std::path::Path>,
-) -> Result<Option<serde_json::Value>> {
+    extra: &[String],
+) -> Result<Command> {
     let exe = std::env::current_exe().context("cannot find the loadterm binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("load")
@@ -116,6 +124,7 @@ fn client(
         .arg("-k")
         .arg("-q");
     cmd.args(&spec.load_args)
+        .args(extra)
         .arg("-D")
         .arg(format!("{}ms", duration.as_millis()))
         .arg(url);
@@ -126,7 +135,25 @@ fn client(
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     procs::pin(&mut cmd, spec.client_cpus.clone());
-    let out = cmd.output().context("cannot run loadterm load")?;
+    Ok(cmd)
+}
+
+fn client(
+    spec: &RunSpec,
+    url: &str,
+    duration: Duration,
+    json: Option<&std::path::Path>,
+) -> Result<Option<serde_json::Value>> {
+    let out = client_command(spec, url, duration, json, &[])?
+        .output()
+        .context("cannot run loadterm load")?;
+    client_result(out, json)
+}
+
+fn client_result(
+    out: std::process::Output,
+    json: Option<&std::path::Path>,
+) -> Result<Option<serde_json::Value>> {
     if !out.status.success() {
         bail!(
             "load run failed: {}",
@@ -153,11 +180,151 @@ fn url_host(host: &str) -> String {
     }
 }
 
-/// A started server for one run, with its scratch directory (removed after the server stops).
-struct Started {
+/// A started server, with its scratch directory (removed after the server stops).
+pub struct Started {
     server: ServerProc,
     base: String,
     _scratch: Scratch,
+}
+
+impl Started {
+    pub fn stop(self) {
+        self.server.stop(Duration::from_secs(3));
+    }
+}
+
+/// Start a variant's server once, to be measured in windows (`window`) until `Started::stop`:
+/// it proves it answers, then gets `spec.warmup` of unmeasured load.
+pub fn start(spec: &RunSpec, variant: &str) -> Result<Started> {
+    let Target::Command { command, config } = &spec.target else {
+        bail!("variant {variant}: a running endpoint cannot be started");
+    };
+    let s = start_server(spec, variant, command, config)?;
+    let url = format!("{}{}", s.base, spec.url);
+    let warm = client(spec, &url, Duration::from_millis(200), None)
+        .with_context(|| format!("variant {variant}: first request"))
+        .and_then(|_| {
+            if spec.warmup.is_zero() {
+                Ok(None)
+            } else {
+                client(spec, &url, spec.warmup, None)
+            }
+        });
+    if let Err(e) = warm {
+        s.stop();
+        return Err(e);
+    }
+    Ok(s)
+}
+
+/// How long a window's client warms its connections up before the window (handshakes and the
+/// first requests stay out of the measurement).
+const WINDOW_WARMUP: Duration = Duration::from_millis(250);
+/// Time for the client process to start and connect before its warm-up begins.
+const WINDOW_LEAD: Duration = Duration::from_millis(150);
+/// A window the client began further than this from the agreed instant is misaligned with the
+/// server's CPU readings.
+const WINDOW_SLACK_S: f64 = 0.002;
+
+fn sleep_until(t: std::time::SystemTime) {
+    if let Ok(d) = t.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(d);
+    }
+}
+
+/// One measured window on a server kept running: the client starts its window at an agreed
+/// instant, and the server's CPU (nanoseconds, every thread of its tree) is read at that
+/// instant and `spec.duration` later.
+pub fn window(spec: &RunSpec, variant: &str, round: usize, s: &mut Started) -> Result<Run> {
+    let t_start = Instant::now();
+    if let Some(why) = s.server.exited() {
+        bail!("variant {variant}: the server exited: {why}");
+    }
+    let url = format!("{}{}", s.base, spec.url);
+    let json_path = report_path(variant, round);
+    let at = std::time::SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
+    let at_s = at
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let extra = [
+        "--warm-up-time".to_owned(),
+        format!("{}ms", WINDOW_WARMUP.as_millis()),
+        "--start-at".to_owned(),
+        format!("{at_s:.6}"),
+    ];
+    let child = client_command(spec, &url, spec.duration, Some(&json_path), &extra)?
+        .spawn()
+        .context("cannot run loadterm load")?;
+    let root = s.server.pid();
+    sleep_until(at);
+    let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
+    let (cpu0, stat0, sample0) = (
+        procs::cpu_ns(root),
+        contam::read_proc_stat(),
+        procs::sample_tree(root),
+    );
+    let t0 = Instant::now();
+    sleep_until(at + spec.duration);
+    let (cpu1, stat1, sample1) = (
+        procs::cpu_ns(root),
+        contam::read_proc_stat(),
+        procs::sample_tree(root),
+    );
+    let wall = t0.elapsed().as_secs_f64();
+    let out = child
+        .wait_with_output()
+        .context("waiting for loadterm load");
+    let report = out.and_then(|o| client_result(o, Some(&json_path)));
+    let _ = std::fs::remove_file(&json_path);
+    let report = report?.context("the load report is missing")?;
+    let misaligned_s = report["clock"]["window_start_unix_s"]
+        .as_f64()
+        .map_or(0.0, |w| w - at_s);
+    let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e9;
+    let server = ServerReadings {
+        cpu_s,
+        ticks: (cpu_s * procs::clk_tck()).round() as u64,
+        ctx: sample1.ctx_switches.saturating_sub(sample0.ctx_switches),
+        rss_kib: (sample1.rss_kib, sample1.rss_kib),
+    };
+    let mut run = run_of(
+        spec,
+        variant,
+        round,
+        &report,
+        wall,
+        Some(server),
+        (stat0, stat1),
+        settings,
+    )?;
+    if misaligned_s.abs() > WINDOW_SLACK_S {
+        run.checks.flags.push(format!(
+            "client window {:+.1} ms off the server's readings",
+            misaligned_s * 1e3
+        ));
+        run.checks.repeat = true;
+    }
+    run.wall_s = t_start.elapsed().as_secs_f64();
+    Ok(run)
+}
+
+fn report_path(variant: &str, round: usize) -> std::path::PathBuf {
+    // A variant's name is free text: only its safe characters go into a file name.
+    std::env::temp_dir().join(format!(
+        "loadterm-ab-{}-{}-{round}.json",
+        std::process::id(),
+        variant.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    ))
+}
+
+/// What was read of the server's tree over a measured run.
+struct ServerReadings {
+    cpu_s: f64,
+    /// The same CPU in clock ticks, for the foreign-CPU check against /proc/stat's ticks.
+    ticks: u64,
+    ctx: u64,
+    /// (peak, mean) KiB.
+    rss_kib: (u64, u64),
 }
 
 fn start_server(
@@ -233,12 +400,7 @@ fn measured(
     if !spec.warmup.is_zero() {
         client(spec, url, spec.warmup, None)?;
     }
-    // A variant's name is free text: only its safe characters go into a file name.
-    let json_path = std::env::temp_dir().join(format!(
-        "loadterm-ab-{}-{}-{round}.json",
-        std::process::id(),
-        variant.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
-    ));
+    let json_path = report_path(variant, round);
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = root.map(|tree_root| {
         let stop = stop.clone();
@@ -266,9 +428,48 @@ fn measured(
     let rss = sampler.map(|s| s.join().unwrap_or((0, 0)));
     let _ = std::fs::remove_file(&json_path);
     let report = report?.context("the load report is missing")?;
+    let server = match (before, after, rss) {
+        (Some(b), Some(a), Some(rss)) => {
+            let ticks = a.cpu_ticks.saturating_sub(b.cpu_ticks);
+            Some(ServerReadings {
+                cpu_s: ticks as f64 / procs::clk_tck(),
+                ticks,
+                ctx: a.ctx_switches.saturating_sub(b.ctx_switches),
+                rss_kib: rss,
+            })
+        }
+        _ => None,
+    };
+    run_of(
+        spec,
+        variant,
+        round,
+        &report,
+        wall,
+        server,
+        (stat_before, stat_after),
+        settings,
+    )
+}
+
+/// A run's metrics from the client's report and the server's readings.
+#[allow(clippy::too_many_arguments)]
+fn run_of(
+    spec: &RunSpec,
+    variant: &str,
+    round: usize,
+    report: &serde_json::Value,
+    wall: f64,
+    server: Option<ServerReadings>,
+    stat: (
+        std::collections::BTreeMap<usize, contam::CpuTicks>,
+        std::collections::BTreeMap<usize, contam::CpuTicks>,
+    ),
+    settings: Settings,
+) -> Result<Run> {
     let f = |path: &[&str]| {
         path.iter()
-            .fold(&report, |v, k| &v[*k])
+            .fold(report, |v, k| &v[*k])
             .as_f64()
             .unwrap_or(0.0)
     };
@@ -280,15 +481,10 @@ fn measured(
         .iter()
         .map(|k| f(&["errors", k]))
         .sum::<f64>();
-    let ticks = match (before, after) {
-        (Some(b), Some(a)) => Some(a.cpu_ticks.saturating_sub(b.cpu_ticks)),
-        _ => None,
-    };
-    let cpu_s = ticks.map(|t| t as f64 / procs::clk_tck());
-    let ctx = match (before, after) {
-        (Some(b), Some(a)) => Some(a.ctx_switches.saturating_sub(b.ctx_switches) as f64 / requests),
-        _ => None,
-    };
+    let late_pct = report["open_loop"]["sent"]
+        .as_f64()
+        .filter(|s| *s > 0.0)
+        .map(|sent| f(&["open_loop", "late"]) / sent * 100.0);
     let corrected = report["latency_corrected_us"]["p99"]
         .as_f64()
         .map(|v| v / 1e3);
@@ -306,11 +502,12 @@ fn measured(
     let checks = contam::check(&Readings {
         wall_s: wall,
         ticks_per_s: procs::clk_tck(),
-        before: stat_before,
-        after: stat_after,
+        before: stat.0,
+        after: stat.1,
         server_cpus: spec.server_cpus.clone(),
         client_cpus: spec.client_cpus.clone(),
-        server_ticks: ticks,
+        server_ticks: server.as_ref().map(|s| s.ticks),
+        late_pct,
         start: settings,
         reference: spec.reference.clone(),
         smt: spec.smt.clone(),
@@ -329,11 +526,12 @@ fn measured(
         p95_ms: f(&["latency_us", "p95"]) / 1e3,
         p99_ms: f(&["latency_us", "p99"]) / 1e3,
         corrected_p99_ms: corrected,
-        cpu_us_per_req: cpu_s.map(|c| c * 1e6 / requests),
-        server_cpu_util: cpu_s.map(|c| c / wall),
-        rss_peak_mib: rss.map(|(p, _)| p as f64 / 1024.0),
-        rss_mean_mib: rss.map(|(_, m)| m as f64 / 1024.0),
-        ctx_switches_per_req: ctx,
+        cpu_us_per_req: server.as_ref().map(|s| s.cpu_s * 1e6 / requests),
+        server_cpu_util: server.as_ref().map(|s| s.cpu_s / wall),
+        rss_peak_mib: server.as_ref().map(|s| s.rss_kib.0 as f64 / 1024.0),
+        rss_mean_mib: server.as_ref().map(|s| s.rss_kib.1 as f64 / 1024.0),
+        ctx_switches_per_req: server.as_ref().map(|s| s.ctx as f64 / requests),
+        late_pct,
         series,
         wall_s: 0.0,
         checks,

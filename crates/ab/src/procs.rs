@@ -27,6 +27,21 @@ pub fn pin(cmd: &mut Command, cpus: Vec<usize>) {
     }
 }
 
+/// Pin this process's calling thread (and the threads it starts after) to `cpus`.
+pub fn pin_self(cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 pub struct ServerProc {
     child: Child,
     /// Where its stderr goes (a file, not a pipe: a long-lived process writing logs would block
@@ -166,6 +181,31 @@ pub fn sample_tree(root: u32) -> Sample {
         }
     }
     s
+}
+
+/// CPU time of the tree rooted at `root`, nanoseconds: the sum over its threads of the
+/// scheduler's own account (`/proc/PID/task/TID/schedstat`, first field). Unlike the 10 ms ticks
+/// of `/proc/PID/stat`, a one-second window reads it to the microsecond. Threads that exit
+/// between two readings take their time with them, so it is for long-lived servers whose
+/// threads outlive the window.
+pub fn cpu_ns(root: u32) -> u64 {
+    tree(root)
+        .into_iter()
+        .flat_map(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .filter_map(|t| {
+            std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 fn stat_fields(pid: u32) -> Option<Vec<String>> {

@@ -1,0 +1,411 @@
+//! One cell of a comparison (a protocol and a request): its load regime, chosen from a pilot;
+//! its rounds, each variant once per round in random order; contaminated rounds run again;
+//! and when to stop, by a fixed round count or when the headline interval is narrow enough.
+
+use crate::compare::{self, Comparison};
+use crate::fixture::Backends;
+use crate::measure::{self, Run, RunSpec, Started, METRICS};
+use crate::sequential::{self, Moments};
+use anyhow::{bail, Result};
+use rand::seq::SliceRandom;
+use std::time::{Duration, Instant};
+
+/// The load every run of a cell gets.
+#[derive(Debug, Clone, Copy)]
+pub enum Regime {
+    /// A saturating client (`-c`, `-m`): CPU per request includes batching.
+    Closed,
+    /// Open loop at this many requests per second.
+    Rate(f64),
+    /// Open loop at this fraction of the baseline's closed-loop throughput.
+    RateFraction(f64),
+    /// Open loop at the rate that keeps the baseline's server CPU at this share of its cores.
+    ServerLoad(f64),
+}
+
+/// The client core is kept under this busy share, so that it sends on time.
+const CLIENT_BUSY_MAX: f64 = 0.7;
+
+/// Servers of a cell: started for each run, or once for the whole cell.
+pub enum Servers {
+    Fresh,
+    Kept(Vec<Option<Started>>),
+}
+
+impl Servers {
+    /// Kept servers, one per variant, started (and warmed up) now.
+    pub fn kept(specs: &[RunSpec], names: &[String]) -> Result<Servers> {
+        let mut kept = Servers::Kept(Vec::new());
+        for (spec, name) in specs.iter().zip(names) {
+            let s = measure::start(spec, name)?;
+            if let Servers::Kept(v) = &mut kept {
+                v.push(Some(s));
+            }
+        }
+        Ok(kept)
+    }
+
+    fn measure(&mut self, k: usize, spec: &RunSpec, name: &str, round: usize) -> Result<Run> {
+        match self {
+            Servers::Fresh => measure::run(spec, name, round),
+            Servers::Kept(v) => match v.get_mut(k).and_then(Option::as_mut) {
+                Some(s) => measure::window(spec, name, round, s),
+                None => bail!("variant {name}: no server"),
+            },
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        if let Servers::Kept(v) = self {
+            v.iter_mut()
+                .filter_map(Option::take)
+                .for_each(Started::stop);
+        }
+    }
+}
+
+/// Everything a cell's rounds need.
+pub struct Cell<'a> {
+    pub tag: String,
+    /// Variants in order, the baseline first (and the A/A twin last, when `twin`).
+    pub names: Vec<String>,
+    pub specs: Vec<RunSpec>,
+    pub twin: bool,
+    pub regime: Regime,
+    /// Measured rounds asked for; `None`: until the headline interval is ±`precision_pct`.
+    pub rounds: Option<usize>,
+    pub precision_pct: f64,
+    /// Rounds run first and discarded.
+    pub warmup_rounds: usize,
+    pub deadline: Option<Instant>,
+    pub headline: &'static str,
+    pub backends: &'a mut Backends,
+    pub rng: &'a mut rand::rngs::StdRng,
+}
+
+/// What a cell measured.
+pub struct Outcome {
+    pub runs: Vec<Run>,
+    pub aa_runs: Vec<Run>,
+    pub comparisons: Vec<Comparison>,
+    pub regime: String,
+    pub rounds: usize,
+    pub notes: Vec<String>,
+}
+
+impl Cell<'_> {
+    pub fn run(mut self, servers: &mut Servers) -> Result<Outcome> {
+        let (rate, regime) = self.choose_rate(servers)?;
+        if let Some(r) = rate {
+            for s in &mut self.specs {
+                s.load_args.extend(["--rate".to_owned(), format!("{r:.0}")]);
+            }
+        }
+        eprintln!("{} regime: {regime}", self.tag);
+        let (runs, repeats) = self.rounds(servers)?;
+        let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
+        let mut notes = Vec::new();
+        if !repeats.is_empty() {
+            notes.push(repeat_note(&repeats));
+        }
+        if self.rounds.is_none() && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            notes.push(format!(
+                "the time budget ended after {rounds} rounds, before every interval reached ±{:.1} points",
+                self.precision_pct
+            ));
+        }
+        let base = self.names[0].clone();
+        let twin = self.twin.then(|| self.names[self.names.len() - 1].clone());
+        let precision = self.rounds.is_none().then_some(self.precision_pct);
+        let floor = |metric: &str| {
+            let t = twin.as_deref()?;
+            let c = if metric == self.headline {
+                compare::headline(metric, &base, t, &runs, None, None)?
+            } else {
+                compare::compare(metric, &base, t, &runs, None)?
+            };
+            let (lo, hi) = c.ci_pct?;
+            Some(lo.abs().max(hi.abs()))
+        };
+        let mut comparisons = Vec::new();
+        for v in self.names[1..]
+            .iter()
+            .filter(|v| Some(v.as_str()) != twin.as_deref())
+        {
+            for metric in METRICS {
+                let noise = floor(metric);
+                comparisons.extend(if *metric == self.headline {
+                    compare::headline(metric, &base, v, &runs, noise, precision)
+                } else {
+                    compare::compare(metric, &base, v, &runs, noise)
+                });
+            }
+        }
+        let (aa_runs, runs): (Vec<Run>, Vec<Run>) = match &twin {
+            Some(t) => {
+                let aa: Vec<Run> = runs
+                    .iter()
+                    .filter(|r| r.variant == base || r.variant == *t)
+                    .cloned()
+                    .collect();
+                (aa, runs.into_iter().filter(|r| r.variant != *t).collect())
+            }
+            None => (Vec::new(), runs),
+        };
+        Ok(Outcome {
+            runs,
+            aa_runs,
+            comparisons,
+            regime,
+            rounds,
+            notes,
+        })
+    }
+
+    fn shape(&self) -> String {
+        let a = &self.specs[0].load_args;
+        let get = |flag: &str| {
+            a.iter()
+                .position(|x| x == flag)
+                .and_then(|i| a.get(i + 1))
+                .cloned()
+                .unwrap_or_default()
+        };
+        format!("-c {} -m {}", get("-c"), get("-m"))
+    }
+
+    /// One pilot run of the baseline with extra load options.
+    fn pilot(&mut self, servers: &mut Servers, extra: &[String]) -> Result<Run> {
+        let mut spec = self.specs[0].clone();
+        spec.load_args.extend_from_slice(extra);
+        servers.measure(0, &spec, &self.names[0], 0)
+    }
+
+    /// The rate of an open-loop regime (`None`: closed loop), and the regime in words.
+    fn choose_rate(&mut self, servers: &mut Servers) -> Result<(Option<f64>, String)> {
+        let shape = self.shape();
+        let cores = self.specs[0].server_cpus.len().max(1) as f64;
+        match self.regime {
+            Regime::Closed => Ok((None, format!("closed loop, saturating client ({shape})"))),
+            Regime::Rate(r) => Ok((
+                Some(r),
+                format!("open loop at {r:.0} req/s (fixed --rate), {shape}"),
+            )),
+            Regime::RateFraction(f) => {
+                eprintln!("{} pilot: the baseline's saturation throughput", self.tag);
+                let p = self.pilot(servers, &[])?;
+                let rate = (p.rps * f).max(1.0);
+                Ok((
+                    Some(rate),
+                    format!(
+                        "open loop at {rate:.0} req/s = {f} × the baseline's saturation ({:.0} req/s closed loop in a pilot run), {shape}",
+                        p.rps
+                    ),
+                ))
+            }
+            Regime::ServerLoad(target) => {
+                eprintln!(
+                    "{} pilot: the rate that keeps the baseline's server at {:.0}% CPU",
+                    self.tag,
+                    target * 100.0
+                );
+                let saturated = self.pilot(servers, &[])?;
+                // The open-loop cost per request is higher than the closed loop's (less
+                // batching): probe at a quarter of saturation, then scale, then check once.
+                let mut rate = (saturated.rps * 0.25).max(10.0);
+                let mut seen = (0.0, 0.0);
+                for _ in 0..2 {
+                    let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
+                    let server = p.server_cpu_util.unwrap_or(0.0) / cores;
+                    let client = p.checks.client_busy_pct / 100.0;
+                    seen = (server, client);
+                    if server <= 0.0 {
+                        bail!("{} pilot: the server used no CPU", self.tag);
+                    }
+                    let scale = (target / server).min(CLIENT_BUSY_MAX / client.max(1e-3));
+                    rate = (rate * scale.min(4.0)).max(10.0);
+                }
+                Ok((
+                    Some(rate),
+                    format!(
+                        "open loop at {rate:.0} req/s, chosen for the baseline's server CPU at {:.0}% of its cores (the pilot's last step: {:.0}%, client cores {:.0}% busy; closed-loop saturation {:.0} req/s), {shape}",
+                        target * 100.0,
+                        seen.0 * 100.0,
+                        seen.1 * 100.0,
+                        saturated.rps
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The measured rounds (runs numbered by measured round), and the flags of the rounds run
+    /// again.
+    fn rounds(&mut self, servers: &mut Servers) -> Result<(Vec<Run>, Vec<Vec<String>>)> {
+        let n = self.names.len();
+        let mut moments = vec![Moments::default(); n];
+        let mut runs = Vec::new();
+        let mut repeats = Vec::new();
+        let (mut measured, mut started) = (0usize, 0usize);
+        let mut last_round = Duration::ZERO;
+        loop {
+            if self.rounds.is_some_and(|r| measured >= r) {
+                break;
+            }
+            if let Some(d) = self.deadline {
+                if measured >= 2 && Instant::now() + last_round > d {
+                    break;
+                }
+            }
+            self.backends.check_alive()?;
+            let t0 = Instant::now();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.shuffle(self.rng);
+            let mut this = Vec::new();
+            for k in order {
+                this.push(servers.measure(k, &self.specs[k], &self.names[k], measured)?);
+            }
+            last_round = t0.elapsed();
+            started += 1;
+            if started <= self.warmup_rounds {
+                eprintln!("{} warm-up round (discarded)", self.tag);
+                continue;
+            }
+            let flags: Vec<&String> = this
+                .iter()
+                .filter(|r| r.checks.repeat)
+                .flat_map(|r| &r.checks.flags)
+                .collect();
+            // Repeating is decided from the contamination checks alone, before the round's
+            // metrics are looked at; at most as many repeats as kept rounds (plus a start),
+            // so that a busy machine ends the run rather than stretching it.
+            if !flags.is_empty() && repeats.len() < measured + 5 {
+                let text: Vec<&str> = flags.iter().map(|f| f.as_str()).collect();
+                eprintln!("{} round run again: {}", self.tag, text.join("; "));
+                repeats.push(text.iter().map(|f| flag_kind(f).to_owned()).collect());
+                continue;
+            }
+            for r in &this {
+                if r.errors > 0 {
+                    eprintln!(
+                        "  warning: {} had {} transport errors in round {}",
+                        r.variant,
+                        r.errors,
+                        measured + 1
+                    );
+                }
+            }
+            let value = |k: usize| {
+                this.iter()
+                    .find(|r| r.variant == self.names[k])
+                    .map(|r| r.metric(self.headline))
+            };
+            for (k, m) in moments.iter_mut().enumerate().skip(1) {
+                if let (Some(a), Some(b)) = (value(0), value(k)) {
+                    if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() {
+                        m.push((b / a).ln());
+                    }
+                }
+            }
+            runs.extend(this);
+            measured += 1;
+            let estimates: Vec<_> = moments[1..].iter().map(Moments::estimate).collect();
+            eprintln!("{}", self.progress(measured, &estimates));
+            if self.rounds.is_none()
+                && estimates.iter().all(|e| {
+                    e.as_ref()
+                        .is_some_and(|e| sequential::resolved(e, self.precision_pct))
+                })
+            {
+                break;
+            }
+        }
+        Ok((runs, repeats))
+    }
+
+    /// "[h1 /?s=1k] round 14: B +2.9% ±3.4 (target ±2.0), 8m12s left".
+    fn progress(&self, measured: usize, estimates: &[Option<sequential::Estimate>]) -> String {
+        let parts: Vec<String> = self.names[1..]
+            .iter()
+            .zip(estimates)
+            .map(|(name, e)| match e {
+                Some(e) => format!("{name} {:+.1}% ±{:.1}", e.change_pct, e.half_width_pct),
+                None => format!("{name} …"),
+            })
+            .collect();
+        let target = if self.rounds.is_none() {
+            format!(" (target ±{:.1})", self.precision_pct)
+        } else {
+            String::new()
+        };
+        let left = match (self.rounds, self.deadline) {
+            (Some(r), _) => format!(", {} rounds left", r.saturating_sub(measured)),
+            (None, Some(d)) => {
+                let s = d.saturating_duration_since(Instant::now()).as_secs();
+                format!(", {}m{:02}s left", s / 60, s % 60)
+            }
+            (None, None) => String::new(),
+        };
+        format!(
+            "{} round {measured}: {} in {}{target}{left}",
+            self.tag,
+            parts.join(", "),
+            self.headline
+        )
+    }
+}
+
+/// What kind of contamination a flag reports: its words before the first figure
+/// ("foreign CPU", "client late", "steal").
+fn flag_kind(flag: &str) -> &str {
+    flag.split(|c: char| c.is_ascii_digit() || c == ':' || c == '+' || c == '-')
+        .next()
+        .unwrap_or(flag)
+        .trim()
+}
+
+/// "3 rounds run again (contaminated): foreign CPU in 2, client late in 1".
+fn repeat_note(repeats: &[Vec<String>]) -> String {
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for round in repeats {
+        let mut seen: Vec<&String> = round.iter().collect();
+        seen.sort();
+        seen.dedup();
+        for k in seen {
+            match kinds.iter_mut().find(|(n, _)| n == k) {
+                Some((_, c)) => *c += 1,
+                None => kinds.push((k.clone(), 1)),
+            }
+        }
+    }
+    let parts: Vec<String> = kinds.iter().map(|(k, c)| format!("{k} in {c}")).collect();
+    format!(
+        "{} round(s) run again (contaminated): {}",
+        repeats.len(),
+        parts.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_are_summarised_by_kind() {
+        let repeats = vec![
+            vec![
+                flag_kind("foreign CPU 88.1% on the server cores").to_owned(),
+                flag_kind("client late: 7.0% of sends").to_owned(),
+                flag_kind("foreign CPU 80.0% on the server cores").to_owned(),
+            ],
+            vec![flag_kind("steal 3.1%").to_owned()],
+            vec![flag_kind("client window +4.1 ms off the server's readings").to_owned()],
+        ];
+        assert_eq!(
+            repeat_note(&repeats),
+            "3 round(s) run again (contaminated): client late in 1, foreign CPU in 1, steal in 1, client window in 1"
+        );
+    }
+}
