@@ -3,6 +3,7 @@
 //! and when to stop, by a fixed round count or when the headline interval is narrow enough.
 
 use crate::compare::{self, Comparison};
+use crate::contam;
 use crate::fixture::Backends;
 use crate::measure::{self, Run, RunSpec, Started, METRICS};
 use crate::sequential::{self, Moments};
@@ -25,6 +26,8 @@ pub enum Regime {
 
 /// The client core is kept under this busy share, so that it sends on time.
 const CLIENT_BUSY_MAX: f64 = 0.7;
+/// Open-loop windows of the pilot's search for the rate.
+const PILOT_STEPS: usize = 5;
 
 /// Servers of a cell: started for each run, or once for the whole cell.
 pub enum Servers {
@@ -45,14 +48,48 @@ impl Servers {
         Ok(kept)
     }
 
-    fn measure(&mut self, k: usize, spec: &RunSpec, name: &str, round: usize) -> Result<Run> {
-        match self {
-            Servers::Fresh => measure::run(spec, name, round),
-            Servers::Kept(v) => match v.get_mut(k).and_then(Option::as_mut) {
-                Some(s) => measure::window(spec, name, round, s),
-                None => bail!("variant {name}: no server"),
-            },
+    /// Kept servers stopped and started again (each process's layout and allocator state is a
+    /// bias of its own, which only new processes average out).
+    fn restart(&mut self, specs: &[RunSpec], names: &[String]) -> Result<()> {
+        if let Servers::Kept(v) = self {
+            v.iter_mut().filter_map(Option::take).for_each(Started::stop);
+            *self = Servers::kept(specs, names)?;
         }
+        Ok(())
+    }
+
+    /// One round: the variants in `order`, one after another, or with `together` (kept servers
+    /// only) all in the same window.
+    fn round(
+        &mut self,
+        order: &[usize],
+        specs: &[RunSpec],
+        names: &[String],
+        round: usize,
+        together: bool,
+    ) -> Result<Vec<Run>> {
+        let Servers::Kept(kept) = self else {
+            return order
+                .iter()
+                .map(|&k| measure::run(&specs[k], &names[k], round))
+                .collect();
+        };
+        let mut started: Vec<Option<&mut Started>> = kept.iter_mut().map(Option::as_mut).collect();
+        let mut jobs = Vec::new();
+        for &k in order {
+            match started.get_mut(k).and_then(Option::take) {
+                Some(s) => jobs.push((&specs[k], names[k].as_str(), s)),
+                None => bail!("variant {}: no server", names[k]),
+            }
+        }
+        if together {
+            return measure::windows(&mut jobs, round);
+        }
+        let mut runs = Vec::new();
+        for job in jobs {
+            runs.extend(measure::windows(&mut [job], round)?);
+        }
+        Ok(runs)
     }
 }
 
@@ -80,7 +117,11 @@ pub struct Cell<'a> {
     /// Rounds run first and discarded.
     pub warmup_rounds: usize,
     pub deadline: Option<Instant>,
+    /// Kept servers are started again after this many measured rounds.
+    pub restart_every: usize,
     pub headline: &'static str,
+    /// Kept servers measured all in the same window (else one after another).
+    pub together: bool,
     pub backends: &'a mut Backends,
     pub rng: &'a mut rand::rngs::StdRng,
 }
@@ -176,11 +217,24 @@ impl Cell<'_> {
         format!("-c {} -m {}", get("-c"), get("-m"))
     }
 
-    /// One pilot run of the baseline with extra load options.
-    fn pilot(&mut self, servers: &mut Servers, extra: &[String]) -> Result<Run> {
-        let mut spec = self.specs[0].clone();
-        spec.load_args.extend_from_slice(extra);
-        servers.measure(0, &spec, &self.names[0], 0)
+    /// One pilot round with extra load options: the baseline, or every variant when they are
+    /// measured together (they share the server's cores).
+    fn pilot(&mut self, servers: &mut Servers, extra: &[String]) -> Result<Vec<Run>> {
+        let specs: Vec<RunSpec> = self
+            .specs
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.load_args.extend_from_slice(extra);
+                s
+            })
+            .collect();
+        let order: Vec<usize> = if self.together {
+            (0..specs.len()).collect()
+        } else {
+            vec![0]
+        };
+        servers.round(&order, &specs, &self.names, 0, self.together)
     }
 
     /// The rate of an open-loop regime (`None`: closed loop), and the regime in words.
@@ -196,45 +250,64 @@ impl Cell<'_> {
             Regime::RateFraction(f) => {
                 eprintln!("{} pilot: the baseline's saturation throughput", self.tag);
                 let p = self.pilot(servers, &[])?;
-                let rate = (p.rps * f).max(1.0);
+                let rate = (p[0].rps * f).max(1.0);
                 Ok((
                     Some(rate),
                     format!(
-                        "open loop at {rate:.0} req/s = {f} × the baseline's saturation ({:.0} req/s closed loop in a pilot run), {shape}",
-                        p.rps
+                        "open loop at {rate:.0} req/s = {f} × the baseline's saturation ({:.0} req/s closed loop in a pilot run{}), {shape}",
+                        p[0].rps,
+                        if self.together { ", sharing the server's cores with the other variants" } else { "" }
                     ),
                 ))
             }
             Regime::ServerLoad(target) => {
                 eprintln!(
-                    "{} pilot: the rate that keeps the baseline's server at {:.0}% CPU",
+                    "{} pilot: the rate that keeps the server cores {:.0}% busy",
                     self.tag,
                     target * 100.0
                 );
+                let client_cores = self.specs[0].client_cpus.len().max(1) as f64;
                 let saturated = self.pilot(servers, &[])?;
-                // The open-loop cost per request is higher than the closed loop's (less
-                // batching): probe at a quarter of saturation, then scale, then check once.
-                let mut rate = (saturated.rps * 0.25).max(10.0);
+                // The open-loop cost per request falls steeply as the rate rises (more requests
+                // per wake-up), so the rate is searched for, not extrapolated: from a quarter of
+                // saturation, each step scales by what it measured (at most ×2 or ÷2), never
+                // past what the clients kept up with.
+                let mut rate = (saturated[0].rps * 0.25).max(10.0);
                 let mut seen = (0.0, 0.0);
-                for _ in 0..2 {
+                let mut ceiling = f64::INFINITY;
+                for _ in 0..PILOT_STEPS {
                     let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
-                    let server = p.server_cpu_util.unwrap_or(0.0) / cores;
-                    let client = p.checks.client_busy_pct / 100.0;
+                    let server = p.iter().map(|r| r.server_cpu_util.unwrap_or(0.0)).sum::<f64>() / cores;
+                    let client = p
+                        .iter()
+                        .map(|r| r.client_cpu_util.unwrap_or(r.checks.client_busy_pct / 100.0))
+                        .sum::<f64>()
+                        / client_cores;
                     seen = (server, client);
-                    if server <= 0.0 {
+                    if server <= 0.0 || p[0].rps <= 0.0 {
                         bail!("{} pilot: the server used no CPU", self.tag);
                     }
+                    // A client that missed even a few sends is at its limit: stay well under it,
+                    // since every measured round that misses more than MISSED_PCT is run again.
+                    if p.iter().any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 10.0)) {
+                        ceiling = ceiling.min(p[0].rps * 0.7);
+                    }
                     let scale = (target / server).min(CLIENT_BUSY_MAX / client.max(1e-3));
-                    rate = (rate * scale.min(4.0)).max(10.0);
+                    rate = (p[0].rps * scale.clamp(0.5, 2.0)).min(ceiling).max(10.0);
                 }
+                let each = if self.together && self.names.len() > 1 {
+                    format!(" (each of the {} variants, measured together)", self.names.len())
+                } else {
+                    String::new()
+                };
                 Ok((
                     Some(rate),
                     format!(
-                        "open loop at {rate:.0} req/s, chosen for the baseline's server CPU at {:.0}% of its cores (the pilot's last step: {:.0}%, client cores {:.0}% busy; closed-loop saturation {:.0} req/s), {shape}",
+                        "open loop at {rate:.0} req/s{each}, chosen for the server cores {:.0}% busy (the pilot's last step: {:.0}%, clients {:.0}% of their cores; the baseline's closed-loop throughput {:.0} req/s), {shape}",
                         target * 100.0,
                         seen.0 * 100.0,
                         seen.1 * 100.0,
-                        saturated.rps
+                        saturated[0].rps
                     ),
                 ))
             }
@@ -248,7 +321,7 @@ impl Cell<'_> {
         let mut moments = vec![Moments::default(); n];
         let mut runs = Vec::new();
         let mut repeats = Vec::new();
-        let (mut measured, mut started) = (0usize, 0usize);
+        let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
         let mut last_round = Duration::ZERO;
         loop {
             if self.rounds.is_some_and(|r| measured >= r) {
@@ -260,13 +333,14 @@ impl Cell<'_> {
                 }
             }
             self.backends.check_alive()?;
+            if measured > 0 && measured.is_multiple_of(self.restart_every) && restarted != measured {
+                servers.restart(&self.specs, &self.names)?;
+                restarted = measured;
+            }
             let t0 = Instant::now();
             let mut order: Vec<usize> = (0..n).collect();
             order.shuffle(self.rng);
-            let mut this = Vec::new();
-            for k in order {
-                this.push(servers.measure(k, &self.specs[k], &self.names[k], measured)?);
-            }
+            let this = servers.round(&order, &self.specs, &self.names, measured, self.together)?;
             last_round = t0.elapsed();
             started += 1;
             if started <= self.warmup_rounds {
@@ -358,7 +432,7 @@ impl Cell<'_> {
 }
 
 /// What kind of contamination a flag reports: its words before the first figure
-/// ("foreign CPU", "client late", "steal").
+/// ("foreign CPU", "client behind", "steal").
 fn flag_kind(flag: &str) -> &str {
     flag.split(|c: char| c.is_ascii_digit() || c == ':' || c == '+' || c == '-')
         .next()
@@ -366,7 +440,7 @@ fn flag_kind(flag: &str) -> &str {
         .trim()
 }
 
-/// "3 rounds run again (contaminated): foreign CPU in 2, client late in 1".
+/// "3 rounds run again (contaminated): foreign CPU in 2, client behind in 1".
 fn repeat_note(repeats: &[Vec<String>]) -> String {
     let mut kinds: Vec<(String, usize)> = Vec::new();
     for round in repeats {
@@ -397,7 +471,7 @@ mod tests {
         let repeats = vec![
             vec![
                 flag_kind("foreign CPU 88.1% on the server cores").to_owned(),
-                flag_kind("client late: 7.0% of sends").to_owned(),
+                flag_kind("client behind: 7.0% of the scheduled sends not made").to_owned(),
                 flag_kind("foreign CPU 80.0% on the server cores").to_owned(),
             ],
             vec![flag_kind("steal 3.1%").to_owned()],
@@ -405,7 +479,7 @@ mod tests {
         ];
         assert_eq!(
             repeat_note(&repeats),
-            "3 round(s) run again (contaminated): client late in 1, foreign CPU in 1, steal in 1, client window in 1"
+            "3 round(s) run again (contaminated): client behind in 1, foreign CPU in 1, steal in 1, client window in 1"
         );
     }
 }

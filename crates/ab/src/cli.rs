@@ -50,9 +50,8 @@ pub struct AbArgs {
     /// Measured time per run [default: 1s, or 5s with --fresh-process].
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Unmeasured load before measuring: once per server, or before each run with
-    /// --fresh-process.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    /// Unmeasured load before measuring: each time a server starts.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     warmup: Duration,
     /// CPUs of the servers under test.
     #[arg(long, default_value = "0", value_delimiter = ',')]
@@ -94,6 +93,15 @@ pub struct AbArgs {
     /// A fresh server process for every run, instead of one per variant kept for the cell.
     #[arg(long)]
     fresh_process: bool,
+    /// Measure the kept servers one after another (each in its own window) instead of all in
+    /// the same window.
+    #[arg(long)]
+    alternate: bool,
+    /// Kept servers are stopped and started again after this many measured rounds: each
+    /// process carries a bias of its own (memory layout, allocator state) that only new
+    /// processes average out.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    restart_every: usize,
     /// A process started once before the first round and stopped at the end, pinned to
     /// --backend-cpus, never measured (repeatable). Its ports are {backend_port} and
     /// {backend_tls_port} in its own command and in the variants' (the N-th backend's also
@@ -415,7 +423,9 @@ pub fn run(a: AbArgs) -> Result<()> {
                 precision_pct: a.target_effect * 100.0 * 2.0 / 3.0,
                 warmup_rounds: usize::from(!a.keep_first_round),
                 deadline: Some(deadline),
+                restart_every: a.restart_every,
                 headline,
+                together: !a.alternate,
                 backends: &mut backends,
                 rng: &mut rng,
             }
@@ -488,6 +498,9 @@ fn validate(a: &AbArgs) -> Result<()> {
         return Err(usage_error(
             "--rate must be a positive number of requests per second",
         ));
+    }
+    if a.restart_every == 0 {
+        return Err(usage_error("--restart-every must be at least 1"));
     }
     if a.max_time.is_zero() {
         return Err(usage_error("--max-time must be more than 0"));

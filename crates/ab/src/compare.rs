@@ -288,7 +288,8 @@ mod tests {
             rss_peak_mib: Some(10.0),
             rss_mean_mib: Some(10.0),
             ctx_switches_per_req: Some(0.1),
-            late_pct: None,
+            missed_pct: None,
+            client_cpu_util: None,
             series: Vec::new(),
             wall_s: 1.0,
             checks: crate::contam::Checks {

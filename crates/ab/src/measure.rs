@@ -2,8 +2,8 @@
 //! - `run`: a fresh server process (or an already running endpoint), a warm-up, the measured
 //!   client run (a separate `loadterm load --json` process pinned to the client CPUs), /proc
 //!   samples and contamination checks around it;
-//! - `window`: a server kept running for the whole cell (`start`), a client that warms its
-//!   connections up and then measures a window that starts at an agreed instant, and the
+//! - `windows`: servers kept running for the whole cell (`start`), one client each that warms
+//!   its connections up and then measures a window that starts at an agreed instant, and each
 //!   server's CPU read in nanoseconds at both ends of that window.
 
 use crate::contam::{self, Checks, Readings, Settings};
@@ -72,8 +72,11 @@ pub struct Run {
     pub rss_peak_mib: Option<f64>,
     pub rss_mean_mib: Option<f64>,
     pub ctx_switches_per_req: Option<f64>,
-    /// Open loop: share of the sends more than 1 ms behind their schedule, percent.
-    pub late_pct: Option<f64>,
+    /// The load client's own CPU time / wall time over the window (measured windows only;
+    /// the client cores' busy share also counts whatever else runs there).
+    pub client_cpu_util: Option<f64>,
+    /// Open loop: share of the scheduled sends the client never made, percent.
+    pub missed_pct: Option<f64>,
     /// Requests completed in each full second of the measured run.
     pub series: Vec<f64>,
     /// Wall time of the whole run: start-up, checks, warm-up, measurement, stop.
@@ -232,16 +235,19 @@ fn sleep_until(t: std::time::SystemTime) {
     }
 }
 
-/// One measured window on a server kept running: the client starts its window at an agreed
-/// instant, and the server's CPU (nanoseconds, every thread of its tree) is read at that
-/// instant and `spec.duration` later.
-pub fn window(spec: &RunSpec, variant: &str, round: usize, s: &mut Started) -> Result<Run> {
+/// One measured window on servers kept running, all at once: each gets its own client, every
+/// client starts its window at the same agreed instant, and each server's CPU (nanoseconds,
+/// every thread of its tree) is read at that instant and `duration` later. Measured together,
+/// the variants share whatever else the machine does in that second, and their ratio cancels it.
+pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Result<Vec<Run>> {
     let t_start = Instant::now();
-    if let Some(why) = s.server.exited() {
-        bail!("variant {variant}: the server exited: {why}");
-    }
-    let url = format!("{}{}", s.base, spec.url);
-    let json_path = report_path(variant, round);
+    let Some(first) = jobs.first() else {
+        return Ok(Vec::new());
+    };
+    let (duration, cpu0) = (
+        first.0.duration,
+        first.0.server_cpus.first().copied().unwrap_or(0),
+    );
     let at = std::time::SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
     let at_s = at
         .duration_since(std::time::SystemTime::UNIX_EPOCH)
@@ -252,60 +258,94 @@ pub fn window(spec: &RunSpec, variant: &str, round: usize, s: &mut Started) -> R
         "--start-at".to_owned(),
         format!("{at_s:.6}"),
     ];
-    let child = client_command(spec, &url, spec.duration, Some(&json_path), &extra)?
-        .spawn()
-        .context("cannot run loadterm load")?;
-    let root = s.server.pid();
-    sleep_until(at);
-    let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
-    let (cpu0, stat0, sample0) = (
-        procs::cpu_ns(root),
-        contam::read_proc_stat(),
-        procs::sample_tree(root),
-    );
-    let t0 = Instant::now();
-    sleep_until(at + spec.duration);
-    let (cpu1, stat1, sample1) = (
-        procs::cpu_ns(root),
-        contam::read_proc_stat(),
-        procs::sample_tree(root),
-    );
-    let wall = t0.elapsed().as_secs_f64();
-    let out = child
-        .wait_with_output()
-        .context("waiting for loadterm load");
-    let report = out.and_then(|o| client_result(o, Some(&json_path)));
-    let _ = std::fs::remove_file(&json_path);
-    let report = report?.context("the load report is missing")?;
-    let misaligned_s = report["clock"]["window_start_unix_s"]
-        .as_f64()
-        .map_or(0.0, |w| w - at_s);
-    let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e9;
-    let server = ServerReadings {
-        cpu_s,
-        ticks: (cpu_s * procs::clk_tck()).round() as u64,
-        ctx: sample1.ctx_switches.saturating_sub(sample0.ctx_switches),
-        rss_kib: (sample1.rss_kib, sample1.rss_kib),
-    };
-    let mut run = run_of(
-        spec,
-        variant,
-        round,
-        &report,
-        wall,
-        Some(server),
-        (stat0, stat1),
-        settings,
-    )?;
-    if misaligned_s.abs() > WINDOW_SLACK_S {
-        run.checks.flags.push(format!(
-            "client window {:+.1} ms off the server's readings",
-            misaligned_s * 1e3
-        ));
-        run.checks.repeat = true;
+    let mut clients = Vec::new();
+    for (spec, variant, s) in jobs.iter_mut() {
+        if let Some(why) = s.server.exited() {
+            bail!("variant {variant}: the server exited: {why}");
+        }
+        let url = format!("{}{}", s.base, spec.url);
+        let json_path = report_path(variant, round);
+        let child = client_command(spec, &url, duration, Some(&json_path), &extra)?
+            .spawn()
+            .context("cannot run loadterm load")?;
+        clients.push((child, json_path));
     }
-    run.wall_s = t_start.elapsed().as_secs_f64();
-    Ok(run)
+    let read = |jobs: &[(&RunSpec, &str, &mut Started)], clients: &[(std::process::Child, _)]| {
+        let servers: Vec<(u64, procs::Sample)> = jobs
+            .iter()
+            .map(|(_, _, s)| {
+                let pid = s.server.pid();
+                (procs::cpu_ns(pid), procs::sample_tree(pid))
+            })
+            .collect();
+        let client_ticks: Vec<u64> = clients
+            .iter()
+            .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
+            .collect();
+        (servers, client_ticks, contam::read_proc_stat())
+    };
+    sleep_until(at);
+    let settings = contam::settings(cpu0);
+    let before = read(jobs, &clients);
+    let t0 = Instant::now();
+    sleep_until(at + duration);
+    let after = read(jobs, &clients);
+    let wall = t0.elapsed().as_secs_f64();
+    let reports: Vec<Result<serde_json::Value>> = clients
+        .into_iter()
+        .map(|(child, json_path)| {
+            let out = child
+                .wait_with_output()
+                .context("waiting for loadterm load");
+            let report = out.and_then(|o| client_result(o, Some(&json_path)));
+            let _ = std::fs::remove_file(&json_path);
+            report?.context("the load report is missing")
+        })
+        .collect();
+    let cpu_s: Vec<f64> = (0..jobs.len())
+        .map(|k| after.0[k].0.saturating_sub(before.0[k].0) as f64 / 1e9)
+        .collect();
+    // For the foreign-CPU check, every server measured in this window is "own" CPU.
+    let all_ticks = (cpu_s.iter().sum::<f64>() * procs::clk_tck()).round() as u64;
+    let mut runs = Vec::new();
+    for (k, report) in reports.into_iter().enumerate() {
+        let (spec, variant, _) = &jobs[k];
+        let report = report?;
+        let misaligned_s = report["clock"]["window_start_unix_s"]
+            .as_f64()
+            .map_or(0.0, |w| w - at_s);
+        let (s0, s1) = (before.0[k].1, after.0[k].1);
+        let server = ServerReadings {
+            cpu_s: cpu_s[k],
+            ticks: all_ticks,
+            ctx: s1.ctx_switches.saturating_sub(s0.ctx_switches),
+            rss_kib: (s1.rss_kib, s1.rss_kib),
+        };
+        let mut run = run_of(
+            spec,
+            variant,
+            round,
+            &report,
+            wall,
+            Some(server),
+            (before.2.clone(), after.2.clone()),
+            settings.clone(),
+        )?;
+        if misaligned_s.abs() > WINDOW_SLACK_S {
+            run.checks.flags.push(format!(
+                "client window {:+.1} ms off the server's readings",
+                misaligned_s * 1e3
+            ));
+            run.checks.repeat = true;
+        }
+        // Ticks, not schedstat: the client may have ended its window, and its threads, before
+        // the second reading, and a finished process keeps only its totals.
+        run.client_cpu_util =
+            Some(after.1[k].saturating_sub(before.1[k]) as f64 / procs::clk_tck() / wall);
+        run.wall_s = t_start.elapsed().as_secs_f64();
+        runs.push(run);
+    }
+    Ok(runs)
 }
 
 fn report_path(variant: &str, round: usize) -> std::path::PathBuf {
@@ -481,10 +521,11 @@ fn run_of(
         .iter()
         .map(|k| f(&["errors", k]))
         .sum::<f64>();
-    let late_pct = report["open_loop"]["sent"]
-        .as_f64()
-        .filter(|s| *s > 0.0)
-        .map(|sent| f(&["open_loop", "late"]) / sent * 100.0);
+    // Open loop: the sends the schedule asked for that never went out (the client fell behind).
+    let missed_pct = report["open_loop"]["sent"].as_f64().map(|sent| {
+        let missed = f(&["open_loop", "missed"]);
+        missed / (sent + missed).max(1.0) * 100.0
+    });
     let corrected = report["latency_corrected_us"]["p99"]
         .as_f64()
         .map(|v| v / 1e3);
@@ -507,7 +548,7 @@ fn run_of(
         server_cpus: spec.server_cpus.clone(),
         client_cpus: spec.client_cpus.clone(),
         server_ticks: server.as_ref().map(|s| s.ticks),
-        late_pct,
+        missed_pct,
         start: settings,
         reference: spec.reference.clone(),
         smt: spec.smt.clone(),
@@ -531,7 +572,8 @@ fn run_of(
         rss_peak_mib: server.as_ref().map(|s| s.rss_kib.0 as f64 / 1024.0),
         rss_mean_mib: server.as_ref().map(|s| s.rss_kib.1 as f64 / 1024.0),
         ctx_switches_per_req: server.as_ref().map(|s| s.ctx as f64 / requests),
-        late_pct,
+        missed_pct,
+        client_cpu_util: None,
         series,
         wall_s: 0.0,
         checks,

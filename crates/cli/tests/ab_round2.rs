@@ -499,7 +499,7 @@ fn the_run_stops_once_the_interval_is_narrow_enough() {
     let regime = cell["regime"].as_str().unwrap();
     assert!(
         regime.starts_with("open loop at ")
-            && regime.contains("chosen for the baseline's server CPU at 50% of its cores"),
+            && regime.contains("chosen for the baseline's server CPU at 40% of its cores"),
         "{regime}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
