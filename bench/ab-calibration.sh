@@ -7,7 +7,7 @@
 #   3. the time to resolve an injected +3% to ±2 points, H1 1k and H2 TLS 1k, RESOLVE_RUNS times;
 #   4. a proxy case: nginx in front of loadterm, one `add_header` more in B.
 # Run it on a quiet machine with a release build. The defaults are the issue's scale (hours);
-# a functional check at tiny scale:
+# SECTIONS picks some (aa calibrate resolve nginx_case); a functional check at tiny scale:
 #   AA_RUNS=1 RESOLVE_RUNS=1 MAX_TIME=40s bench/ab-calibration.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +36,7 @@ echo "AA_RUNS=$AA_RUNS RESOLVE_RUNS=$RESOLVE_RUNS MAX_TIME=$MAX_TIME BIN=$BIN; c
 } > "$OUT/summary.md"
 
 # 1. False positives: A against a second A, the default run and verdict.
+aa() {
 fp=0
 {
 echo
@@ -53,8 +54,10 @@ for i in $(seq 1 "$AA_RUNS"); do
   echo "| $i | $(field "$OUT/aa-$i.json" "'%+.2f%%' % $c['change_pct']") | $(field "$OUT/aa-$i.json" "'%+.2f%% to %+.2f%%' % tuple($c['ci_pct'])") | $s | $(field "$OUT/aa-$i.json" "$c['rounds']") | $(( $(date +%s) - t0 )) |" >> "$OUT/summary.md"
 done
 echo -e "\nSignificant: $fp of $AA_RUNS." >> "$OUT/summary.md"
+}
 
 # 2. Calibration, both regimes.
+calibrate() {
 {
 echo
 echo "## 2. Calibration (--calibrate, 1k): injected, measured (95% CI), detected, CI holds the injected value"
@@ -69,8 +72,10 @@ for proto in h1 h2; do
       field "$j" "'\n'.join('- ' + n for n in r['cells'][0]['notes'])"; echo; } >> "$OUT/summary.md"
   done
 done
+}
 
 # 3. Time to resolve an injected +3%.
+resolve() {
 {
 echo
 echo "## 3. Resolving an injected +3% (serve --burn 3), the default run"
@@ -87,8 +92,10 @@ for proto in h1 h2; do
     echo "| $proto | $i | $(field "$j" "'%+.2f%%' % $c['change_pct']") | $(field "$j" "'%+.2f%% to %+.2f%%' % tuple($c['ci_pct'])") | $(field "$j" "$c['significant']") | $(field "$j" "$c['rounds']") | $(( $(date +%s) - t0 )) |" >> "$OUT/summary.md"
   done
 done
+}
 
 # 4. A proxy case: nginx from Debian in front of loadterm, B with one add_header more.
+nginx_case() {
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
   -keyout "$OUT/key.pem" -out "$OUT/cert.pem" 2>/dev/null
 sed -e "s|@CERT@|$OUT/cert.pem|" -e "s|@KEY@|$OUT/key.pem|" -e "s|proxy_buffering {variant};|proxy_buffering on;|" \
@@ -103,4 +110,7 @@ for proto in h1 h2; do
     --markdown "$OUT/nginx-$proto.md" --json "$OUT/nginx-$proto.json" > "$OUT/nginx-$proto.txt" 2> "$OUT/nginx-$proto.err"
   { echo; echo "## 4. nginx + one add_header, $proto ($(( $(date +%s) - t0 )) s)"; echo; sed -n '2,$p' "$OUT/nginx-$proto.md"; } >> "$OUT/summary.md"
 done
+}
+
+for section in ${SECTIONS:-aa calibrate resolve nginx_case}; do "$section"; done
 echo "done: $OUT/summary.md" >&2

@@ -52,7 +52,9 @@ impl Servers {
     /// bias of its own, which only new processes average out).
     fn restart(&mut self, specs: &[RunSpec], names: &[String]) -> Result<()> {
         if let Servers::Kept(v) = self {
-            v.iter_mut().filter_map(Option::take).for_each(Started::stop);
+            v.iter_mut()
+                .filter_map(Option::take)
+                .for_each(Started::stop);
             *self = Servers::kept(specs, names)?;
         }
         Ok(())
@@ -145,13 +147,24 @@ impl Cell<'_> {
             }
         }
         eprintln!("{} regime: {regime}", self.tag);
-        let (runs, repeats) = self.rounds(servers)?;
+        let (runs, repeats, budget_ended) = self.rounds(servers)?;
         let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
-        let mut notes = Vec::new();
+        let duration = self.specs[0].duration.as_secs_f64();
+        let mut notes = vec![match servers {
+            Servers::Fresh => format!("a fresh server process for every run of {duration} s"),
+            Servers::Kept(_) if self.together => format!(
+                "servers kept (started again every {} rounds), every variant measured in the same window of {duration} s",
+                self.restart_every
+            ),
+            Servers::Kept(_) => format!(
+                "servers kept (started again every {} rounds), the variants measured one after another in windows of {duration} s",
+                self.restart_every
+            ),
+        }];
         if !repeats.is_empty() {
             notes.push(repeat_note(&repeats));
         }
-        if self.rounds.is_none() && self.deadline.is_some_and(|d| Instant::now() >= d) {
+        if budget_ended {
             notes.push(format!(
                 "the time budget ended after {rounds} rounds, before every interval reached ±{:.1} points",
                 self.precision_pct
@@ -277,10 +290,17 @@ impl Cell<'_> {
                 let mut ceiling = f64::INFINITY;
                 for _ in 0..PILOT_STEPS {
                     let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
-                    let server = p.iter().map(|r| r.server_cpu_util.unwrap_or(0.0)).sum::<f64>() / cores;
+                    let server = p
+                        .iter()
+                        .map(|r| r.server_cpu_util.unwrap_or(0.0))
+                        .sum::<f64>()
+                        / cores;
                     let client = p
                         .iter()
-                        .map(|r| r.client_cpu_util.unwrap_or(r.checks.client_busy_pct / 100.0))
+                        .map(|r| {
+                            r.client_cpu_util
+                                .unwrap_or(r.checks.client_busy_pct / 100.0)
+                        })
                         .sum::<f64>()
                         / client_cores;
                     seen = (server, client);
@@ -289,14 +309,19 @@ impl Cell<'_> {
                     }
                     // A client that missed even a few sends is at its limit: stay well under it,
                     // since every measured round that misses more than MISSED_PCT is run again.
-                    if p.iter().any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 10.0)) {
+                    if p.iter()
+                        .any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 10.0))
+                    {
                         ceiling = ceiling.min(p[0].rps * 0.7);
                     }
                     let scale = (target / server).min(CLIENT_BUSY_MAX / client.max(1e-3));
                     rate = (p[0].rps * scale.clamp(0.5, 2.0)).min(ceiling).max(10.0);
                 }
                 let each = if self.together && self.names.len() > 1 {
-                    format!(" (each of the {} variants, measured together)", self.names.len())
+                    format!(
+                        " (each of the {} variants, measured together)",
+                        self.names.len()
+                    )
                 } else {
                     String::new()
                 };
@@ -314,14 +339,16 @@ impl Cell<'_> {
         }
     }
 
-    /// The measured rounds (runs numbered by measured round), and the flags of the rounds run
-    /// again.
-    fn rounds(&mut self, servers: &mut Servers) -> Result<(Vec<Run>, Vec<Vec<String>>)> {
+    /// The measured rounds (runs numbered by measured round), the flags of the rounds run
+    /// again, and whether the time budget ended them.
+    #[allow(clippy::type_complexity)]
+    fn rounds(&mut self, servers: &mut Servers) -> Result<(Vec<Run>, Vec<Vec<String>>, bool)> {
         let n = self.names.len();
         let mut moments = vec![Moments::default(); n];
         let mut runs = Vec::new();
         let mut repeats = Vec::new();
         let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
+        let mut budget_ended = false;
         let mut last_round = Duration::ZERO;
         loop {
             if self.rounds.is_some_and(|r| measured >= r) {
@@ -329,11 +356,13 @@ impl Cell<'_> {
             }
             if let Some(d) = self.deadline {
                 if measured >= 2 && Instant::now() + last_round > d {
+                    budget_ended = true;
                     break;
                 }
             }
             self.backends.check_alive()?;
-            if measured > 0 && measured.is_multiple_of(self.restart_every) && restarted != measured {
+            if measured > 0 && measured.is_multiple_of(self.restart_every) && restarted != measured
+            {
                 servers.restart(&self.specs, &self.names)?;
                 restarted = measured;
             }
@@ -347,11 +376,7 @@ impl Cell<'_> {
                 eprintln!("{} warm-up round (discarded)", self.tag);
                 continue;
             }
-            let flags: Vec<&String> = this
-                .iter()
-                .filter(|r| r.checks.repeat)
-                .flat_map(|r| &r.checks.flags)
-                .collect();
+            let flags: Vec<&String> = this.iter().flat_map(|r| &r.checks.repeat).collect();
             // Repeating is decided from the contamination checks alone, before the round's
             // metrics are looked at; at most as many repeats as kept rounds (plus a start),
             // so that a busy machine ends the run rather than stretching it.
@@ -396,7 +421,7 @@ impl Cell<'_> {
                 break;
             }
         }
-        Ok((runs, repeats))
+        Ok((runs, repeats, budget_ended))
     }
 
     /// "[h1 /?s=1k] round 14: B +2.9% ±3.4 (target ±2.0), 8m12s left".

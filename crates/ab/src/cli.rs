@@ -36,7 +36,8 @@ pub struct AbArgs {
     /// A different request for the second variant (known-effect checks).
     #[arg(long)]
     b_url: Option<String>,
-    /// Protocols: h1 (clear port), h2, h3 (TLS port), comma-separated.
+    /// Protocols, comma-separated: h1 and h2c (clear port), h1s (HTTP/1.1 over TLS), h2 and h3
+    /// (TLS port).
     #[arg(long, default_value = "h1", value_delimiter = ',')]
     proto: Vec<String>,
     /// Response sizes: replace `s=` in the URL, one matrix cell each (e.g. 1k,256k).
@@ -506,8 +507,10 @@ fn validate(a: &AbArgs) -> Result<()> {
         return Err(usage_error("--max-time must be more than 0"));
     }
     for p in &a.proto {
-        if !matches!(p.as_str(), "h1" | "h2" | "h3") {
-            return Err(usage_error(format!("unknown protocol '{p}' (h1, h2, h3)")));
+        if !matches!(p.as_str(), "h1" | "h1s" | "h2" | "h2c" | "h3") {
+            return Err(usage_error(format!(
+                "unknown protocol '{p}' (h1, h1s, h2, h2c, h3)"
+            )));
         }
     }
     Ok(())

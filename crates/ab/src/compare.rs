@@ -68,7 +68,7 @@ fn pairs(metric: &str, baseline: &str, variant: &str, runs: &[Run]) -> Vec<(f64,
         .collect()
 }
 
-/// The same value in every round of both variants (bytes per request of fixed-size
+/// The same whole number in every round of both variants (bytes per request of fixed-size
 /// responses): the difference is exact, and a statistic would only blur it.
 fn exact(
     metric: &str,
@@ -77,7 +77,8 @@ fn exact(
     noise_pct: Option<f64>,
 ) -> Option<Comparison> {
     let (a, b) = pairs[0];
-    if pairs.iter().any(|p| *p != (a, b)) {
+    // Counts only (bytes): a MiB figure that repeats is a coincidence of rounding, not exact.
+    if a.fract() != 0.0 || b.fract() != 0.0 || pairs.iter().any(|p| *p != (a, b)) {
         return None;
     }
     let (what, up, down) = describe(metric);
@@ -90,11 +91,11 @@ fn exact(
     } else {
         let word = if b > a { up } else { down };
         format!(
-            "{variant}: exactly {} {word} {what} in every round ({} against {}, {})",
+            "{variant}: exactly {} {word} {what} in every round ({} against {}, {:+.3}%)",
             exact_value((b - a).abs()),
             exact_value(b),
             exact_value(a),
-            signed_pct((ratio - 1.0) * 100.0)
+            (ratio - 1.0) * 100.0
         )
     };
     Some(Comparison {
@@ -114,13 +115,9 @@ fn exact(
     })
 }
 
-/// A value as it is: an integer without decimals.
+/// A whole number as it is.
 fn exact_value(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x}")
-    }
+    format!("{x:.0}")
 }
 
 /// The headline metric: the geometric mean of the per-round ratios with a Student-t 95%
@@ -304,7 +301,7 @@ mod tests {
                 },
                 steady: None,
                 flags: Vec::new(),
-                repeat: false,
+                repeat: Vec::new(),
             },
         }
     }
@@ -383,7 +380,7 @@ mod tests {
         let c = compare("bytes_per_req", "A", "B", &runs, None).unwrap();
         assert_eq!(
             c.verdict,
-            "B: exactly 29 more bytes per request in every round (262202 against 262173, +0.0%)"
+            "B: exactly 29 more bytes per request in every round (262202 against 262173, +0.011%)"
         );
         assert!(c.significant);
         let same = compare("mean_ms", "A", "B", &runs, None).unwrap();

@@ -199,10 +199,10 @@ pub struct Checks {
     pub settings: Settings,
     pub steady: Option<Steady>,
     pub flags: Vec<String>,
-    /// A flag that says this run's pair is contaminated by something outside the servers
+    /// The flags that say this run's round is contaminated by something outside the servers
     /// (steal, foreign CPU on the server cores, a client that fell behind): the round is run
     /// again. Decided from these readings alone, never from the metrics compared.
-    pub repeat: bool,
+    pub repeat: Vec<String>,
 }
 
 fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
@@ -236,30 +236,26 @@ pub fn check(r: &Readings) -> Checks {
     // tick or two: capped, since it is a share.
     let client_busy_pct =
         (delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
-    let mut flags = Vec::new();
-    let mut repeat = false;
+    let mut repeat = Vec::new();
     if steal_pct > STEAL_PCT {
-        flags.push(format!("steal {steal_pct:.1}%"));
-        repeat = true;
+        repeat.push(format!("steal {steal_pct:.1}%"));
     }
     if let Some(f) = foreign_pct.filter(|f| *f > FOREIGN_PCT) {
-        flags.push(format!("foreign CPU {f:.1}% on the server cores"));
-        repeat = true;
+        repeat.push(format!("foreign CPU {f:.1}% on the server cores"));
     }
     match r.missed_pct {
         // Open loop: the rate is fixed, so a client that falls behind shows as missed sends,
         // not as req/s.
-        Some(missed) if missed > MISSED_PCT => {
-            flags.push(format!(
-                "client behind: {missed:.1}% of the scheduled sends not made (client cores {client_busy_pct:.0}% busy)"
-            ));
-            repeat = true;
-        }
-        Some(_) => {}
-        None if client_busy_pct >= CLIENT_SATURATED_PCT => flags.push(format!(
-            "client cores {client_busy_pct:.0}% busy: req/s measures the client"
+        Some(missed) if missed > MISSED_PCT => repeat.push(format!(
+            "client behind: {missed:.1}% of the scheduled sends not made (client cores {client_busy_pct:.0}% busy)"
         )),
-        None => {}
+        _ => {}
+    }
+    let mut flags = repeat.clone();
+    if r.missed_pct.is_none() && client_busy_pct >= CLIENT_SATURATED_PCT {
+        flags.push(format!(
+            "client cores {client_busy_pct:.0}% busy: req/s measures the client"
+        ));
     }
     for (s, c) in &r.smt {
         flags.push(format!("SMT siblings: server CPU {s} and client CPU {c}"));
@@ -351,24 +347,28 @@ mod tests {
         assert!(text.contains("foreign CPU 30.0%"), "{text}");
         assert!(text.contains("steal 2.5%"), "{text}");
         assert!(text.contains("client cores 100% busy"), "{text}");
-        assert!(c.repeat, "steal and foreign CPU contaminate the round");
+        assert_eq!(
+            c.repeat.len(),
+            2,
+            "steal and foreign CPU contaminate the round"
+        );
     }
 
     #[test]
     fn an_open_loop_client_behind_schedule_repeats_the_round() {
         let after = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
         let mut r = readings(BEFORE, after, Some(58));
-        assert!(!check(&r).repeat);
+        assert!(check(&r).repeat.is_empty());
         r.missed_pct = Some(3.0);
         let c = check(&r);
-        assert!(c.repeat, "{:?}", c.flags);
+        assert_eq!(c.repeat, c.flags);
         assert!(
             c.flags[0].starts_with("client behind: 3.0% of the scheduled sends not made"),
             "{:?}",
             c.flags
         );
         r.missed_pct = Some(0.2);
-        assert!(!check(&r).repeat);
+        assert!(check(&r).repeat.is_empty());
     }
 
     #[test]

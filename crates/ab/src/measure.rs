@@ -123,7 +123,11 @@ fn client_command(
     let exe = std::env::current_exe().context("cannot find the loadterm binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("load")
-        .arg(format!("--{}", spec.proto))
+        .arg(match spec.proto.as_str() {
+            // HTTP/1.1 over TLS is the client's --h1 with an https URL.
+            "h1s" => "--h1".to_owned(),
+            p => format!("--{p}"),
+        })
         .arg("-k")
         .arg("-q");
     cmd.args(&spec.load_args)
@@ -332,11 +336,12 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
             settings.clone(),
         )?;
         if misaligned_s.abs() > WINDOW_SLACK_S {
-            run.checks.flags.push(format!(
+            let flag = format!(
                 "client window {:+.1} ms off the server's readings",
                 misaligned_s * 1e3
-            ));
-            run.checks.repeat = true;
+            );
+            run.checks.flags.push(flag.clone());
+            run.checks.repeat.push(flag);
         }
         // Ticks, not schedstat: the client may have ended its window, and its threads, before
         // the second reading, and a finished process keeps only its totals.
@@ -391,7 +396,7 @@ fn start_server(
     let command = vars.render(command);
     let mut server =
         ServerProc::start(&command, &spec.server_cpus, &scratch.path().join("stderr"))?;
-    let (scheme, port) = if spec.proto == "h1" {
+    let (scheme, port) = if matches!(spec.proto.as_str(), "h1" | "h2c") {
         ("http", clear)
     } else {
         ("https", tls)

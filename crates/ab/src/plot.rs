@@ -256,7 +256,7 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     let n = rows.len().max(1) as i32;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            "variant / baseline: median ratio, 95% CI, A/A noise band",
+            "variant / baseline: estimate, 95% CI, A/A noise band (--aa)",
             (FONT, 15),
         )
         .margin(6)

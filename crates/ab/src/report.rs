@@ -233,7 +233,7 @@ fn markdown_cell(r: &Report, c: &Cell) -> String {
         s += &format!("| {} |\n", row.join(" | "));
     }
     s += &format!(
-        "\nMedians (min–max) over interleaved rounds, each run a fresh server process; {}.\n\n",
+        "\nMedians (min–max) over paired rounds; {}.\n\n",
         cell_heading(r, c)
     );
     s += &format!(

@@ -127,15 +127,10 @@ fn charts_render_inside_the_canvas_and_html_holds_them() {
         .lines()
         .skip_while(|l| !l.starts_with("verdicts"))
         .skip(1)
-        .take_while(|l| l.starts_with("  ") && !l.starts_with("  flagged"))
+        .take_while(|l| l.starts_with("  B: ") || l.starts_with("  C: "))
         .collect();
+    // 6 metrics for each of B and C, every line naming its variant, then the notes.
     assert_eq!(verdicts.len(), 12, "{stdout}");
-    assert!(
-        verdicts
-            .iter()
-            .all(|v| v.starts_with("  B: ") || v.starts_with("  C: ")),
-        "{stdout}"
-    );
 
     let text = std::fs::read_to_string(&svg).unwrap();
     let (w, h) = (1000.0, 360.0);
@@ -198,7 +193,7 @@ fn charts_render_inside_the_canvas_and_html_holds_them() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>"));
     assert!(page.contains("<svg") && page.contains("<th>CPU µs/req</th>"));
-    assert!(page.contains("Environment and commands") && page.contains("regime: closed loop"));
+    assert!(page.contains("Environment and commands") && page.contains("regime: open loop at "));
 }
 
 /// The docs/AB.md worked example: nginx (proxy_buffering on vs off, the variant's name) in front
@@ -279,7 +274,7 @@ fn nginx_example(proto: &str) {
     }
     let markdown = std::fs::read_to_string(&md).unwrap();
     assert!(markdown.contains("off: no significant difference") || markdown.contains("off: "));
-    assert!(markdown.contains("regime: closed loop"), "{markdown}");
+    assert!(markdown.contains("regime: open loop at "), "{markdown}");
 }
 
 #[test]
@@ -499,7 +494,7 @@ fn the_run_stops_once_the_interval_is_narrow_enough() {
     let regime = cell["regime"].as_str().unwrap();
     assert!(
         regime.starts_with("open loop at ")
-            && regime.contains("chosen for the baseline's server CPU at 40% of its cores"),
+            && regime.contains("chosen for the server cores 50% busy"),
         "{regime}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -507,4 +502,27 @@ fn the_run_stops_once_the_interval_is_narrow_enough() {
         err.contains("round 10: B ") && err.contains("(target ±40.0)") && err.contains("left"),
         "{err}"
     );
+}
+
+#[test]
+fn h2c_and_http1_over_tls_are_protocols_too() {
+    let cmd = server_cmd();
+    let dir = Dir::new("protos");
+    let js = dir.file("ab.json");
+    let out = ab(&[
+        &["--a", &cmd, "--b", &cmd, "--proto", "h2c,h1s"][..],
+        SHORT,
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    ok(&out);
+    let r = json(&js);
+    for (i, proto) in ["h2c", "h1s"].iter().enumerate() {
+        let cell = &r["cells"][i];
+        assert_eq!(cell["proto"], *proto);
+        for run in cell["runs"].as_array().unwrap() {
+            assert_eq!(run["errors"], 0, "{run}");
+            assert!(run["requests"].as_u64().unwrap() > 0, "{run}");
+        }
+    }
 }
