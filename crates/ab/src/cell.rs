@@ -6,6 +6,7 @@ use crate::compare::{self, Comparison};
 use crate::contam;
 use crate::fixture::Backends;
 use crate::measure::{self, Run, RunSpec, Started, METRICS};
+use crate::procs;
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;
@@ -163,6 +164,9 @@ impl Cell<'_> {
         }];
         if !repeats.is_empty() {
             notes.push(repeat_note(&repeats));
+        }
+        if procs::interrupted() {
+            notes.push(format!("interrupted after {rounds} rounds"));
         }
         if budget_ended {
             notes.push(format!(
@@ -351,7 +355,7 @@ impl Cell<'_> {
         let mut budget_ended = false;
         let mut last_round = Duration::ZERO;
         loop {
-            if self.rounds.is_some_and(|r| measured >= r) {
+            if self.rounds.is_some_and(|r| measured >= r) || procs::interrupted() {
                 break;
             }
             if let Some(d) = self.deadline {
@@ -369,7 +373,12 @@ impl Cell<'_> {
             let t0 = Instant::now();
             let mut order: Vec<usize> = (0..n).collect();
             order.shuffle(self.rng);
-            let this = servers.round(&order, &self.specs, &self.names, measured, self.together)?;
+            let this =
+                match servers.round(&order, &self.specs, &self.names, measured, self.together) {
+                    // The signal reached the load clients too: the round is lost, not the run.
+                    Err(_) if procs::interrupted() => break,
+                    r => r?,
+                };
             last_round = t0.elapsed();
             started += 1;
             if started <= self.warmup_rounds {

@@ -177,6 +177,12 @@ fn parse_pct(s: &str) -> Result<f64, String> {
     }
 }
 
+/// SIGINT or SIGTERM stopped the comparison; the rounds measured until then were reported
+/// (`main` exits with 130).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
 /// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -305,6 +311,7 @@ pub fn run(a: AbArgs) -> Result<()> {
         let (name, target) = variants[0].clone();
         variants.push((format!("{name}'"), target));
     }
+    procs::catch_interrupts();
     let environment = crate::env::capture();
     let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
     // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
@@ -360,6 +367,9 @@ pub fn run(a: AbArgs) -> Result<()> {
     let mut cells = Vec::new();
     for proto in &a.proto {
         for size in &sizes {
+            if procs::interrupted() {
+                break;
+            }
             let url_of = |i: usize| {
                 let u = if i == 1 {
                     a.b_url.as_deref().unwrap_or(&a.url)
@@ -430,8 +440,12 @@ pub fn run(a: AbArgs) -> Result<()> {
                 backends: &mut backends,
                 rng: &mut rng,
             }
-            .run(&mut servers)?;
+            .run(&mut servers);
             drop(servers);
+            let outcome = match outcome {
+                Err(_) if procs::interrupted() => break,
+                o => o?,
+            };
             let mut notes = outcome.notes;
             if a.calibrate {
                 notes.extend(calibration_notes(
@@ -456,6 +470,7 @@ pub fn run(a: AbArgs) -> Result<()> {
     }
     drop(backends);
     let report = Report {
+        interrupted: procs::interrupted(),
         environment,
         discarded_first_round: !a.keep_first_round,
         not_measured: endpoint_mode.then(|| {
@@ -476,6 +491,9 @@ pub fn run(a: AbArgs) -> Result<()> {
     })?;
     write(&a.svg, &|| crate::plot::report_svg(&report))?;
     write(&a.html, &|| report::html(&report, crate::plot::cell_svg))?;
+    if report.interrupted {
+        return Err(Interrupted.into());
+    }
     if report.cells.iter().all(|c| c.runs.is_empty()) {
         bail!("no run completed");
     }

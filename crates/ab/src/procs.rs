@@ -27,6 +27,28 @@ pub fn pin(cmd: &mut Command, cpus: Vec<usize>) {
     }
 }
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// From now on SIGINT and SIGTERM only set a flag (`interrupted`): the harness then stops its
+/// rounds, stops the servers it started (in their own process groups, which the terminal's
+/// signal does not reach) and reports what it measured.
+pub fn catch_interrupts() {
+    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Pin this process's calling thread (and the threads it starts after) to `cpus`.
 pub fn pin_self(cpus: &[usize]) {
     if cpus.is_empty() {

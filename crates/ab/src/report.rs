@@ -33,6 +33,8 @@ pub struct Variant {
 
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// SIGINT or SIGTERM ended the comparison: the cells hold the rounds measured until then.
+    pub interrupted: bool,
     pub environment: Environment,
     pub discarded_first_round: bool,
     /// What this mode could not measure (endpoint mode: everything on the server side).

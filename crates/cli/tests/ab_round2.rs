@@ -526,3 +526,51 @@ fn h2c_and_http1_over_tls_are_protocols_too() {
         }
     }
 }
+
+/// SIGINT in the middle of the rounds: the servers ab started (in their own process groups,
+/// which a terminal's Ctrl-C does not reach) are stopped, the rounds measured so far are
+/// reported, marked interrupted, and ab exits with 130.
+#[test]
+fn sigint_stops_the_servers_and_reports_the_rounds_so_far() {
+    // A marker no other test's servers carry, to find ours in /proc afterwards.
+    let marker = format!("{}ms", 4000 + std::process::id() % 1000);
+    let cmd = format!("{} --grace {marker}", server_cmd());
+    let dir = Dir::new("sigint");
+    let js = dir.file("ab.json");
+    let mut child = Command::new(common::bin())
+        .args(["ab", "--a", &cmd, "--b", &cmd, "--duration", "500ms"])
+        .args(["--warmup", "0s", "-c", "4", "-m", "2", "--json"])
+        .arg(&js)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the second measured round, reading ab's progress.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen += &line;
+        seen += "\n";
+        if line.contains("] round 2: ") {
+            break;
+        }
+    }
+    assert!(seen.contains("] round 2: "), "{seen}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}{}", rest.join("\n"));
+    let r = json(&js);
+    assert_eq!(r["interrupted"], true);
+    assert!(r["cells"][0]["runs"].as_array().unwrap().len() >= 4, "{r}");
+    let ours = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&marker))
+        .count();
+    assert_eq!(ours, 0, "servers left running after SIGINT");
+}
