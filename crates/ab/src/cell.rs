@@ -21,7 +21,8 @@ pub enum Regime {
     Rate(f64),
     /// Open loop at this fraction of the baseline's closed-loop throughput.
     RateFraction(f64),
-    /// Open loop at the rate that keeps the baseline's server CPU at this share of its cores.
+    /// Open loop at the rate that keeps the servers' cores this busy (all the variants' servers
+    /// when they are measured together).
     ServerLoad(f64),
 }
 
@@ -107,7 +108,7 @@ impl Drop for Servers {
 }
 
 /// Everything a cell's rounds need.
-pub struct Cell<'a> {
+pub struct CellPlan<'a> {
     pub tag: String,
     /// Variants in order, the baseline first (and the A/A twin last, when `twin`).
     pub names: Vec<String>,
@@ -139,7 +140,7 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
-impl Cell<'_> {
+impl CellPlan<'_> {
     pub fn run(mut self, servers: &mut Servers) -> Result<Outcome> {
         let (rate, regime) = self.choose_rate(servers)?;
         if let Some(r) = rate {

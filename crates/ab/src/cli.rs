@@ -1,6 +1,6 @@
 //! `loadterm ab`: the command line, the cells of a comparison, and the report.
 
-use crate::cell::{Cell as CellRun, Regime, Servers};
+use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
 use crate::fixture::{Backends, Vars};
@@ -329,7 +329,8 @@ pub fn run(a: AbArgs) -> Result<()> {
     vars.set("host", &a.host);
     let mut backends = Backends::start(&a.backends, &a.host, &a.backend_cpus, &mut vars)?;
     if !endpoint_mode {
-        // ab itself (once the backends, which it must not pin, are started) wakes up at every window's edges: on the client's cores, not the server's.
+        // ab wakes up at every window's edge: on the client's cores, not the server's (pinned
+        // once the backends, which it must not pin, are started).
         procs::pin_self(&a.client_cpus);
     }
     let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
@@ -370,48 +371,21 @@ pub fn run(a: AbArgs) -> Result<()> {
             if procs::interrupted() {
                 break;
             }
-            let url_of = |i: usize| {
-                let u = if i == 1 {
-                    a.b_url.as_deref().unwrap_or(&a.url)
-                } else {
-                    &a.url
-                };
-                size.map_or(u.to_owned(), |s| with_size(u, s))
+            let template = RunSpec {
+                target: variants[0].1.clone(),
+                proto: proto.clone(),
+                host: a.host.clone(),
+                url: a.url.clone(),
+                server_cpus: a.server_cpus.clone(),
+                client_cpus: a.client_cpus.clone(),
+                warmup: a.warmup,
+                duration,
+                load_args: load_args.to_vec(),
+                vars: vars.clone(),
+                reference: reference.clone(),
+                smt: smt.clone(),
             };
-            let vs: Vec<Variant> = variants
-                .iter()
-                .enumerate()
-                .map(|(i, (n, t))| Variant {
-                    name: n.clone(),
-                    command: match t {
-                        Target::Command { command, .. } => command.clone(),
-                        Target::Endpoint(u) => format!("(endpoint) {u}"),
-                    },
-                    url: url_of(i),
-                })
-                .collect();
-            let specs: Vec<RunSpec> = vs
-                .iter()
-                .zip(&variants)
-                .map(|(v, (_, target))| {
-                    let mut vars = vars.clone();
-                    vars.set("variant", &v.name);
-                    RunSpec {
-                        target: target.clone(),
-                        proto: proto.clone(),
-                        host: a.host.clone(),
-                        url: v.url.clone(),
-                        server_cpus: a.server_cpus.clone(),
-                        client_cpus: a.client_cpus.clone(),
-                        warmup: a.warmup,
-                        duration,
-                        load_args: load_args.to_vec(),
-                        vars,
-                        reference: reference.clone(),
-                        smt: smt.clone(),
-                    }
-                })
-                .collect();
+            let (vs, specs) = cell_variants(&a, &variants, *size, &template);
             let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
             // What is left of the budget, shared by the cells still to run.
             let left = a.max_time.saturating_sub(t_start.elapsed());
@@ -424,7 +398,7 @@ pub fn run(a: AbArgs) -> Result<()> {
                 eprintln!("{tag} starting {} servers", names.len());
                 Servers::kept(&specs, &names)?
             };
-            let outcome = CellRun {
+            let outcome = CellPlan {
                 tag,
                 names,
                 specs,
@@ -498,6 +472,41 @@ pub fn run(a: AbArgs) -> Result<()> {
         bail!("no run completed");
     }
     Ok(())
+}
+
+/// A cell's variants as reported, and what each run of them needs (`template` with the
+/// variant's own target, request and `{variant}`).
+fn cell_variants(
+    a: &AbArgs,
+    variants: &[(String, Target)],
+    size: Option<&String>,
+    template: &RunSpec,
+) -> (Vec<Variant>, Vec<RunSpec>) {
+    variants
+        .iter()
+        .enumerate()
+        .map(|(i, (name, target))| {
+            let url = match (i, &a.b_url) {
+                (1, Some(b)) => b,
+                _ => &a.url,
+            };
+            let url = size.map_or(url.to_owned(), |s| with_size(url, s));
+            let mut spec = template.clone();
+            spec.target = target.clone();
+            spec.url = url.clone();
+            spec.vars.set("variant", name);
+            let command = match target {
+                Target::Command { command, .. } => command.clone(),
+                Target::Endpoint(u) => format!("(endpoint) {u}"),
+            };
+            let variant = Variant {
+                name: name.clone(),
+                command,
+                url,
+            };
+            (variant, spec)
+        })
+        .unzip()
 }
 
 /// Options that cannot go together or are out of range (clap checks the rest).
