@@ -5,9 +5,11 @@
 #   2. the calibration table (`--calibrate`: +1%, +3%, +10% injected with `serve --burn`), H1 1k
 #      and H2 TLS 1k, in the default regime and in the closed loop;
 #   3. the time to resolve an injected +3% to ±2 points, H1 1k and H2 TLS 1k, RESOLVE_RUNS times;
-#   4. a proxy case: nginx in front of loadterm, one `add_header` more in B.
+#   4. a proxy case: nginx in front of loadterm, one `add_header` more in B;
+#   5. the designs against each other: the same +3% measured together, alternately, and with a
+#      fresh process per run.
 # Run it on a quiet machine with a release build. The defaults are the issue's scale (hours);
-# SECTIONS picks some (aa calibrate resolve nginx_case); a functional check at tiny scale:
+# SECTIONS picks some (aa calibrate resolve designs nginx_case); a functional check at tiny scale:
 #   AA_RUNS=1 RESOLVE_RUNS=1 MAX_TIME=40s bench/ab-calibration.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -94,6 +96,33 @@ for proto in h1 h2; do
 done
 }
 
+# 5. Which design resolves a change sooner: the same +3% under the same budget, variants measured
+# together (the default), one after another in windows (--alternate), and a fresh server process
+# per run at half the closed-loop throughput (--fresh-process --rate-fraction 0.5, round 2's
+# precise regime). The spread is the per-round log ratio's standard deviation.
+designs() {
+{
+echo
+echo "## 5. Designs: +3% injected (H1 1k), --max-time $MAX_TIME each"
+echo
+echo "| design | change | 95% CI | rounds | seconds | spread per round |"
+echo "|---|---|---|---|---|---|"
+} >> "$OUT/summary.md"
+for design in together alternate fresh; do
+  case $design in
+    together) extra=() ;;
+    alternate) extra=(--alternate) ;;
+    fresh) extra=(--fresh-process --rate-fraction 0.5 --duration 2s --warmup 1s) ;;
+  esac
+  j="$OUT/design-$design.json"
+  t0=$(date +%s)
+  run "$BIN" ab --a "$SERVE" --b "$SERVE --burn 3" "${COMMON[@]}" "${extra[@]}" --json "$j" > "${j%.json}.txt" 2> "${j%.json}.err"
+  c=$(cpu B)
+  spread="import math,statistics as st; rs={}; [rs.setdefault(x['round'],{}).__setitem__(x['variant'],x['cpu_us_per_req']) for x in r['cells'][0]['runs']]; print('%.1f%%' % (100*st.stdev([math.log(v['B']/v['A']) for v in rs.values() if len(v)==2])))"
+  echo "| $design | $(field "$j" "'%+.2f%%' % $c['change_pct']") | $(field "$j" "'%+.2f%% to %+.2f%%' % tuple($c['ci_pct'])") | $(field "$j" "$c['rounds']") | $(( $(date +%s) - t0 )) | $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); exec(sys.argv[2])" "$j" "$spread") |" >> "$OUT/summary.md"
+done
+}
+
 # 4. A proxy case: nginx from Debian in front of loadterm, B with one add_header more.
 nginx_case() {
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
@@ -112,5 +141,5 @@ for proto in h1 h2; do
 done
 }
 
-for section in ${SECTIONS:-aa calibrate resolve nginx_case}; do "$section"; done
+for section in ${SECTIONS:-aa calibrate resolve designs nginx_case}; do "$section"; done
 echo "done: $OUT/summary.md" >&2

@@ -19,17 +19,19 @@ pub enum Regime {
     Closed,
     /// Open loop at this many requests per second.
     Rate(f64),
-    /// Open loop at this fraction of the baseline's closed-loop throughput.
+    /// Open loop at this fraction of the baseline's closed-loop throughput (measured with the
+    /// other variants when they are measured together), lowered until the servers and the
+    /// clients have room.
     RateFraction(f64),
-    /// Open loop at the rate that keeps the servers' cores this busy (all the variants' servers
-    /// when they are measured together).
-    ServerLoad(f64),
 }
 
 /// The client core is kept under this busy share, so that it sends on time.
 const CLIENT_BUSY_MAX: f64 = 0.7;
-/// Open-loop windows of the pilot's search for the rate.
-const PILOT_STEPS: usize = 5;
+/// Above this busy share of their cores, the servers have too little room for a candidate that
+/// costs more: the pilot lowers the rate.
+const SERVER_BUSY_MAX: f64 = 0.7;
+/// Open-loop windows of the pilot's check of the rate.
+const PILOT_CHECKS: usize = 4;
 
 /// Servers of a cell: started for each run, or once for the whole cell.
 pub enum Servers {
@@ -266,34 +268,18 @@ impl CellPlan<'_> {
                 format!("open loop at {r:.0} req/s (fixed --rate), {shape}"),
             )),
             Regime::RateFraction(f) => {
-                eprintln!("{} pilot: the baseline's saturation throughput", self.tag);
-                let p = self.pilot(servers, &[])?;
-                let rate = (p[0].rps * f).max(1.0);
-                Ok((
-                    Some(rate),
-                    format!(
-                        "open loop at {rate:.0} req/s = {f} × the baseline's saturation ({:.0} req/s closed loop in a pilot run{}), {shape}",
-                        p[0].rps,
-                        if self.together { ", sharing the server's cores with the other variants" } else { "" }
-                    ),
-                ))
-            }
-            Regime::ServerLoad(target) => {
                 eprintln!(
-                    "{} pilot: the rate that keeps the server cores {:.0}% busy",
-                    self.tag,
-                    target * 100.0
+                    "{} pilot: {f} × the baseline's closed-loop throughput, checked for room",
+                    self.tag
                 );
                 let client_cores = self.specs[0].client_cpus.len().max(1) as f64;
                 let saturated = self.pilot(servers, &[])?;
-                // The open-loop cost per request falls steeply as the rate rises (more requests
-                // per wake-up), so the rate is searched for, not extrapolated: from a quarter of
-                // saturation, each step scales by what it measured (at most ×2 or ÷2), never
-                // past what the clients kept up with.
-                let mut rate = (saturated[0].rps * 0.25).max(10.0);
+                let mut rate = (saturated[0].rps * f).max(1.0);
                 let mut seen = (0.0, 0.0);
-                let mut ceiling = f64::INFINITY;
-                for _ in 0..PILOT_STEPS {
+                // Checked: the servers must keep room for a candidate that costs more, and the
+                // clients must keep up (every measured round whose client misses sends is run
+                // again).
+                for _ in 0..PILOT_CHECKS {
                     let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
                     let server = p
                         .iter()
@@ -309,18 +295,13 @@ impl CellPlan<'_> {
                         .sum::<f64>()
                         / client_cores;
                     seen = (server, client);
-                    if server <= 0.0 || p[0].rps <= 0.0 {
-                        bail!("{} pilot: the server used no CPU", self.tag);
+                    let missed = p
+                        .iter()
+                        .any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 4.0));
+                    if server <= SERVER_BUSY_MAX && client <= CLIENT_BUSY_MAX && !missed {
+                        break;
                     }
-                    // A client that missed even a few sends is at its limit: stay well under it,
-                    // since every measured round that misses more than MISSED_PCT is run again.
-                    if p.iter()
-                        .any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 10.0))
-                    {
-                        ceiling = ceiling.min(p[0].rps * 0.7);
-                    }
-                    let scale = (target / server).min(CLIENT_BUSY_MAX / client.max(1e-3));
-                    rate = (p[0].rps * scale.clamp(0.5, 2.0)).min(ceiling).max(10.0);
+                    rate *= 0.7;
                 }
                 let each = if self.together && self.names.len() > 1 {
                     format!(
@@ -333,11 +314,15 @@ impl CellPlan<'_> {
                 Ok((
                     Some(rate),
                     format!(
-                        "open loop at {rate:.0} req/s{each}, chosen for the server cores {:.0}% busy (the pilot's last step: {:.0}%, clients {:.0}% of their cores; the baseline's closed-loop throughput {:.0} req/s), {shape}",
-                        target * 100.0,
+                        "open loop at {rate:.0} req/s{each}, {f} × the baseline's closed-loop throughput ({:.0} req/s{}) or less, for room (the last check: server cores {:.0}% busy, clients {:.0}% of theirs), {shape}",
+                        saturated[0].rps,
+                        if self.together && self.names.len() > 1 {
+                            ", sharing the server cores with the other variants"
+                        } else {
+                            ""
+                        },
                         seen.0 * 100.0,
                         seen.1 * 100.0,
-                        saturated[0].rps
                     ),
                 ))
             }

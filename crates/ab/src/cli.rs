@@ -79,18 +79,15 @@ pub struct AbArgs {
     threads: Option<usize>,
     /// Closed loop: a saturating client, instead of the default fixed rate. CPU per request
     /// then includes batching, and is several times noisier.
-    #[arg(long, conflicts_with_all = ["rate", "rate_fraction", "server_load"])]
+    #[arg(long, conflicts_with_all = ["rate", "rate_fraction"])]
     closed_loop: bool,
     /// Open loop at this fixed rate (requests per second), instead of one chosen by a pilot.
-    #[arg(long, conflicts_with_all = ["rate_fraction", "server_load"])]
+    #[arg(long, conflicts_with = "rate_fraction")]
     rate: Option<f64>,
-    /// Open loop at this fraction of the baseline's closed-loop throughput (e.g. 0.5).
-    #[arg(long, value_name = "F", conflicts_with = "server_load")]
-    rate_fraction: Option<f64>,
-    /// The default regime: open loop at the rate that keeps the baseline's server at this
-    /// share of its cores, found by a pilot (room for a candidate that costs more).
+    /// The default regime: open loop at this fraction of the baseline's closed-loop
+    /// throughput, found by a pilot, and lowered until the servers and clients have room.
     #[arg(long, value_name = "F", default_value_t = 0.5)]
-    server_load: f64,
+    rate_fraction: f64,
     /// A fresh server process for every run, instead of one per variant kept for the cell.
     #[arg(long)]
     fresh_process: bool,
@@ -351,13 +348,12 @@ pub fn run(a: AbArgs) -> Result<()> {
     let duration = a
         .duration
         .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
-    let regime = match (a.closed_loop, a.rate, a.rate_fraction) {
-        (true, _, _) => Regime::Closed,
-        (_, Some(r), _) => Regime::Rate(r),
-        (_, _, Some(f)) => Regime::RateFraction(f),
-        // The default regime needs the server's CPU to choose its rate.
+    let regime = match (a.closed_loop, a.rate) {
+        (true, _) => Regime::Closed,
+        (_, Some(r)) => Regime::Rate(r),
+        // The default regime needs the server's CPU to check its rate.
         _ if endpoint_mode => Regime::Closed,
-        _ => Regime::ServerLoad(a.server_load),
+        _ => Regime::RateFraction(a.rate_fraction),
     };
     let headline = if endpoint_mode {
         "rps"
@@ -514,13 +510,8 @@ fn validate(a: &AbArgs) -> Result<()> {
     if a.rounds.is_some_and(|r| r < 2) {
         return Err(usage_error("--rounds must be at least 2"));
     }
-    if let Some(f) = a.rate_fraction {
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(usage_error("--rate-fraction must be in (0, 1]"));
-        }
-    }
-    if !(a.server_load > 0.0 && a.server_load < 1.0) {
-        return Err(usage_error("--server-load must be in (0, 1)"));
+    if !(a.rate_fraction > 0.0 && a.rate_fraction <= 1.0) {
+        return Err(usage_error("--rate-fraction must be in (0, 1]"));
     }
     if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return Err(usage_error(
