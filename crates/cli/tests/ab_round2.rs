@@ -333,7 +333,7 @@ fn rate_fraction_sets_the_regime_from_a_pilot() {
     let dir = Dir::new("rate");
     let js = dir.file("ab.json");
     let out = ab(&[
-        &["--a", &cmd, "--b", &cmd, "--rate-fraction", "0.5"],
+        &["--a", &cmd, "--b", &cmd, "--rate-fraction", "0.4"],
         SHORT,
         &["--json", js.to_str().unwrap()],
     ]
@@ -342,7 +342,9 @@ fn rate_fraction_sets_the_regime_from_a_pilot() {
     let r = json(&js);
     let regime = r["cells"][0]["regime"].as_str().unwrap();
     assert!(
-        regime.starts_with("open loop at ") && regime.contains("= 0.5 × the baseline's saturation"),
+        regime.starts_with("open loop at ")
+            && regime.contains("0.4 × the baseline's closed-loop throughput (")
+            && regime.contains("sharing the server cores with the other variants"),
         "{regime}"
     );
     assert!(stdout.contains(&format!("verdicts ({regime}")), "{stdout}");
@@ -470,9 +472,9 @@ fn the_run_stops_once_the_interval_is_narrow_enough() {
     let cmd = server_cmd();
     let dir = Dir::new("sequential");
     let js = dir.file("ab.json");
-    // A 60% target asks for ±40 points: any machine gets there at the minimum of rounds.
+    // A 80% target asks for ±40 points: any machine gets there at the minimum of rounds.
     let out = ab(&[
-        &["--a", &cmd, "--b", &cmd, "--target-effect", "60%"][..],
+        &["--a", &cmd, "--b", &cmd, "--target-effect", "80%"][..],
         &[
             "--duration",
             "500ms",
@@ -494,7 +496,7 @@ fn the_run_stops_once_the_interval_is_narrow_enough() {
     let regime = cell["regime"].as_str().unwrap();
     assert!(
         regime.starts_with("open loop at ")
-            && regime.contains("chosen for the server cores 50% busy"),
+            && regime.contains("0.5 × the baseline's closed-loop throughput"),
         "{regime}"
     );
     let err = String::from_utf8_lossy(&out.stderr);

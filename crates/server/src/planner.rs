@@ -58,8 +58,8 @@ pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
 static BURN_FRACTION: AtomicU64 = AtomicU64::new(0);
 static BURN_REQUESTS: AtomicU64 = AtomicU64::new(0);
 static BURNED_NS: AtomicU64 = AtomicU64::new(0);
-/// The cost of one thread CPU clock reading, nanoseconds (measured by `set_burn`).
-static CLOCK_READ_NS: AtomicU64 = AtomicU64::new(0);
+/// Spin-loop steps per microsecond (measured by `set_burn`).
+static STEPS_PER_US: AtomicU64 = AtomicU64::new(0);
 /// The current extra cost per request, picoseconds.
 static BURN_PER_REQUEST_PS: AtomicU64 = AtomicU64::new(0);
 /// (process CPU ns, requests, burned ns) at the last re-estimate.
@@ -67,25 +67,32 @@ static BURN_MARK: Mutex<Option<(u64, u64, u64)>> = Mutex::new(None);
 /// Requests between re-estimates of the own cost per request (the first mark is taken at the
 /// first request, so a short run burns from its 257th request on).
 const BURN_WINDOW: u64 = 256;
-/// Spin only once this much is owed: a clock read costs a few hundred nanoseconds here, and
-/// what a spin overshoots is paid back from the next debt. Short spins keep the injected cost a
-/// cost and nothing else: a 20 µs spin let requests that arrived meanwhile share the next read,
-/// and that batching gave back a third of a 3% burn at half the saturation rate.
-const BURN_QUANTUM_PS: i64 = 1_000_000;
+/// Spin once this much is owed. Short spins keep the injected cost a cost and nothing else: a
+/// 20 µs spin let requests that arrived meanwhile share the next read, and that batching gave
+/// back a third of a 3% burn at half the saturation rate.
+const BURN_QUANTUM_PS: i64 = 200_000;
 
 pub fn set_burn(percent: f64) {
     BURN_FRACTION.store((percent / 100.0).to_bits(), Relaxed);
     if percent > 0.0 {
-        // What one reading of the thread's CPU clock costs (a system call): a spin pays about
-        // one reading outside the interval it measures, so it is counted with the spin.
-        let reads = 1000;
+        // Spins are counted in loop steps, not timed: a clock reading per spin (a system call
+        // of a few hundred nanoseconds, more on a busy VM) would be a cost of its own. 2 ms of
+        // steps, timed once, give the rate.
+        let steps = 1u64 << 20;
         let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        for _ in 0..reads {
-            std::hint::black_box(cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID));
-        }
-        let per_read = (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0) / (reads + 1);
-        CLOCK_READ_NS.store(per_read, Relaxed);
+        spin(steps);
+        let ns = (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0).max(1);
+        STEPS_PER_US.store((steps * 1000 / ns).max(1), Relaxed);
     }
+}
+
+/// A chain of dependent multiply-adds: a fixed cost per step, no memory traffic.
+fn spin(steps: u64) {
+    let mut x = std::hint::black_box(1u64);
+    for _ in 0..steps {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    }
+    std::hint::black_box(x);
 }
 
 fn cpu_ns(clock: libc::clockid_t) -> u64 {
@@ -100,7 +107,7 @@ fn cpu_ns(clock: libc::clockid_t) -> u64 {
 
 /// Spin for the requested fraction of the process's own CPU cost per request, measured over
 /// the last `BURN_WINDOW` requests minus what was burnt in them (so the burn does not feed on
-/// itself). Spinning is counted in thread CPU time, so preemption does not shorten it.
+/// itself). Spinning is counted in loop steps, so preemption does not shorten it.
 fn burn() {
     let n = BURN_REQUESTS.fetch_add(1, Relaxed) + 1;
     if n == 1 || n.is_multiple_of(BURN_WINDOW) {
@@ -124,15 +131,12 @@ fn burn() {
         BURN_DEBT.set(debt);
         return;
     }
-    let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-    let target = (debt / 1000) as u64;
-    let mut spent = 0;
-    while spent < target {
-        spent = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0;
-    }
-    let spent = spent + CLOCK_READ_NS.load(Relaxed);
-    BURNED_NS.fetch_add(spent, Relaxed);
-    BURN_DEBT.set(debt - spent as i64 * 1000);
+    let per_us = STEPS_PER_US.load(Relaxed);
+    let steps = debt as u64 * per_us / 1_000_000;
+    spin(steps);
+    let spent_ps = (steps * 1_000_000 / per_us.max(1)) as i64;
+    BURNED_NS.fetch_add(spent_ps as u64 / 1000, Relaxed);
+    BURN_DEBT.set(debt - spent_ps);
 }
 
 /// The current HTTP date. The coarse clock costs a few nanoseconds (no system call, no
