@@ -419,7 +419,7 @@ impl CellPlan<'_> {
         Ok((runs, repeats, budget_ended))
     }
 
-    /// "[h1 /?s=1k] round 14: B +2.9% ±3.4 (target ±2.0), 8m12s left".
+    /// "[h1 /?s=1k] round 14: B +2.9% ±2.4 in cpu_us_per_req (target ±1.5), 8m12s left".
     fn progress(&self, measured: usize, estimates: &[Option<sequential::Estimate>]) -> String {
         let parts: Vec<String> = self.names[1..]
             .iter()
