@@ -30,7 +30,7 @@ pub enum Kind {
 
 /// A response head, every field decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
+pub struct ResponseHead {
     pub status: u16,
     /// HTTP/1.x only: `HTTP/1.1` status line (else `HTTP/1.0`).
     pub h1_11: bool,
@@ -111,7 +111,7 @@ pub fn x_req(buf: &mut Vec<u8>, t: &Timing) {
     buf.extend_from_slice(b" ms");
 }
 
-/// What `x-rsp` reports of a [`Plan`]: only this goes into a [`Head`], which is copied and
+/// What `x-rsp` reports of a [`Plan`]: only this goes into a [`ResponseHead`], which is copied and
 /// compared on every response (the whole plan would double its size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reported {
@@ -210,10 +210,10 @@ impl Sink for H1Lines<'_> {
     }
 }
 
-impl Head {
+impl ResponseHead {
     /// An interim head on HTTP/2 or HTTP/3: the status alone.
-    pub fn interim(status: u16) -> Head {
-        Head {
+    pub fn interim(status: u16) -> ResponseHead {
+        ResponseHead {
             status,
             h1_11: true,
             content_length: None,
@@ -273,7 +273,7 @@ impl Head {
         }
     }
 
-    /// Append the whole HTTP/1.x head (status line to blank line), `date` as in [`Head::fields`].
+    /// Append the whole HTTP/1.x head (status line to blank line), `date` as in [`ResponseHead::fields`].
     /// `extra`: further header lines, each CRLF-terminated (usually empty).
     pub fn write_h1(&self, out: &mut Vec<u8>, date: &HttpDate, extra: &[u8]) {
         // Room for a typical head, so the appends below do not grow the buffer one by one.
@@ -299,15 +299,15 @@ impl Head {
 /// the head's cost (measured in docs/PERFORMANCE.md). Engines keep one per thread.
 #[derive(Debug, Default)]
 pub struct H1Heads {
-    last: Option<(Head, HttpDate)>,
+    last: Option<(ResponseHead, HttpDate)>,
     /// The extra lines `rendered` was made with.
     extra: Vec<u8>,
     rendered: Vec<u8>,
 }
 
 impl H1Heads {
-    /// Append `head` as [`Head::write_h1`] would.
-    pub fn write(&mut self, head: &Head, date: &HttpDate, extra: &[u8], out: &mut Vec<u8>) {
+    /// Append `head` as [`ResponseHead::write_h1`] would.
+    pub fn write(&mut self, head: &ResponseHead, date: &HttpDate, extra: &[u8], out: &mut Vec<u8>) {
         let key = (*head, *date);
         if self.last != Some(key) || self.extra != extra {
             self.rendered.clear();

@@ -22,7 +22,7 @@
 pub mod h1;
 pub mod head;
 
-pub use head::{http_date, H1Heads, Head, HttpDate, Kind, Reported, Timing};
+pub use head::{http_date, H1Heads, HttpDate, Kind, Reported, ResponseHead, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;
@@ -129,15 +129,15 @@ pub enum Step {
     /// Send everything so far, then wait this long (`P` after the response, `p` between
     /// pieces); then ask again.
     Pause(Duration),
-    Head(Head),
+    Head(ResponseHead),
     Body(Body),
     /// The exchange is over.
-    Done(Ending),
+    Done(ExchangeEnd),
 }
 
 /// How an exchange ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub enum ExchangeEnd {
     /// Complete; HTTP/1.x keeps the connection for the next request (HTTP/2 and HTTP/3: the
     /// stream ends, as for `Close`).
     KeepAlive,
@@ -191,7 +191,7 @@ enum State {
     After,
     /// Reading the body after the response.
     ReadingAfter,
-    Done(Ending),
+    Done(ExchangeEnd),
 }
 
 /// One request/response exchange.
@@ -336,9 +336,9 @@ impl Exchange {
     pub fn body_failed(&mut self, why: BodyFailure) {
         self.body_left = false;
         self.state = match (why, self.state) {
-            (BodyFailure::Broken, _) => State::Done(Ending::Abort),
+            (BodyFailure::Broken, _) => State::Done(ExchangeEnd::Abort),
             // The response is out already: nothing more to say.
-            (_, State::ReadingAfter) => State::Done(Ending::Close),
+            (_, State::ReadingAfter) => State::Done(ExchangeEnd::Close),
             (BodyFailure::Timeout | BodyFailure::Malformed, _) => {
                 let page = if why == BodyFailure::Timeout {
                     ErrorPage::Timeout
@@ -504,16 +504,16 @@ impl Exchange {
         (self.body_left && (plan.drain_after || self.limit_reached)) || plan.pause_ms > 0
     }
 
-    fn ending(&self) -> Ending {
+    fn ending(&self) -> ExchangeEnd {
         match &self.answer {
-            Answer::Dummy(plan) if plan.is_informational() => Ending::NoFinal,
-            Answer::Dummy(_) if self.keep_alive => Ending::KeepAlive,
-            Answer::Dummy(_) if !self.version.is_h1() => Ending::KeepAlive,
-            _ => Ending::Close,
+            Answer::Dummy(plan) if plan.is_informational() => ExchangeEnd::NoFinal,
+            Answer::Dummy(_) if self.keep_alive => ExchangeEnd::KeepAlive,
+            Answer::Dummy(_) if !self.version.is_h1() => ExchangeEnd::KeepAlive,
+            _ => ExchangeEnd::Close,
         }
     }
 
-    fn head(&mut self, now: Instant) -> Head {
+    fn head(&mut self, now: Instant) -> ResponseHead {
         let h1 = self.version.is_h1();
         match &self.answer {
             Answer::Dummy(plan) => {
@@ -537,7 +537,7 @@ impl Exchange {
                     let fr = h1::framing(&req, plan);
                     self.keep_alive = fr.keep_alive;
                     self.chunked_te = fr.chunked_te;
-                    return Head {
+                    return ResponseHead {
                         status: plan.status,
                         h1_11: fr.response_11,
                         content_length: fr.content_length,
@@ -551,7 +551,7 @@ impl Exchange {
                     };
                 }
                 if plan.is_informational() {
-                    return Head::interim(plan.status);
+                    return ResponseHead::interim(plan.status);
                 }
                 // No connection or transfer-encoding fields here: C/K/k only drop the length. A
                 // lying `b` is sent as asked: the DATA frames still carry the real body and end
@@ -562,7 +562,7 @@ impl Exchange {
                     Some(b) if length => Some(b),
                     _ => (length && plan.conn != ConnForce::Close).then_some(plan.size),
                 };
-                Head {
+                ResponseHead {
                     status: plan.status,
                     h1_11: true,
                     content_length,
@@ -575,7 +575,7 @@ impl Exchange {
                     etag: plan.etag,
                 }
             }
-            Answer::Help => Head {
+            Answer::Help => ResponseHead {
                 status: 200,
                 // HTTP/1.x: an HTTP/1.0 close-delimited page, as haterm's.
                 h1_11: false,
@@ -588,7 +588,7 @@ impl Exchange {
                 date: self.date,
                 etag: None,
             },
-            Answer::Text { status, text } => Head {
+            Answer::Text { status, text } => ResponseHead {
                 status: *status,
                 h1_11: true,
                 content_length: Some(text.len() as u64),

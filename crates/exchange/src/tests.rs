@@ -310,7 +310,7 @@ fn error_pages_without_a_plan() {
         x.next(Instant::now()),
         Step::Body(Body::Text(Cow::Borrowed(body)))
     );
-    assert_eq!(x.next(Instant::now()), Step::Done(Ending::Close));
+    assert_eq!(x.next(Instant::now()), Step::Done(ExchangeEnd::Close));
 }
 
 #[test]

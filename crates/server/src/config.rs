@@ -73,7 +73,7 @@ pub struct H2Args {
     /// also applies to HTTP/1.1 over TLS (whose default copies bodies up to 16 KiB). See
     /// docs/PERFORMANCE.md.
     #[arg(long = "h2-emit", value_enum, value_name = "STRATEGY")]
-    pub emit: Option<Emit>,
+    pub emit: Option<EmitMode>,
     /// Hybrid: body pieces of this size or more go by reference.
     #[arg(long = "h2-emit-threshold", default_value = "2k", value_name = "SIZE",
           value_parser = loadterm_plan::units::parse_size)]
@@ -82,7 +82,7 @@ pub struct H2Args {
 
 /// `--h2-emit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Emit {
+pub enum EmitMode {
     Drain,
     Gather,
     Hybrid,
@@ -97,10 +97,10 @@ impl H2Args {
     /// HTTP/2 (clear and TLS): body bytes up to this size are copied into the write they go out
     /// in; larger bodies (pieces of the static body blocks) go by reference, in a vectored write.
     pub fn copy_up_to(&self) -> u64 {
-        match self.emit.unwrap_or(Emit::Drain) {
-            Emit::Drain => u64::MAX,
-            Emit::Gather => 0,
-            Emit::Hybrid => self.emit_threshold.saturating_sub(1),
+        match self.emit.unwrap_or(EmitMode::Drain) {
+            EmitMode::Drain => u64::MAX,
+            EmitMode::Gather => 0,
+            EmitMode::Hybrid => self.emit_threshold.saturating_sub(1),
         }
     }
 

@@ -60,7 +60,7 @@ impl Parsed {
 
 /// Where a bind line listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub enum BindTransport {
     Tcp,
     /// `quic4@` / `quic6@`: QUIC on UDP, HTTP/3.
     Quic,
@@ -69,7 +69,7 @@ pub enum Transport {
 /// An understood `bind` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
-    pub transport: Transport,
+    pub transport: BindTransport,
     pub addr: SocketAddr,
     /// TLS (always true on QUIC).
     pub ssl: bool,
@@ -251,7 +251,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
         }
     }
     match transport {
-        Transport::Quic => {
+        BindTransport::Quic => {
             if !b.ssl {
                 return Err(format!("'{line}': QUIC needs 'ssl' (and a 'crt')"));
             }
@@ -262,7 +262,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
             }
             b.alpn = vec!["h3".to_owned()];
         }
-        Transport::Tcp if !b.ssl => {
+        BindTransport::Tcp if !b.ssl => {
             if !b.crt.is_empty() || alpn.is_some() {
                 warnings.push(format!(
                     "'{line}': 'crt' and 'alpn' need 'ssl': this bind serves clear text"
@@ -270,7 +270,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
                 b.crt.clear();
             }
         }
-        Transport::Tcp => {
+        BindTransport::Tcp => {
             let list = alpn.unwrap_or_else(|| TCP_ALPN.iter().map(|p| p.to_string()).collect());
             for p in list {
                 // haterm's own lines say `http1.1`/`http1.0` (unregistered tokens no client
@@ -303,13 +303,13 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
 
 /// `IP:PORT`, `:PORT`, `*:PORT`, `[v6]:PORT`, `v6:PORT` (the last colon ends the address, as
 /// in HAProxy), each optionally after `ipv4@`, `ipv6@`, `quic4@` or `quic6@`.
-fn bind_address(s: &str) -> Result<(Transport, SocketAddr), String> {
+fn bind_address(s: &str) -> Result<(BindTransport, SocketAddr), String> {
     let (transport, family, rest) = match s.split_once('@') {
-        None => (Transport::Tcp, None, s),
-        Some(("ipv4", r)) => (Transport::Tcp, Some(4), r),
-        Some(("ipv6", r)) => (Transport::Tcp, Some(6), r),
-        Some(("quic4", r)) => (Transport::Quic, Some(4), r),
-        Some(("quic6", r)) => (Transport::Quic, Some(6), r),
+        None => (BindTransport::Tcp, None, s),
+        Some(("ipv4", r)) => (BindTransport::Tcp, Some(4), r),
+        Some(("ipv6", r)) => (BindTransport::Tcp, Some(6), r),
+        Some(("quic4", r)) => (BindTransport::Quic, Some(4), r),
+        Some(("quic6", r)) => (BindTransport::Quic, Some(6), r),
         Some((p, _)) => return Err(format!("address prefix '{p}@' is not supported")),
     };
     let (host, port) = rest
@@ -498,7 +498,7 @@ mod tests {
         assert_eq!(
             b,
             Bind {
-                transport: Transport::Quic,
+                transport: BindTransport::Quic,
                 addr: "127.0.0.1:18452".parse().unwrap(),
                 ssl: true,
                 crt: vec!["/mnt/combined.pem".into()],
@@ -507,7 +507,7 @@ mod tests {
         );
         let (b, w) = bind_of("bind 127.0.0.1:18452 ssl crt /mnt/combined.pem alpn h2");
         assert!(w.is_empty(), "{w:?}");
-        assert_eq!((b.transport, b.ssl), (Transport::Tcp, true));
+        assert_eq!((b.transport, b.ssl), (BindTransport::Tcp, true));
         assert_eq!(b.alpn, ["h2"]);
     }
 
@@ -525,8 +525,8 @@ mod tests {
             addr("bind quic6@[::1]:443 ssl"),
             "[::1]:443".parse().unwrap()
         );
-        assert_eq!(t("bind quic6@:443 ssl"), Transport::Quic);
-        assert_eq!(t("bind ipv6@:443"), Transport::Tcp);
+        assert_eq!(t("bind quic6@:443 ssl"), BindTransport::Quic);
+        assert_eq!(t("bind ipv6@:443"), BindTransport::Tcp);
         for bad in [
             "bind",
             "bind 8080",

@@ -13,7 +13,7 @@
 
 use crate::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
-use loadterm_ja4::{quic::Reassembler, tcp, Transport};
+use loadterm_ja4::{quic::Reassembler, tcp, HelloTransport};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::net::SocketAddr;
@@ -100,7 +100,7 @@ pub async fn sniff_tcp(
         loop {
             match tcp::client_hello(&buf) {
                 Ok(tcp::Hello::Complete(hello)) => {
-                    return loadterm_ja4::fingerprint(&hello, Transport::Tcp)
+                    return loadterm_ja4::fingerprint(&hello, HelloTransport::Tcp)
                         .map_err(|_| Some(DECODE_ERROR));
                 }
                 Ok(tcp::Hello::Incomplete) => {}
@@ -193,7 +193,7 @@ impl QuicFingerprints {
         let Ok(Some(hello)) = st.reassembler.push(datagram) else {
             return;
         };
-        let Ok(ja4) = loadterm_ja4::fingerprint(&hello.message, Transport::Quic) else {
+        let Ok(ja4) = loadterm_ja4::fingerprint(&hello.message, HelloTransport::Quic) else {
             return;
         };
         let fp = ja4.as_str().to_string();

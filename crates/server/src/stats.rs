@@ -78,7 +78,7 @@ pub enum Protection {
     /// GOAWAY's debug data, which names the cause, from the error it returns, so they are one.
     EnhanceYourCalm,
     /// HTTP/2: a client sent more WINDOW_UPDATE, SETTINGS, PING, PRIORITY (or extension) frames
-    /// than the server's output allows (`h2::guard`); the connection ended with GOAWAY
+    /// than the server's output allows (`h2_engine::guard`); the connection ended with GOAWAY
     /// ENHANCE_YOUR_CALM.
     H2ControlFlood,
     /// A request head over the size limits (431, or the connection ended).

@@ -6,7 +6,7 @@ use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::stats::{self, Failure, Metered, Protection, Transport};
 use crate::tls::Identity;
-use crate::{h1, h2, h3, ja4, park};
+use crate::{h1, h2_engine, h3, ja4, park};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use std::future::Future;
@@ -222,7 +222,7 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
+            let _ = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -246,15 +246,15 @@ async fn serve_h1_clear(
     // in this task's future.
     let upgraded = match h1::serve(sock, cfg.clone(), opts, until).await {
         None => return,
-        Some(h1::Next::Idle { io, until }) => {
+        Some(h1::Handover::Idle { io, until }) => {
             match io.into_inner().into_std() {
                 Ok(sock) => park::park(sock, slot, until),
                 Err(e) => eprintln!("loadterm: cannot park an idle connection: {e}"),
             }
             return;
         }
-        Some(h1::Next::Upgrade(up)) => Box::pin(async move {
-            let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+        Some(h1::Handover::Upgrade(up)) => Box::pin(async move {
+            let _ = h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
             drop(slot);
         }),
     };
@@ -288,12 +288,14 @@ async fn serve_tls(
 
 async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
 {
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
-        // One handshake step per turn of the loop: established connections first (heavy.rs).
-        crate::heavy::heavy(acceptor.accept(Metered::new(io, Transport::Tls))),
+        // One handshake step per turn of the loop: established connections first.
+        crate::handshake_turns::one_step_per_turn(
+            acceptor.accept(Metered::new(io, Transport::Tls)),
+        ),
     ));
     let stream = match accepting.await {
         Some(Ok(stream)) => {
@@ -325,10 +327,10 @@ fn session<IO>(
     extra: ExtraHeaders,
 ) -> Session<impl Future, impl Future>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
 {
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        Session::H2(Box::pin(h2::serve_connection(stream, cfg, extra)))
+        Session::H2(Box::pin(h2_engine::serve_connection(stream, cfg, extra)))
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {

@@ -4,7 +4,7 @@
 //! quinn-proto 0.11 keeps its own count but starts a datagram while any budget is left and then
 //! pads it to 1 200 bytes, so an Initial that is never answered gets up to one datagram more than
 //! the limit (docs/RELIABILITY.md, defect 5). Here every datagram is checked against the same
-//! limit before it leaves ([`Guard`]): one that does not fit whole is held back, which
+//! limit before it leaves ([`AmplificationGuard`]): one that does not fit whole is held back, which
 //! quinn takes for a loss and sends again once the client has sent more.
 //!
 //! A connection is known by the client's connection ID (the Source Connection ID of its long
@@ -43,7 +43,7 @@ struct Budget {
     serial: u64,
 }
 
-/// The budgets of the connections not yet validated, by client address. Sans-I/O: [`Guard`]
+/// The budgets of the connections not yet validated, by client address. Sans-I/O: [`AmplificationGuard`]
 /// shows it every datagram.
 #[derive(Debug, Default)]
 pub struct Budgets {
@@ -178,13 +178,13 @@ impl Budgets {
 
 /// [`Budgets`] shared by the socket's receive and send paths (`h3::socket`).
 #[derive(Debug, Default)]
-pub struct Guard {
+pub struct AmplificationGuard {
     budgets: Mutex<Budgets>,
     /// `Budgets::tracked`, read without the lock: when 0, sends go straight through.
     tracked: AtomicUsize,
 }
 
-impl Guard {
+impl AmplificationGuard {
     fn budgets(&self) -> MutexGuard<'_, Budgets> {
         self.budgets.lock().unwrap_or_else(|e| e.into_inner())
     }

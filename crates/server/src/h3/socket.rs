@@ -2,7 +2,7 @@
 //! and, with `--ja4`, to the QUIC fingerprint reader before quinn sees it; every datagram sent
 //! goes through the guard.
 
-use super::amplification::Guard;
+use super::amplification::AmplificationGuard;
 use crate::ja4::QuicFingerprints;
 use quinn::udp::{RecvMeta, Transmit};
 use std::io::{self, IoSliceMut};
@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 #[derive(Debug)]
 pub struct Socket {
     inner: Arc<dyn quinn::AsyncUdpSocket>,
-    guard: Guard,
+    guard: AmplificationGuard,
     fingerprints: Option<Arc<QuicFingerprints>>,
 }
 
@@ -25,7 +25,7 @@ impl Socket {
     ) -> Socket {
         Socket {
             inner,
-            guard: Guard::default(),
+            guard: AmplificationGuard::default(),
             fingerprints,
         }
     }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, HttpDate, Step, Version};
+use loadterm_exchange::{
+    Body, BodyFailure, Exchange, ExchangeEnd, HttpDate, ResponseHead, Step, Version,
+};
 use loadterm_plan::body;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -58,10 +60,10 @@ thread_local! {
     /// The fields of the last head built on this thread. Benchmark traffic repeats the same head
     /// (same plan, timing and date second), and cloning a map (its values are shared) costs a
     /// fraction of building one field by field: measured in docs/PERFORMANCE.md.
-    static LAST_FIELDS: RefCell<Option<(Head, HttpDate, HeaderMap)>> = const { RefCell::new(None) };
+    static LAST_FIELDS: RefCell<Option<(ResponseHead, HttpDate, HeaderMap)>> = const { RefCell::new(None) };
 }
 
-fn header_map(head: &Head, date: &HttpDate) -> Result<HeaderMap, http::Error> {
+fn header_map(head: &ResponseHead, date: &HttpDate) -> Result<HeaderMap, http::Error> {
     let mut map = HeaderMap::with_capacity(8);
     let mut bad = None;
     head.fields(
@@ -157,7 +159,7 @@ impl Stream {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let if_match = joined(req.headers(), http::header::IF_MATCH);
         let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
-        let x = crate::planner::exchange(
+        let x = crate::thread_ctx::exchange(
             &loadterm_exchange::Request {
                 version: Version::H2,
                 is_head: req.method() == http::Method::HEAD,
@@ -269,7 +271,7 @@ impl Stream {
                         return self.aborted();
                     }
                 }
-                Step::Done(Ending::NoFinal) => {
+                Step::Done(ExchangeEnd::NoFinal) => {
                     // The 1xx went out as an interim head and a final one cannot follow: reset
                     // the stream, but only once the connection has written that head (the h2
                     // crate drops a stream's queued frames at a reset). Woken by the head, the
@@ -324,7 +326,7 @@ impl Stream {
             }
             Step::Done(ending) => {
                 match ending {
-                    Ending::KeepAlive | Ending::Close => {
+                    ExchangeEnd::KeepAlive | ExchangeEnd::Close => {
                         if !self.ended {
                             self.data(Bytes::new(), true)
                         }
@@ -333,8 +335,8 @@ impl Stream {
                             self.counted = true;
                         }
                     }
-                    Ending::NoFinal => return Then::Wait(Step::Done(ending)),
-                    Ending::Abort => {
+                    ExchangeEnd::NoFinal => return Then::Wait(Step::Done(ending)),
+                    ExchangeEnd::Abort => {
                         self.reset(Reason::CANCEL);
                         self.aborted();
                     }
@@ -346,8 +348,8 @@ impl Stream {
         Then::Next
     }
 
-    fn response(&self, head: &Head) -> Result<Response<()>, http::Error> {
-        let date = crate::planner::date();
+    fn response(&self, head: &ResponseHead) -> Result<Response<()>, http::Error> {
+        let date = crate::thread_ctx::date();
         let mut fields = LAST_FIELDS.with_borrow_mut(|last| match last {
             Some((h, d, fields)) if h == head && *d == date => Ok(fields.clone()),
             _ => {

@@ -63,7 +63,7 @@ where
         .max_send_buffer_size(256 << 10);
     // Notified once the client floods control frames (then `h2` reads nothing more).
     let flood = Arc::new(Notify::new());
-    let io = guard::Guard::new(emit::Emit::new(io, s.copy_up_to()), flood.clone());
+    let io = guard::FloodGuard::new(emit::WriteBatcher::new(io, s.copy_up_to()), flood.clone());
     let mut conn =
         match tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await {
             Ok(Ok(conn)) => conn,

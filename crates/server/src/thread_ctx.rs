@@ -2,7 +2,7 @@
 //! distributions and pieces), the HTTP date, rendered once a second, and the last HTTP/1.x head
 //! rendered; and `--burn`, the calibration-only extra cost per request.
 
-use loadterm_exchange::{http_date, Exchange, H1Heads, Head, HttpDate, Request};
+use loadterm_exchange::{http_date, Exchange, H1Heads, HttpDate, Request, ResponseHead};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, Ordering::Relaxed};
@@ -41,7 +41,7 @@ thread_local! {
 }
 
 /// Append `head` in HTTP/1.x, dated now, with `extra` header lines (CRLF-terminated).
-pub fn write_h1(head: &Head, extra: &[u8], out: &mut Vec<u8>) {
+pub fn write_h1(head: &ResponseHead, extra: &[u8], out: &mut Vec<u8>) {
     let date = date();
     H1_HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
 }
