@@ -4,19 +4,6 @@
 
 use loadterm_plan::{status_allows_body, ConnForce, Plan};
 
-/// One chunk per byte (`k=2`, httpterm's chunking), repeated: a body of `n` such chunks is the
-/// first `6 * n` bytes of as many copies as needed. The byte is always `1`: chunked bodies are
-/// made of ones (`k` wins over `R`).
-pub static BYTE_CHUNKS: [u8; 6 * 1024] = {
-    let mut b = [0u8; 6 * 1024];
-    let mut i = 0;
-    while i < b.len() {
-        b[i] = b"1\r\n1\r\n"[i % 6];
-        i += 1;
-    }
-    b
-};
-
 /// What the engine learnt from the request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H1Request {

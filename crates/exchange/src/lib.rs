@@ -22,7 +22,7 @@
 pub mod h1;
 pub mod head;
 
-pub use head::{http_date, H1Heads, HttpDate, Kind, Reported, ResponseHead, Timing};
+pub use head::{http_date, FieldName, FieldSink, HttpDate, Kind, Reported, ResponseHead, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;

@@ -1,8 +1,8 @@
 //! Per-thread state the exchanges need: the random generator (for the `r` suffix,
-//! distributions and pieces), the HTTP date, rendered once a second, and the last HTTP/1.x head
-//! rendered; and `--burn`, the calibration-only extra cost per request.
+//! distributions and pieces) and the HTTP date, rendered once a second; and `--burn`, the
+//! calibration-only extra cost per request.
 
-use loadterm_exchange::{http_date, Exchange, H1Heads, HttpDate, Request, ResponseHead};
+use loadterm_exchange::{http_date, Exchange, HttpDate, Request};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, Ordering::Relaxed};
@@ -35,15 +35,8 @@ fn thread_rng() -> Rng {
 thread_local! {
     static RNG: RefCell<Rng> = RefCell::new(thread_rng());
     static DATE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [0; 29])) };
-    static H1_HEADS: RefCell<H1Heads> = RefCell::new(H1Heads::default());
     /// Picoseconds of burn owed by this thread (negative after an overshoot).
     static BURN_DEBT: Cell<i64> = const { Cell::new(0) };
-}
-
-/// Append `head` in HTTP/1.x, dated now, with `extra` header lines (CRLF-terminated).
-pub fn write_h1(head: &ResponseHead, extra: &[u8], out: &mut Vec<u8>) {
-    let date = date();
-    H1_HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
 }
 
 /// Every request's plan is built here, for all three engines: the one place `--burn` spins.

@@ -11,15 +11,15 @@
 
 use super::body::RequestBody;
 use super::buffers;
+use super::encode;
 use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
 use crate::config::Config;
 use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
-use loadterm_codec::chunked;
 use loadterm_exchange::{Body, BodyFailure, Exchange, ExchangeEnd, Request, Step, Version};
-use loadterm_plan::body::{self, BodyKind};
+use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -49,10 +49,6 @@ const LINGER: Duration = Duration::from_millis(500);
 /// How long a busy period waits for a next request before the connection turns idle (under
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
-
-/// The answer that switches the connection to HTTP/2 (`Upgrade: h2c`).
-const SWITCHING: &[u8] =
-    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 
 /// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
@@ -551,7 +547,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
             match x.next(t_first) {
                 Step::Head(h) => {
                     self.status = h.status;
-                    h.write_h1(&mut self.out, &crate::thread_ctx::date(), self.extra_head)
+                    encode::head(&mut self.out, &h, self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => {
@@ -606,7 +602,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
         if self.h2c_upgrade && self.head.upgrade_h2c {
             let head = self.buffered()[..head_len].to_vec();
             self.consume(head_len);
-            self.out.extend_from_slice(SWITCHING);
+            self.out.extend_from_slice(encode::SWITCHING);
             stats::interim(Proto::H1);
             let buffered = self.buffered().to_vec();
             return Err(PeriodEnd::Upgrade { head, buffered });
@@ -642,7 +638,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
             match x.next(now) {
                 Step::Continue => {
                     stats::interim(Proto::H1);
-                    self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self.out.extend_from_slice(encode::CONTINUE)
                 }
                 Step::ReadBody { limit } => {
                     match Box::pin(self.drain(&mut decoder, limit)).await {
@@ -680,7 +676,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
                     } else {
                         self.status = h.status;
                     }
-                    crate::thread_ctx::write_h1(&h, self.extra_head, &mut self.out)
+                    encode::head(&mut self.out, &h, self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
@@ -709,15 +705,15 @@ impl<IO: ByteStream> Conn<'_, IO> {
                     if byte_chunks {
                         self.byte_chunks(kind, len, len == 0).await?;
                     } else if chunked && len == 0 {
-                        self.out.extend_from_slice(chunked::LAST_CHUNK);
+                        self.out.extend_from_slice(encode::LAST_CHUNK);
                     } else {
-                        let data = body::slice(kind, offset, len as usize);
+                        let data = encode::piece(kind, offset, len);
                         if chunked {
-                            chunked::put_size_line(&mut self.out, data.len());
+                            encode::chunk_start(&mut self.out, data.len());
                         }
                         self.put(data).await?;
                         if chunked {
-                            self.out.extend_from_slice(b"\r\n");
+                            encode::chunk_end(&mut self.out);
                         }
                     }
                     self.flush().await?;
@@ -783,22 +779,16 @@ impl<IO: ByteStream> Conn<'_, IO> {
         zero_copy: bool,
     ) -> io::Result<()> {
         if chunked {
-            let mut off = 0u64;
-            while off < size {
-                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
-                chunked::put_size_line(&mut self.out, data.len());
+            for data in encode::slices(kind, 0, size) {
+                encode::chunk_start(&mut self.out, data.len());
                 self.put(data).await?;
-                self.out.extend_from_slice(b"\r\n");
-                off += data.len() as u64;
+                encode::chunk_end(&mut self.out);
             }
-            self.out.extend_from_slice(chunked::LAST_CHUNK);
+            self.out.extend_from_slice(encode::LAST_CHUNK);
             Ok(())
         } else if size <= self.copy_up_to {
-            let mut off = 0u64;
-            while off < size {
-                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
+            for data in encode::slices(kind, 0, size) {
                 self.put(data).await?;
-                off += data.len() as u64;
             }
             Ok(())
         } else if self.splice
@@ -824,21 +814,17 @@ impl<IO: ByteStream> Conn<'_, IO> {
     /// `size` bytes as one-byte chunks (`k=2`), then the last chunk if `end`.
     async fn byte_chunks(&mut self, kind: BodyKind, size: u64, end: bool) -> io::Result<()> {
         debug_assert_eq!(kind, BodyKind::Ones, "chunked bodies are made of ones");
-        let block = &loadterm_exchange::h1::BYTE_CHUNKS;
-        let mut left = size * 6;
-        while left > 0 {
-            let n = left.min(block.len() as u64) as usize;
-            self.put(&block[..n]).await?;
-            left -= n as u64;
+        for block in encode::byte_chunks(size) {
+            self.put(block).await?;
         }
         if end {
-            self.out.extend_from_slice(chunked::LAST_CHUNK);
+            self.out.extend_from_slice(encode::LAST_CHUNK);
         }
         Ok(())
     }
 
     /// Pending output (the head) plus the body, as vectored writes of up to `IOV` static slices.
-    async fn large_body(&mut self, kind: body::BodyKind, size: u64) -> io::Result<()> {
+    async fn large_body(&mut self, kind: BodyKind, size: u64) -> io::Result<()> {
         let mut off = 0u64;
         while off < size || !self.out.is_empty() {
             let out = std::mem::take(&mut self.out);
@@ -848,12 +834,9 @@ impl<IO: ByteStream> Conn<'_, IO> {
                 iov[0] = IoSlice::new(&out);
                 count = 1;
             }
-            let mut o = off;
-            while count < iov.len() && o < size {
-                let s = body::slice(kind, o, (size - o).min(body::WINDOW as u64) as usize);
+            for s in encode::slices(kind, off, size - off).take(iov.len() - count) {
                 iov[count] = IoSlice::new(s);
                 count += 1;
-                o += s.len() as u64;
             }
             let written = self.write_timed(&iov[..count]).await;
             let head_len = out.len();

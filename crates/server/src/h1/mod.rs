@@ -1,10 +1,12 @@
-//! HTTP/1.x engine: `head` and `body` are sans-I/O (bytes in, decisions out); `conn` is the
-//! thin tokio driver, generic over clear TCP and TLS streams; `splice` sends large bodies on
-//! clear TCP without copying.
+//! HTTP/1.x engine: `head` (request parser), `body` (request body decoder) and `encode` (response
+//! encoder) are sans-I/O (bytes in, decisions or bytes out); `conn` is the thin tokio driver,
+//! generic over clear TCP and TLS streams; `splice` sends large bodies on clear TCP without
+//! copying.
 
 pub mod body;
 mod buffers;
 mod conn;
+mod encode;
 pub mod head;
 mod splice;
 
