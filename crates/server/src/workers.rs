@@ -222,7 +222,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let _ = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
+            let served = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
+            h2_ended(served);
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -254,7 +255,7 @@ async fn serve_h1_clear(
             return;
         }
         Some(h1::Handover::Upgrade(up)) => Box::pin(async move {
-            let _ = h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+            h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
             drop(slot);
         }),
     };
@@ -306,12 +307,17 @@ where
         None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
     match session(stream, cfg, extra) {
-        Session::H2(s) => {
-            let _ = s.await;
-        }
+        Session::H2(s) => h2_ended(s.await),
         Session::H1(s) => {
             let _ = s.await;
         }
+    }
+}
+
+/// An HTTP/2 connection is over: its failure, if any, is counted here, once.
+fn h2_ended(served: Result<(), h2_engine::ConnError>) {
+    if let Err(e) = served {
+        e.count();
     }
 }
 
@@ -325,7 +331,7 @@ fn session<IO>(
     stream: tokio_rustls::server::TlsStream<IO>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Session<impl Future, impl Future>
+) -> Session<impl Future<Output = Result<(), h2_engine::ConnError>>, impl Future>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
 {

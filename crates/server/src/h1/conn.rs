@@ -58,8 +58,11 @@ enum PeriodEnd {
     Idle(Instant),
     /// Close the connection: flush what is buffered, half-close and linger.
     Close,
-    /// The peer went away or a write timed out: drop without further writes.
+    /// The peer went away, or the request was aborted: drop without further writes.
     Abort,
+    /// A read or write failed (a write timeout included): drop without further writes. Counted
+    /// once, where the busy period ends.
+    Failed(io::Error),
     /// `Upgrade: h2c` accepted (the 101 is buffered): once it is flushed, hand over to HTTP/2
     /// the upgrading request's head and the bytes the client sent after it.
     Upgrade { head: Vec<u8>, buffered: Vec<u8> },
@@ -146,8 +149,7 @@ pub struct Options {
 
 impl From<io::Error> for PeriodEnd {
     fn from(e: io::Error) -> Self {
-        stats::io_error(&e);
-        PeriodEnd::Abort
+        PeriodEnd::Failed(e)
     }
 }
 
@@ -283,7 +285,7 @@ async fn run<IO: ByteStream>(
                 Box::pin(linger(&mut io)).await;
                 return None;
             }
-            PeriodEnd::Abort => return None,
+            PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
             PeriodEnd::Upgrade { head, buffered } => {
                 return Some(Handover::Upgrade(Upgrade { io, buffered, head }));
             }
@@ -330,13 +332,13 @@ async fn busy<IO: ByteStream>(
     let end = match end {
         PeriodEnd::Close | PeriodEnd::Upgrade { .. } => match c.flush().await {
             Ok(()) => end,
-            Err(e) => {
-                stats::io_error(&e);
-                PeriodEnd::Abort
-            }
+            Err(e) => PeriodEnd::Failed(e),
         },
-        PeriodEnd::Idle(_) | PeriodEnd::Abort => end,
+        PeriodEnd::Idle(_) | PeriodEnd::Abort | PeriodEnd::Failed(_) => end,
     };
+    if let PeriodEnd::Failed(e) = &end {
+        stats::io_error(e);
+    }
     // What the connection left unsent, half sent or unanswered (nothing when it turns idle).
     let unsent: u32 = c.unsent.iter().sum();
     stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.in_request));
@@ -590,10 +592,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
                     Ok(0) => return Err(PeriodEnd::Abort),
                     Ok(_) => {}
                     Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
-                    Err(Some(e)) => {
-                        stats::io_error(&e);
-                        return Err(PeriodEnd::Abort);
-                    }
+                    Err(Some(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
         }
