@@ -66,7 +66,7 @@ fn with_gate(f: impl FnOnce(&mut Gate) -> Option<Waker>) {
 
 /// `inner`, each of its polls in a turn of the event loop of its own among this worker's heavy
 /// futures.
-pub async fn one_step_per_turn<F: Future + Unpin>(mut inner: F) -> F::Output {
+pub(crate) async fn one_step_per_turn<F: Future + Unpin>(mut inner: F) -> F::Output {
     loop {
         take_turn().await;
         match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut inner).poll(cx))).await {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// One understood line.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Directive {
+pub(crate) enum Directive {
     /// `nbthread N`
     Threads(usize),
     /// `maxconn N`
@@ -37,7 +37,7 @@ pub enum Directive {
 
 /// A line's meaning and what the user should be told about it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub directive: Directive,
     pub warnings: Vec<String>,
 }
@@ -60,7 +60,7 @@ impl Parsed {
 
 /// Where a bind line listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BindTransport {
+pub(crate) enum BindTransport {
     Tcp,
     /// `quic4@` / `quic6@`: QUIC on UDP, HTTP/3.
     Quic,
@@ -68,7 +68,7 @@ pub enum BindTransport {
 
 /// An understood `bind` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bind {
+pub(crate) struct Bind {
     pub transport: BindTransport,
     pub addr: SocketAddr,
     /// TLS (always true on QUIC).
@@ -83,7 +83,7 @@ pub struct Bind {
 
 /// Which threads a `cpu-map` line pins, and to which CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuMap {
+pub(crate) struct CpuMap {
     /// `auto:`: threads and CPUs paired one to one, in order; otherwise every thread may run
     /// on every CPU of the set.
     pub auto: bool,
@@ -95,7 +95,7 @@ pub struct CpuMap {
 /// A `-G`/`-F` value as haterm turns it into configuration lines: `\n` starts a new line, `\t`
 /// is a TAB, `\` followed by another character is that character, a trailing lone `\` is
 /// dropped.
-pub fn lines(value: &str) -> Vec<String> {
+pub(crate) fn lines(value: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut chars = value.chars();
     while let Some(c) = chars.next() {
@@ -124,7 +124,7 @@ fn positive(line: &str, what: &str, v: Option<&&str>) -> Result<usize, String> {
 /// One configuration line. `Err` for a line loadterm understands but cannot honour as
 /// written (a listener it cannot open, a malformed number): going on would run something else
 /// than what was asked for.
-pub fn parse(line: &str) -> Result<Parsed, String> {
+pub(crate) fn parse(line: &str) -> Result<Parsed, String> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Ok(match words.as_slice() {
         [] | ["limited-quic"] => Parsed::ok(Directive::Nothing),
@@ -394,7 +394,10 @@ fn range(s: &str) -> Option<(usize, usize)> {
 /// The CPUs each of `threads` worker threads is pinned to (empty: not pinned), from the
 /// `cpu-map` lines in order (a later line overrides an earlier one for the same thread), and
 /// warnings for threads that do not exist.
-pub fn pinning(maps: &[CpuMap], threads: usize) -> Result<(Vec<Vec<usize>>, Vec<String>), String> {
+pub(crate) fn pinning(
+    maps: &[CpuMap],
+    threads: usize,
+) -> Result<(Vec<Vec<usize>>, Vec<String>), String> {
     let mut out = vec![Vec::new(); threads];
     let mut warnings = Vec::new();
     for m in maps {

@@ -24,7 +24,7 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Bind `addr` (errors say which address could not be bound) and serve the statistics on it
 /// from a thread of its own; returns the bound address.
-pub fn start(addr: SocketAddr) -> Result<SocketAddr> {
+pub(crate) fn start(addr: SocketAddr) -> Result<SocketAddr> {
     let listener =
         TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;

@@ -27,11 +27,11 @@ use tokio::sync::Notify;
 /// about six system calls (epoll registrations moved between tokio's set and ours), negligible
 /// once per second but not once per request: a connection whose requests come less than this
 /// apart stays in its task.
-pub const PARK_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Continues serving a connection that turned readable (or at shutdown) in a task of its own;
 /// its next request is awaited until the instant given.
-pub type Resume = Rc<dyn Fn(TcpStream, ConnSlot, Instant)>;
+pub(crate) type Resume = Rc<dyn Fn(TcpStream, ConnSlot, Instant)>;
 
 struct Parked {
     sock: TcpStream,
@@ -59,7 +59,8 @@ thread_local! {
 
 /// Start this worker thread's parking lot: its task runs until shutdown. Call from within the
 /// worker's `LocalSet`.
-pub fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
+#[allow(unsafe_code)] // tokio watches mio's epoll fd
+pub(crate) fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
     let poll = Poll::new()?;
     let registry = poll.registry().try_clone()?;
     // SAFETY: a `Poll` owns its epoll fd, open and the same until the `Poll` is dropped.
@@ -80,7 +81,7 @@ pub fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
 /// Park an idle connection until it turns readable or `until` passes (then it is closed).
 /// After shutdown (or once the lot's epoll failed), or if the registration fails, it is resumed
 /// at once instead: the caller's task is ending, and the connection must not be lost.
-pub fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
+pub(crate) fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
     let p = Parked { sock, slot, until };
     let refused = PARKED_CONNS.with_borrow_mut(|lot| {
         // No lot: `start` failed on this thread (and said so); the connection closes.

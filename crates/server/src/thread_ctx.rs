@@ -15,7 +15,7 @@ static SEED: OnceLock<u32> = OnceLock::new();
 static SEEDED: AtomicU32 = AtomicU32::new(0);
 
 /// Seed every thread's generator from `seed` (`None`: from entropy). Call before any request.
-pub fn seed(seed: Option<u32>) {
+pub(crate) fn seed(seed: Option<u32>) {
     if let Some(s) = seed {
         let _ = SEED.set(s);
     }
@@ -40,7 +40,7 @@ thread_local! {
 }
 
 /// Every request's plan is built here, for all three engines: the one place `--burn` spins.
-pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
+pub(crate) fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
     if BURN_FRACTION.load(Relaxed) != 0 {
         burn();
     }
@@ -61,10 +61,11 @@ const BURN_WINDOW: u64 = 256;
 /// Spin only once this much is owed: a clock read costs far more than a few nanoseconds.
 const BURN_QUANTUM_PS: i64 = 20_000_000;
 
-pub fn set_burn(percent: f64) {
+pub(crate) fn set_burn(percent: f64) {
     BURN_FRACTION.store((percent / 100.0).to_bits(), Relaxed);
 }
 
+#[allow(unsafe_code)] // clock_gettime
 fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -113,7 +114,8 @@ fn burn() {
 
 /// The current HTTP date. The coarse clock costs a few nanoseconds (no system call, no
 /// hardware counter read); the text is redone only when the second changes.
-pub fn date() -> HttpDate {
+#[allow(unsafe_code)] // clock_gettime
+pub(crate) fn date() -> HttpDate {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -28,12 +28,12 @@ struct WorkerSockets {
 }
 
 /// A listener and the certificates it presents (TLS and QUIC).
-pub type Bound = (Listener, Option<Arc<Identity>>);
+pub(crate) type Bound = (Listener, Option<Arc<Identity>>);
 
 /// Bind everything, start the workers (worker `i` pinned to the CPUs `pins[i]`, if any), and
 /// return once they run, with the count of open connections (TCP and QUIC) for the shutdown
 /// to wait on.
-pub fn start(
+pub(crate) fn start(
     cfg: Arc<Config>,
     listeners: &[Bound],
     pins: &[Vec<usize>],
@@ -85,7 +85,8 @@ pub fn start(
 }
 
 /// The CPUs this process may run on (its affinity mask).
-pub fn allowed_cpus() -> Result<Vec<usize>> {
+#[allow(unsafe_code)] // sched_getaffinity
+pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
@@ -98,6 +99,7 @@ pub fn allowed_cpus() -> Result<Vec<usize>> {
 }
 
 /// Pin the calling thread to `cpus` (`cpu-map`); nothing for an empty set.
+#[allow(unsafe_code)] // sched_setaffinity
 fn pin(cpus: &[usize]) -> Result<()> {
     if cpus.is_empty() {
         return Ok(());

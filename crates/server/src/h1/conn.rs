@@ -69,7 +69,7 @@ enum PeriodEnd {
 }
 
 /// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
-pub trait ByteStream: AsyncRead + AsyncWrite + Unpin {
+pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     fn tcp(&self) -> Option<&TcpStream> {
         None
     }
@@ -96,7 +96,7 @@ impl ByteStream for Metered<TcpStream> {
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
-pub trait TlsInner {
+pub(crate) trait TlsInner {
     /// The socket, once reading the stream means reading it.
     fn socket(&self) -> Option<&TcpStream>;
 }
@@ -135,7 +135,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream
 }
 
 /// Per-listener behaviour.
-pub struct Options {
+pub(crate) struct Options {
     /// Honour `Upgrade: h2c` (clear-text ports only).
     pub h2c_upgrade: bool,
     /// Fields added to every response head (`alt-svc`, `x-ja4`).
@@ -203,7 +203,7 @@ struct PeriodOptions {
 }
 
 /// How a connection left the HTTP/1 engine, when not closed.
-pub enum Handover<IO> {
+pub(crate) enum Handover<IO> {
     /// Switched to HTTP/2 (`Upgrade: h2c`).
     Upgrade(Upgrade<IO>),
     /// Idle for `park::PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
@@ -213,7 +213,7 @@ pub enum Handover<IO> {
 
 /// Serve HTTP/1.x on `io` until the connection ends, switches to HTTP/2 after `Upgrade: h2c`, or
 /// is handed over idle; the next request is awaited until `until` (else for the client timeout).
-pub fn serve<IO: ByteStream>(
+pub(crate) fn serve<IO: ByteStream>(
     io: IO,
     cfg: Arc<Config>,
     opts: Options,
@@ -374,6 +374,7 @@ impl IdleWait<'_> {
     }
 }
 
+#[allow(unsafe_code)] // pin projection, written by hand to keep the task small
 impl Future for IdleWait<'_> {
     type Output = IdleWake;
 

@@ -10,7 +10,7 @@ mod encode;
 pub mod head;
 mod splice;
 
-pub use conn::{serve, ByteStream, Handover, Options, TlsInner};
+pub(crate) use conn::{serve, Handover, Options, TlsInner};
 
 /// A connection that switched to HTTP/2 with `Upgrade: h2c`: the `101` is out; the HTTP/2 engine
 /// takes it from here, the upgrading request becoming its stream 1.

@@ -45,7 +45,7 @@ impl Piece {
     }
 }
 
-pub struct WriteBatcher<IO> {
+pub(super) struct WriteBatcher<IO> {
     io: IO,
     /// Body pieces of this many bytes or more are kept by reference (`usize::MAX`: never).
     by_reference: usize,
@@ -67,7 +67,7 @@ pub struct WriteBatcher<IO> {
 
 impl<IO> WriteBatcher<IO> {
     /// `copy_up_to`: see `H2Args::copy_up_to`.
-    pub fn new(io: IO, copy_up_to: u64) -> Self {
+    pub(super) fn new(io: IO, copy_up_to: u64) -> Self {
         WriteBatcher {
             io,
             by_reference: usize::try_from(copy_up_to.saturating_add(1)).unwrap_or(usize::MAX),

@@ -40,7 +40,7 @@ fn unsolicited(ty: u8, flags: u8) -> bool {
 /// and the count of the server's bytes written. Only frame headers are looked at: payloads are
 /// skipped by length.
 #[derive(Debug, Clone)]
-pub struct Ledger {
+pub(super) struct Ledger {
     /// Connection preface bytes still to skip.
     preface: usize,
     /// A frame header straddling reads: its first `have` bytes.
@@ -67,7 +67,7 @@ impl Default for Ledger {
 
 impl Ledger {
     /// The client sent `bytes` (next in order).
-    pub fn read(&mut self, mut bytes: &[u8]) {
+    pub(super) fn read(&mut self, mut bytes: &[u8]) {
         let n = self.preface.min(bytes.len());
         self.preface -= n;
         bytes = &bytes[n..];
@@ -103,12 +103,12 @@ impl Ledger {
     }
 
     /// The server wrote `n` bytes on the connection.
-    pub fn wrote(&mut self, n: usize) {
+    pub(super) fn wrote(&mut self, n: usize) {
         self.written += n as u64;
     }
 
     /// The client sent more unsolicited frames than the server's output allows.
-    pub fn flooded(&self) -> bool {
+    pub(super) fn flooded(&self) -> bool {
         self.unsolicited > FREE + self.written / BYTES_PER_FRAME
     }
 }
@@ -126,7 +126,7 @@ enum State {
 /// The transport as `h2` sees it, with the [`Ledger`] kept up to date. Once flooded, reads stay
 /// pending (the read that crossed the budget is withheld from `h2`) and `flood` is notified;
 /// writes go on, so the driver can still send GOAWAY.
-pub struct FloodGuard<IO> {
+pub(super) struct FloodGuard<IO> {
     io: IO,
     ledger: Ledger,
     flood: Arc<Notify>,
@@ -134,7 +134,7 @@ pub struct FloodGuard<IO> {
 }
 
 impl<IO> FloodGuard<IO> {
-    pub fn new(io: IO, flood: Arc<Notify>) -> Self {
+    pub(super) fn new(io: IO, flood: Arc<Notify>) -> Self {
         FloodGuard {
             io,
             ledger: Ledger::default(),

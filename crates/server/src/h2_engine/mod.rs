@@ -6,7 +6,7 @@
 mod emit;
 mod guard;
 mod stream;
-pub mod upgrade;
+pub(crate) mod upgrade;
 
 use crate::stats::{self, ErrorKind, Protection};
 use futures::FutureExt;
@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 /// Why an HTTP/2 connection failed. Converting to it counts nothing: the caller counts it once,
 /// with [`ConnError::count`], when the connection ends.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnError {
+pub(crate) enum ConnError {
     #[error("HTTP/2 handshake not done within the client timeout")]
     HandshakeTimeout,
     #[error("HTTP/2 connection failed: {0}")]
@@ -30,7 +30,7 @@ pub enum ConnError {
 impl ConnError {
     /// Count the failure: a timeout; the h2 crate's flood protections (its GOAWAY
     /// ENHANCE_YOUR_CALM); I/O errors by kind; anything else as a protocol error.
-    pub fn count(&self) {
+    pub(crate) fn count(&self) {
         match self {
             ConnError::HandshakeTimeout => stats::error(ErrorKind::Timeout),
             ConnError::H2(e) => {
@@ -55,7 +55,7 @@ const LINGER: Duration = Duration::from_secs(1);
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
 /// is what the client sent after the upgrading request, whose head becomes stream 1.
-pub async fn serve_upgraded<IO>(
+pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
     head: &[u8],
@@ -73,7 +73,7 @@ where
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed (the
 /// guard skips it). `extra`: fields added to every response (`alt-svc`, `x-ja4`). A control
 /// frame flood ends it with `Ok` (a protection, counted where it is cut off, not a failure).
-pub async fn serve_connection<IO>(
+pub(crate) async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
     extra: crate::config::ExtraHeaders,

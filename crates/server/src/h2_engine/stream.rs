@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 const INLINE_BODY: u64 = 16 * 1024;
 
 /// A request being answered.
-pub struct Stream {
+pub(super) struct Stream {
     x: Exchange,
     body: RecvStream,
     respond: SendResponse<Bytes>,
@@ -141,7 +141,7 @@ fn check(req: &Request<RecvStream>) -> Result<usize, Reason> {
 
 impl Stream {
     /// A request to answer, or `None` if it was malformed (or a CONNECT) and is reset.
-    pub fn new(
+    pub(super) fn new(
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         extra: Arc<[(HeaderName, HeaderValue)]>,
@@ -201,7 +201,7 @@ impl Stream {
     }
 
     /// How long the connection may stay idle after this request (`w`), if it set that.
-    pub fn idle(&self) -> Option<Duration> {
+    pub(super) fn idle(&self) -> Option<Duration> {
         self.x.idle()
     }
 
@@ -209,7 +209,7 @@ impl Stream {
     /// response) end here, so the connection flushes many responses with one write instead of
     /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
     /// with the step to run on its own task.
-    pub fn try_now(mut self) -> Option<(Stream, Step)> {
+    pub(super) fn try_now(mut self) -> Option<(Stream, Step)> {
         loop {
             let step = self.x.next(self.now);
             match self.now_step(step) {
@@ -220,7 +220,7 @@ impl Stream {
         }
     }
 
-    pub async fn run(mut self, mut step: Step, cfg: &Config) {
+    pub(super) async fn run(mut self, mut step: Step, cfg: &Config) {
         loop {
             match step {
                 Step::ReadBody { limit } => {

@@ -73,7 +73,7 @@ impl Drop for Opening {
 
 /// Serve HTTP/3 on this (already bound, SO_REUSEPORT) UDP socket until shutdown. Called once per
 /// worker thread, inside that worker's current-thread runtime; `conns` counts open connections.
-pub async fn run_endpoint(
+pub(crate) async fn run_endpoint(
     socket: std::net::UdpSocket,
     identity: Arc<crate::tls::Identity>,
     cfg: Arc<crate::config::Config>,

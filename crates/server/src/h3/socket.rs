@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 #[derive(Debug)]
-pub struct Socket {
+pub(super) struct Socket {
     inner: Arc<dyn quinn::AsyncUdpSocket>,
     guard: AmplificationGuard,
     fingerprints: Option<Arc<QuicFingerprints>>,
 }
 
 impl Socket {
-    pub fn new(
+    pub(super) fn new(
         inner: Arc<dyn quinn::AsyncUdpSocket>,
         fingerprints: Option<Arc<QuicFingerprints>>,
     ) -> Socket {

@@ -280,7 +280,7 @@ impl Stream {
 /// Serve one request stream. Returns its send side (finished or reset; a connection that
 /// closes must let finished ones be acknowledged first) and the idle time the request set for
 /// the connection (`w`), or the connection error code if the peer broke the protocol.
-pub async fn serve(
+pub(super) async fn serve(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     cfg: &Config,
