@@ -8,6 +8,8 @@ mod buffers;
 mod conn;
 mod encode;
 pub mod head;
+#[cfg(test)]
+mod sim_tests;
 mod splice;
 
 pub(crate) use conn::{serve, Handover, Options, TlsInner};
