@@ -150,3 +150,28 @@ impl Default for H3Args {
         }
     }
 }
+
+/// Settings for the engines' simulated-pair tests: every default, `timeout` as the client
+/// timeout, no date (byte-stable heads), seeded; with the trigger of its shutdown.
+#[cfg(test)]
+pub(crate) fn for_tests(timeout: Duration) -> (tokio::sync::watch::Sender<bool>, Arc<Config>) {
+    let (stop, shutdown) = crate::shutdown::Shutdown::new();
+    let cfg = Config {
+        timeout,
+        threads: 1,
+        maxconn: 16,
+        quic: false,
+        splice: false,
+        pipe_size: PIPE_SIZE,
+        alt_svc: false,
+        grace: Duration::from_secs(1),
+        lenient: false,
+        date: false,
+        seed: Some(1),
+        ja4: None,
+        shutdown,
+        h2: H2Args::default(),
+        h3: H3Args::default(),
+    };
+    (stop, Arc::new(cfg))
+}

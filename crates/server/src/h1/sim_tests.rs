@@ -5,10 +5,8 @@
 
 use super::conn::ByteStream;
 use super::{serve, Options};
-use crate::config::{Config, H1_COPY_UP_TO, PIPE_SIZE};
-use crate::shutdown::Shutdown;
+use crate::config::{self, H1_COPY_UP_TO};
 use loadterm_plan::body::{self, BodyKind};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpStream;
@@ -34,24 +32,7 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let (stop, shutdown) = Shutdown::new();
-    let cfg = Arc::new(Config {
-        timeout: TIMEOUT,
-        threads: 1,
-        maxconn: 16,
-        quic: false,
-        splice: false,
-        pipe_size: PIPE_SIZE,
-        alt_svc: false,
-        grace: Duration::from_secs(1),
-        lenient: false,
-        date: false,
-        seed: Some(1),
-        ja4: None,
-        shutdown,
-        h2: Default::default(),
-        h3: Default::default(),
-    });
+    let (stop, cfg) = config::for_tests(TIMEOUT);
     let opts = Options {
         h2c_upgrade: false,
         extra: Vec::new(),

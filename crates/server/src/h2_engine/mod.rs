@@ -5,6 +5,8 @@
 
 mod emit;
 mod guard;
+#[cfg(test)]
+mod sim_tests;
 mod stream;
 pub(crate) mod upgrade;
 
