@@ -118,9 +118,9 @@ pub enum Body {
 pub enum Step {
     /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
     Continue,
-    /// Read the request body, reporting it with [`Exchange::body_bytes`] and then
-    /// [`Exchange::body_end`] or [`Exchange::body_failed`]; with a limit (`B`), stop once that
-    /// many body bytes were read and report [`Exchange::body_limit_reached`] if it is not over.
+    /// Read the request body and report it with [`Exchange::body_read`]: its bytes, and
+    /// [`BodyRead::Ended`] or [`BodyRead::Failed`]; with a limit (`B`), stop once that many body
+    /// bytes were read and report [`BodyRead::LimitReached`] if it is not over.
     ReadBody {
         limit: Option<u64>,
     },
@@ -148,6 +148,19 @@ pub enum ExchangeEnd {
     NoFinal,
     /// The request broke (reset, connection gone): drop it without a word.
     Abort,
+}
+
+/// What reading the request body ([`Step::ReadBody`]) came to, as every engine reports it with
+/// [`Exchange::body_read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    /// The body ended.
+    Ended,
+    /// The limit of [`Step::ReadBody`] was reached and the body goes on: answer now, read the
+    /// rest afterwards.
+    LimitReached,
+    /// Reading failed.
+    Failed(BodyFailure),
 }
 
 /// Why reading the request body stopped early.
@@ -297,13 +310,18 @@ impl Exchange {
         }
     }
 
-    /// Request body bytes received (and discarded).
-    pub fn body_bytes(&mut self, n: u64) {
-        self.req_bytes += n;
+    /// Report a [`Step::ReadBody`]: `bytes` of the request body received (and discarded), and
+    /// how the reading stopped.
+    pub fn body_read(&mut self, bytes: u64, how: BodyRead) {
+        self.req_bytes += bytes;
+        match how {
+            BodyRead::Ended => self.body_end(),
+            BodyRead::LimitReached => self.body_limit_reached(),
+            BodyRead::Failed(why) => self.body_failed(why),
+        }
     }
 
-    /// The request body ended.
-    pub fn body_end(&mut self) {
+    fn body_end(&mut self) {
         self.body_left = false;
         self.state = match self.state {
             State::Reading => State::Delay,
@@ -312,9 +330,7 @@ impl Exchange {
         };
     }
 
-    /// The request body was read up to the limit of [`Step::ReadBody`] and goes on: answer
-    /// now, read the rest afterwards.
-    pub fn body_limit_reached(&mut self) {
+    fn body_limit_reached(&mut self) {
         self.limit_reached = true;
         if self.state == State::Reading {
             self.state = State::Delay;
@@ -332,8 +348,7 @@ impl Exchange {
         }
     }
 
-    /// Reading the request body failed.
-    pub fn body_failed(&mut self, why: BodyFailure) {
+    fn body_failed(&mut self, why: BodyFailure) {
         self.body_left = false;
         self.state = match (why, self.state) {
             (BodyFailure::Broken, _) => State::Done(ExchangeEnd::Abort),

@@ -71,17 +71,15 @@ fn trace(r: &Row) -> String {
                     Upload::Bytes(n) if limit.is_some_and(|l| read + l < n) => {
                         let l = limit.unwrap();
                         read += l;
-                        x.body_bytes(l);
-                        x.body_limit_reached();
+                        x.body_read(l, BodyRead::LimitReached);
                         write!(out, "read {l} (limit); ").unwrap();
                     }
                     Upload::Bytes(n) => {
-                        x.body_bytes(n - read);
-                        x.body_end();
+                        x.body_read(n - read, BodyRead::Ended);
                         write!(out, "read {}; ", n - read).unwrap();
                     }
                     Upload::Fails(f) => {
-                        x.body_failed(f);
+                        x.body_read(0, BodyRead::Failed(f));
                         write!(out, "read {f:?}; ").unwrap();
                     }
                 }

@@ -18,7 +18,9 @@ use crate::config::Config;
 use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
-use loadterm_exchange::{Body, BodyFailure, Exchange, ExchangeEnd, Request, Step, Version};
+use loadterm_exchange::{
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Request, Step, Version,
+};
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use std::future::Future;
@@ -641,20 +643,8 @@ impl<IO: ByteStream> Conn<'_, IO> {
                     self.out.extend_from_slice(encode::CONTINUE)
                 }
                 Step::ReadBody { limit } => {
-                    match Box::pin(self.drain(&mut decoder, limit)).await {
-                        Ok((n, true)) => {
-                            x.body_bytes(n);
-                            x.body_end();
-                        }
-                        Ok((n, false)) => {
-                            x.body_bytes(n);
-                            x.body_limit_reached();
-                        }
-                        Err((n, why)) => {
-                            x.body_bytes(n);
-                            x.body_failed(why);
-                        }
-                    }
+                    let (n, how) = Box::pin(self.drain(&mut decoder, limit)).await;
+                    x.body_read(n, how);
                     now = Instant::now();
                 }
                 Step::WaitUntil(t) => {
@@ -733,17 +723,13 @@ impl<IO: ByteStream> Conn<'_, IO> {
     }
 
     /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
-    /// whether the body ended, or those bytes and why it failed.
-    async fn drain(
-        &mut self,
-        dec: &mut RequestBody,
-        limit: Option<u64>,
-    ) -> Result<(u64, bool), (u64, BodyFailure)> {
+    /// how it stopped.
+    async fn drain(&mut self, dec: &mut RequestBody, limit: Option<u64>) -> (u64, BodyRead) {
         let mut n = 0u64;
         loop {
             let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
             if room == 0 && !dec.is_done() {
-                return Ok((n, false));
+                return (n, BodyRead::LimitReached);
             }
             if !self.buffered().is_empty() {
                 let input = &self.buffered()[..self.buffered().len().min(room)];
@@ -752,21 +738,21 @@ impl<IO: ByteStream> Conn<'_, IO> {
                         self.consume(used);
                         n += used as u64;
                     }
-                    Err(_) => return Err((n, BodyFailure::Malformed)),
+                    Err(_) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 }
             }
             if dec.is_done() {
-                return Ok((n, true));
+                return (n, BodyRead::Ended);
             }
             if limit == Some(n) {
-                return Ok((n, false));
+                return (n, BodyRead::LimitReached);
             }
             match self.read_more().await {
                 // The connection ended inside the body.
-                Ok(0) => return Err((n, BodyFailure::Malformed)),
+                Ok(0) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 Ok(_) => {}
-                Err(None) => return Err((n, BodyFailure::Timeout)),
-                Err(Some(_)) => return Err((n, BodyFailure::Broken)),
+                Err(None) => return (n, BodyRead::Failed(BodyFailure::Timeout)),
+                Err(Some(_)) => return (n, BodyRead::Failed(BodyFailure::Broken)),
             }
         }
     }

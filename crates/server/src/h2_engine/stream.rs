@@ -9,7 +9,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use loadterm_exchange::{
-    Body, BodyFailure, Exchange, ExchangeEnd, HttpDate, ResponseHead, Step, Version,
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, HttpDate, ResponseHead, Step, Version,
 };
 use loadterm_plan::body;
 use std::borrow::Cow;
@@ -225,20 +225,8 @@ impl Stream {
             match step {
                 Step::ReadBody { limit } => {
                     let mut n = 0;
-                    match drain(&mut self.body, &mut n, cfg.timeout, limit).await {
-                        Ok(true) => {
-                            self.x.body_bytes(n);
-                            self.x.body_end();
-                        }
-                        Ok(false) => {
-                            self.x.body_bytes(n);
-                            self.x.body_limit_reached();
-                        }
-                        Err(why) => {
-                            self.x.body_bytes(n);
-                            self.x.body_failed(why);
-                        }
-                    }
+                    let how = drain(&mut self.body, &mut n, cfg.timeout, limit).await;
+                    self.x.body_read(n, how);
                     self.now = Instant::now();
                 }
                 Step::WaitUntil(t) => {
@@ -440,26 +428,26 @@ impl Stream {
 }
 
 /// Read and discard the request body, releasing flow-control capacity as it goes: all of it
-/// (true), or DATA frames until `upto` bytes were read (false: the body goes on; the frame that
-/// crosses `upto` is read whole).
+/// (`Ended`), or DATA frames until `upto` bytes were read (`LimitReached`: the body goes on; the
+/// frame that crosses `upto` is read whole).
 async fn drain(
     body: &mut RecvStream,
     bytes: &mut u64,
     limit: Duration,
     upto: Option<u64>,
-) -> Result<bool, BodyFailure> {
+) -> BodyRead {
     loop {
         if upto.is_some_and(|u| *bytes >= u) && !body.is_end_stream() {
-            return Ok(false);
+            return BodyRead::LimitReached;
         }
         match tokio::time::timeout(limit, body.data()).await {
-            Err(_) => return Err(BodyFailure::Timeout),
-            Ok(None) => return Ok(true),
+            Err(_) => return BodyRead::Failed(BodyFailure::Timeout),
+            Ok(None) => return BodyRead::Ended,
             Ok(Some(Ok(d))) => {
                 *bytes += d.len() as u64;
                 let _ = body.flow_control().release_capacity(d.len());
             }
-            Ok(Some(Err(_))) => return Err(BodyFailure::Broken),
+            Ok(Some(Err(_))) => return BodyRead::Failed(BodyFailure::Broken),
         }
     }
 }

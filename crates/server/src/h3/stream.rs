@@ -7,7 +7,9 @@ use crate::config::Config;
 use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use loadterm_exchange::{Body, BodyFailure, Exchange, ExchangeEnd, ResponseHead, Step, Version};
+use loadterm_exchange::{
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step, Version,
+};
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::message::{Event, Message, MessageError};
@@ -391,18 +393,13 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
             }
             Step::ReadBody { limit } => {
                 let mut n = 0;
-                match s.drain(&mut n, limit).await {
-                    Ok(true) => {
-                        x.body_bytes(n);
-                        x.body_end();
-                    }
-                    Ok(false) => {
-                        x.body_bytes(n);
-                        x.body_limit_reached();
-                    }
-                    Err(Abort::Status(_)) => x.body_failed(BodyFailure::Timeout),
+                let how = match s.drain(&mut n, limit).await {
+                    Ok(true) => BodyRead::Ended,
+                    Ok(false) => BodyRead::LimitReached,
+                    Err(Abort::Status(_)) => BodyRead::Failed(BodyFailure::Timeout),
                     Err(e) => return Err(e),
-                }
+                };
+                x.body_read(n, how);
                 now = Instant::now();
             }
             Step::WaitUntil(t) => {
