@@ -102,6 +102,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 // jemalloc's options, read before `main`: a background thread purges freed pages on their decay
 // schedule, also while the server is idle (without it, only allocations drive the decay: after
 // 2 000 HTTP/3 connections closed, 33 MiB stayed resident 15 s later, against 8-12 MiB with it).
+#[allow(unsafe_code)] // an exported symbol jemalloc reads: the one name it looks for
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: &[u8; 23] = b"background_thread:true\0";
 

@@ -380,6 +380,7 @@ const LOSSY_REQUESTS: u64 = 300;
 /// Run `f` on a thread of its own moved into a new network namespace (only a loopback,
 /// brought up): the processes it starts and the sockets it opens live there. `None`, with
 /// the reason printed, when there can be no namespace (not root, or unshare refused).
+#[allow(unsafe_code)] // geteuid, unshare
 fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

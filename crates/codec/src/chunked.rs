@@ -23,8 +23,6 @@ use std::fmt;
 pub const MAX_EXTENSIONS: usize = 4096;
 /// Most bytes the trailer section may take, its final CRLF included.
 pub const MAX_TRAILERS: usize = 16 << 10;
-/// The last chunk of a body without extensions or trailers.
-pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// What was wrong with a chunked body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,16 +357,6 @@ impl Decoder {
     }
 }
 
-/// Append a chunk-size line for `len` data bytes: `<UPPERHEX>\r\n`.
-pub fn put_size_line(out: &mut Vec<u8>, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let digits = ((usize::BITS - len.leading_zeros()).div_ceil(4)).max(1);
-    for k in (0..digits).rev() {
-        out.push(HEX[(len >> (4 * k)) & 0xf]);
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,30 +602,6 @@ mod tests {
         assert_eq!(e.to_string(), "malformed trailer field line");
     }
 
-    #[test]
-    fn size_lines_round_trip() {
-        for (len, want) in [
-            (0, "0\r\n"),
-            (1, "1\r\n"),
-            (15, "F\r\n"),
-            (16, "10\r\n"),
-            (0xabc, "ABC\r\n"),
-            (usize::MAX, "FFFFFFFFFFFFFFFF\r\n"),
-        ] {
-            let mut out = Vec::new();
-            put_size_line(&mut out, len);
-            assert_eq!(out, want.as_bytes(), "{len}");
-        }
-        let mut body = Vec::new();
-        for len in [1, 4095, 4096, 70000] {
-            put_size_line(&mut body, len);
-            body.resize(body.len() + len, b'x');
-            body.extend_from_slice(b"\r\n");
-        }
-        body.extend_from_slice(LAST_CHUNK);
-        accepts(&body, 1 + 4095 + 4096 + 70000);
-    }
-
     /// xorshift64: enough randomness for splits and mutations without a dependency.
     struct Rng(u64);
 
@@ -683,7 +647,7 @@ mod tests {
             let mut data = 0u64;
             for _ in 0..rng.below(4) {
                 let len = 1 + rng.below(40);
-                put_size_line(&mut body, len);
+                body.extend_from_slice(format!("{len:X}\r\n").as_bytes());
                 if rng.below(3) == 0 {
                     body.truncate(body.len() - 2);
                     body.extend_from_slice(b" ; n=\"v\\\"\" ;m\r\n");

@@ -142,7 +142,7 @@ impl Entry {
 
 /// A decoded response header block, as far as it matters here.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Head {
+pub struct ResponseBlock {
     pub status: Option<u16>,
     /// Regular (non-pseudo) fields, counted as `name: value\r\n`.
     pub field_bytes: u64,
@@ -175,8 +175,8 @@ impl Default for Decoder {
 }
 
 impl Decoder {
-    pub fn decode(&mut self, mut block: &[u8]) -> Result<Head, Invalid> {
-        let mut head = Head::default();
+    pub fn decode(&mut self, mut block: &[u8]) -> Result<ResponseBlock, Invalid> {
+        let mut head = ResponseBlock::default();
         let mut fields = 0;
         let (mut seen_status, mut regular) = (false, false);
         while let Some(&first) = block.first() {

@@ -1,21 +1,8 @@
-//! The HTTP/1.x connection decision (HATERM.md §2.7), as a pure function of the request and
+//! The HTTP/1.x connection decision (haterm's keep-alive table), as a pure function of the request and
 //! the plan; only [`crate::Exchange`] calls it. One deliberate fix: a body that cannot be framed (HTTP/1.0 + `k=1`) is always
 //! close-delimited, never left unframed on an open connection.
 
 use loadterm_plan::{status_allows_body, ConnForce, Plan};
-
-/// One chunk per byte (`k=2`, httpterm's chunking), repeated: a body of `n` such chunks is the
-/// first `6 * n` bytes of as many copies as needed. The byte is always `1`: chunked bodies are
-/// made of ones (`k` wins over `R`).
-pub static BYTE_CHUNKS: [u8; 6 * 1024] = {
-    let mut b = [0u8; 6 * 1024];
-    let mut i = 0;
-    while i < b.len() {
-        b[i] = b"1\r\n1\r\n"[i % 6];
-        i += 1;
-    }
-    b
-};
 
 /// What the engine learnt from the request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +120,7 @@ mod tests {
         ..H1Request::HTTP11
     };
 
-    /// Every row of HATERM.md §2.7's table (with the unframed-body row fixed).
+    /// Every row of haterm's keep-alive table (with the unframed-body row fixed).
     #[test]
     fn decision_table() {
         use ConnHeader::*;

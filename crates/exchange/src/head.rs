@@ -1,9 +1,10 @@
-//! A response head as [`crate::Exchange`] decided it, and its two renderings: an ordered list of
-//! fields (HTTP/2 and HTTP/3 encode them) and the whole HTTP/1.x head. Values are appended into
-//! reused buffers (no `format!` on the hot path).
+//! A response head as [`crate::Exchange`] decided it, and its fields in order, for the engines
+//! to encode: HTTP/2 and HTTP/3 as a list ([`ResponseHead::fields`]), HTTP/1.x as lines written
+//! straight into its output ([`ResponseHead::each_field`], the server's `h1::encode`). Values are
+//! appended into reused buffers (no `format!` on the hot path).
 
 use crate::h1::ConnHeader;
-use loadterm_plan::{reason, Plan};
+use loadterm_plan::Plan;
 
 /// Measurements reported in `x-req` / `x-rsp`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +31,7 @@ pub enum Kind {
 
 /// A response head, every field decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
+pub struct ResponseHead {
     pub status: u16,
     /// HTTP/1.x only: `HTTP/1.1` status line (else `HTTP/1.0`).
     pub h1_11: bool,
@@ -111,7 +112,7 @@ pub fn x_req(buf: &mut Vec<u8>, t: &Timing) {
     buf.extend_from_slice(b" ms");
 }
 
-/// What `x-rsp` reports of a [`Plan`]: only this goes into a [`Head`], which is copied and
+/// What `x-rsp` reports of a [`Plan`]: only this goes into a [`ResponseHead`], which is copied and
 /// compared on every response (the whole plan would double its size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reported {
@@ -158,14 +159,16 @@ pub fn x_rsp(buf: &mut Vec<u8>, plan: &Reported, t: &Timing) {
 
 /// A field name, with its HTTP/1.x line prefix joined at compile time: one copy per line.
 #[derive(Clone, Copy)]
-struct Name {
-    lower: &'static str,
-    line: &'static str,
+pub struct FieldName {
+    /// The name, lower case (HTTP/2, HTTP/3).
+    pub lower: &'static str,
+    /// `name: `, the start of its HTTP/1.x field line.
+    pub line: &'static str,
 }
 
 macro_rules! name {
     ($n:literal) => {
-        Name {
+        FieldName {
             lower: $n,
             line: concat!($n, ": "),
         }
@@ -174,9 +177,9 @@ macro_rules! name {
 
 /// Where fields go: values that must be rendered are written by `render` into a buffer the sink
 /// chooses (HTTP/1.x: straight into the output, no scratch copy).
-trait Sink {
-    fn field(&mut self, name: Name, value: &[u8]);
-    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>));
+pub trait FieldSink {
+    fn field(&mut self, name: FieldName, value: &[u8]);
+    fn rendered(&mut self, name: FieldName, render: impl FnOnce(&mut Vec<u8>));
 }
 
 struct Callback<'a, F> {
@@ -184,36 +187,21 @@ struct Callback<'a, F> {
     field: F,
 }
 
-impl<F: FnMut(&'static str, &[u8])> Sink for Callback<'_, F> {
-    fn field(&mut self, name: Name, value: &[u8]) {
+impl<F: FnMut(&'static str, &[u8])> FieldSink for Callback<'_, F> {
+    fn field(&mut self, name: FieldName, value: &[u8]) {
         (self.field)(name.lower, value)
     }
-    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>)) {
+    fn rendered(&mut self, name: FieldName, render: impl FnOnce(&mut Vec<u8>)) {
         self.scratch.clear();
         render(self.scratch);
         (self.field)(name.lower, self.scratch)
     }
 }
 
-struct H1Lines<'a>(&'a mut Vec<u8>);
-
-impl Sink for H1Lines<'_> {
-    #[inline]
-    fn field(&mut self, name: Name, value: &[u8]) {
-        self.rendered(name, |out| out.extend_from_slice(value))
-    }
-    #[inline]
-    fn rendered(&mut self, name: Name, render: impl FnOnce(&mut Vec<u8>)) {
-        self.0.extend_from_slice(name.line.as_bytes());
-        render(self.0);
-        self.0.extend_from_slice(b"\r\n");
-    }
-}
-
-impl Head {
+impl ResponseHead {
     /// An interim head on HTTP/2 or HTTP/3: the status alone.
-    pub fn interim(status: u16) -> Head {
-        Head {
+    pub fn interim(status: u16) -> ResponseHead {
+        ResponseHead {
             status,
             h1_11: true,
             content_length: None,
@@ -236,10 +224,11 @@ impl Head {
         date: &HttpDate,
         field: impl FnMut(&'static str, &[u8]),
     ) {
-        self.each(&mut Callback { scratch, field }, date);
+        self.each_field(&mut Callback { scratch, field }, date);
     }
 
-    fn each(&self, sink: &mut impl Sink, date: &HttpDate) {
+    /// The fields in [`ResponseHead::fields`]' order, into `sink`.
+    pub fn each_field(&self, sink: &mut impl FieldSink, date: &HttpDate) {
         if self.date {
             sink.field(name!("date"), date);
         }
@@ -271,51 +260,5 @@ impl Head {
         if self.chunked {
             sink.field(name!("transfer-encoding"), b"chunked");
         }
-    }
-
-    /// Append the whole HTTP/1.x head (status line to blank line), `date` as in [`Head::fields`].
-    /// `extra`: further header lines, each CRLF-terminated (usually empty).
-    pub fn write_h1(&self, out: &mut Vec<u8>, date: &HttpDate, extra: &[u8]) {
-        // Room for a typical head, so the appends below do not grow the buffer one by one.
-        out.reserve(256 + extra.len());
-        out.extend_from_slice(if self.h1_11 {
-            b"HTTP/1.1 "
-        } else {
-            b"HTTP/1.0 "
-        });
-        num(out, self.status as u64);
-        out.push(b' ');
-        out.extend_from_slice(reason::phrase(self.status).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        self.each(&mut H1Lines(out), date);
-        out.extend_from_slice(extra);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// The last HTTP/1.x head rendered, copied while heads repeat. Benchmark traffic asks the same
-/// question over and over, so consecutive heads are usually identical (same plan, timing, date
-/// second and extra lines); copying the last rendering instead of writing it anew saves most of
-/// the head's cost (measured in docs/PERFORMANCE.md). Engines keep one per thread.
-#[derive(Debug, Default)]
-pub struct H1Heads {
-    last: Option<(Head, HttpDate)>,
-    /// The extra lines `rendered` was made with.
-    extra: Vec<u8>,
-    rendered: Vec<u8>,
-}
-
-impl H1Heads {
-    /// Append `head` as [`Head::write_h1`] would.
-    pub fn write(&mut self, head: &Head, date: &HttpDate, extra: &[u8], out: &mut Vec<u8>) {
-        let key = (*head, *date);
-        if self.last != Some(key) || self.extra != extra {
-            self.rendered.clear();
-            head.write_h1(&mut self.rendered, date, extra);
-            self.extra.clear();
-            self.extra.extend_from_slice(extra);
-            self.last = Some(key);
-        }
-        out.extend_from_slice(&self.rendered);
     }
 }

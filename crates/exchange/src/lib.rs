@@ -22,7 +22,7 @@
 pub mod h1;
 pub mod head;
 
-pub use head::{http_date, H1Heads, Head, HttpDate, Kind, Reported, Timing};
+pub use head::{http_date, FieldName, FieldSink, HttpDate, Kind, Reported, ResponseHead, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;
@@ -118,9 +118,9 @@ pub enum Body {
 pub enum Step {
     /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
     Continue,
-    /// Read the request body, reporting it with [`Exchange::body_bytes`] and then
-    /// [`Exchange::body_end`] or [`Exchange::body_failed`]; with a limit (`B`), stop once that
-    /// many body bytes were read and report [`Exchange::body_limit_reached`] if it is not over.
+    /// Read the request body and report it with [`Exchange::body_read`]: its bytes, and
+    /// [`BodyRead::Ended`] or [`BodyRead::Failed`]; with a limit (`B`), stop once that many body
+    /// bytes were read and report [`BodyRead::LimitReached`] if it is not over.
     ReadBody {
         limit: Option<u64>,
     },
@@ -129,15 +129,15 @@ pub enum Step {
     /// Send everything so far, then wait this long (`P` after the response, `p` between
     /// pieces); then ask again.
     Pause(Duration),
-    Head(Head),
+    Head(ResponseHead),
     Body(Body),
     /// The exchange is over.
-    Done(Ending),
+    Done(ExchangeEnd),
 }
 
 /// How an exchange ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub enum ExchangeEnd {
     /// Complete; HTTP/1.x keeps the connection for the next request (HTTP/2 and HTTP/3: the
     /// stream ends, as for `Close`).
     KeepAlive,
@@ -148,6 +148,19 @@ pub enum Ending {
     NoFinal,
     /// The request broke (reset, connection gone): drop it without a word.
     Abort,
+}
+
+/// What reading the request body ([`Step::ReadBody`]) came to, as every engine reports it with
+/// [`Exchange::body_read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    /// The body ended.
+    Ended,
+    /// The limit of [`Step::ReadBody`] was reached and the body goes on: answer now, read the
+    /// rest afterwards.
+    LimitReached,
+    /// Reading failed.
+    Failed(BodyFailure),
 }
 
 /// Why reading the request body stopped early.
@@ -191,7 +204,7 @@ enum State {
     After,
     /// Reading the body after the response.
     ReadingAfter,
-    Done(Ending),
+    Done(ExchangeEnd),
 }
 
 /// One request/response exchange.
@@ -297,13 +310,18 @@ impl Exchange {
         }
     }
 
-    /// Request body bytes received (and discarded).
-    pub fn body_bytes(&mut self, n: u64) {
-        self.req_bytes += n;
+    /// Report a [`Step::ReadBody`]: `bytes` of the request body received (and discarded), and
+    /// how the reading stopped.
+    pub fn body_read(&mut self, bytes: u64, how: BodyRead) {
+        self.req_bytes += bytes;
+        match how {
+            BodyRead::Ended => self.body_end(),
+            BodyRead::LimitReached => self.body_limit_reached(),
+            BodyRead::Failed(why) => self.body_failed(why),
+        }
     }
 
-    /// The request body ended.
-    pub fn body_end(&mut self) {
+    fn body_end(&mut self) {
         self.body_left = false;
         self.state = match self.state {
             State::Reading => State::Delay,
@@ -312,9 +330,7 @@ impl Exchange {
         };
     }
 
-    /// The request body was read up to the limit of [`Step::ReadBody`] and goes on: answer
-    /// now, read the rest afterwards.
-    pub fn body_limit_reached(&mut self) {
+    fn body_limit_reached(&mut self) {
         self.limit_reached = true;
         if self.state == State::Reading {
             self.state = State::Delay;
@@ -332,13 +348,12 @@ impl Exchange {
         }
     }
 
-    /// Reading the request body failed.
-    pub fn body_failed(&mut self, why: BodyFailure) {
+    fn body_failed(&mut self, why: BodyFailure) {
         self.body_left = false;
         self.state = match (why, self.state) {
-            (BodyFailure::Broken, _) => State::Done(Ending::Abort),
+            (BodyFailure::Broken, _) => State::Done(ExchangeEnd::Abort),
             // The response is out already: nothing more to say.
-            (_, State::ReadingAfter) => State::Done(Ending::Close),
+            (_, State::ReadingAfter) => State::Done(ExchangeEnd::Close),
             (BodyFailure::Timeout | BodyFailure::Malformed, _) => {
                 let page = if why == BodyFailure::Timeout {
                     ErrorPage::Timeout
@@ -504,16 +519,16 @@ impl Exchange {
         (self.body_left && (plan.drain_after || self.limit_reached)) || plan.pause_ms > 0
     }
 
-    fn ending(&self) -> Ending {
+    fn ending(&self) -> ExchangeEnd {
         match &self.answer {
-            Answer::Dummy(plan) if plan.is_informational() => Ending::NoFinal,
-            Answer::Dummy(_) if self.keep_alive => Ending::KeepAlive,
-            Answer::Dummy(_) if !self.version.is_h1() => Ending::KeepAlive,
-            _ => Ending::Close,
+            Answer::Dummy(plan) if plan.is_informational() => ExchangeEnd::NoFinal,
+            Answer::Dummy(_) if self.keep_alive => ExchangeEnd::KeepAlive,
+            Answer::Dummy(_) if !self.version.is_h1() => ExchangeEnd::KeepAlive,
+            _ => ExchangeEnd::Close,
         }
     }
 
-    fn head(&mut self, now: Instant) -> Head {
+    fn head(&mut self, now: Instant) -> ResponseHead {
         let h1 = self.version.is_h1();
         match &self.answer {
             Answer::Dummy(plan) => {
@@ -537,7 +552,7 @@ impl Exchange {
                     let fr = h1::framing(&req, plan);
                     self.keep_alive = fr.keep_alive;
                     self.chunked_te = fr.chunked_te;
-                    return Head {
+                    return ResponseHead {
                         status: plan.status,
                         h1_11: fr.response_11,
                         content_length: fr.content_length,
@@ -551,7 +566,7 @@ impl Exchange {
                     };
                 }
                 if plan.is_informational() {
-                    return Head::interim(plan.status);
+                    return ResponseHead::interim(plan.status);
                 }
                 // No connection or transfer-encoding fields here: C/K/k only drop the length. A
                 // lying `b` is sent as asked: the DATA frames still carry the real body and end
@@ -562,7 +577,7 @@ impl Exchange {
                     Some(b) if length => Some(b),
                     _ => (length && plan.conn != ConnForce::Close).then_some(plan.size),
                 };
-                Head {
+                ResponseHead {
                     status: plan.status,
                     h1_11: true,
                     content_length,
@@ -575,7 +590,7 @@ impl Exchange {
                     etag: plan.etag,
                 }
             }
-            Answer::Help => Head {
+            Answer::Help => ResponseHead {
                 status: 200,
                 // HTTP/1.x: an HTTP/1.0 close-delimited page, as haterm's.
                 h1_11: false,
@@ -588,7 +603,7 @@ impl Exchange {
                 date: self.date,
                 etag: None,
             },
-            Answer::Text { status, text } => Head {
+            Answer::Text { status, text } => ResponseHead {
                 status: *status,
                 h1_11: true,
                 content_length: Some(text.len() as u64),

@@ -20,7 +20,7 @@ pub const MAX_CLIENT_HELLO: usize = 16 * 1024;
 
 /// The transport the ClientHello arrived on: JA4's first character.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub enum HelloTransport {
     Tcp,
     Quic,
 }
@@ -64,7 +64,7 @@ pub fn is_grease(v: u16) -> bool {
 
 /// The JA4 of a ClientHello handshake message (type byte, 24-bit length, body), as it appears in
 /// TLS handshake records or QUIC CRYPTO frames.
-pub fn fingerprint(client_hello: &[u8], transport: Transport) -> Result<Ja4, Error> {
+pub fn fingerprint(client_hello: &[u8], transport: HelloTransport) -> Result<Ja4, Error> {
     if client_hello.len() > MAX_CLIENT_HELLO {
         return Err(Error::TooLarge);
     }
@@ -125,8 +125,8 @@ pub fn fingerprint(client_hello: &[u8], transport: Transport) -> Result<Ja4, Err
     let version = supported_max.unwrap_or(hello.version.0);
     let mut fp = String::with_capacity(36);
     fp.push(match transport {
-        Transport::Tcp => 't',
-        Transport::Quic => 'q',
+        HelloTransport::Tcp => 't',
+        HelloTransport::Quic => 'q',
     });
     fp.push_str(version_code(version));
     fp.push(if extensions.contains(&SNI) { 'd' } else { 'i' });

@@ -5,7 +5,7 @@
 mod common;
 
 use loadterm_ja4::quic::Reassembler;
-use loadterm_ja4::{fingerprint, tcp, Transport};
+use loadterm_ja4::{fingerprint, tcp, HelloTransport};
 use rand::{Rng, SeedableRng};
 
 /// Iterations per seed input; `LOADTERM_FUZZ_ITERS` raises it for long runs.
@@ -55,9 +55,9 @@ fn mutated_tls_client_hellos_never_panic() {
             let m = mutate(&mut rng, stream);
             let i = match tcp::client_hello(&m) {
                 Ok(tcp::Hello::Complete(hello)) => {
-                    let _ = fingerprint(&hello, Transport::Tcp);
+                    let _ = fingerprint(&hello, HelloTransport::Tcp);
                     // The fingerprint function alone, on the message without records.
-                    let _ = fingerprint(&m[5.min(m.len())..], Transport::Tcp);
+                    let _ = fingerprint(&m[5.min(m.len())..], HelloTransport::Tcp);
                     0
                 }
                 Ok(tcp::Hello::Incomplete) => 1,
@@ -90,7 +90,7 @@ fn mutated_quic_initials_never_panic() {
         let m = mutate(&mut rng, &hello);
         for d in common::seal_initials(&[9; 8], &m, 2) {
             if let Ok(Some(h)) = r.push(&d) {
-                let _ = fingerprint(&h.message, Transport::Quic);
+                let _ = fingerprint(&h.message, HelloTransport::Quic);
             }
         }
     }

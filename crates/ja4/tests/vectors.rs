@@ -4,14 +4,14 @@
 mod common;
 
 use loadterm_ja4::quic::Reassembler;
-use loadterm_ja4::{fingerprint, tcp, Transport};
+use loadterm_ja4::{fingerprint, tcp, HelloTransport};
 
 fn ja4_of(v: &common::Vector) -> loadterm_ja4::Ja4 {
     if let Some(stream) = &v.tcp {
         let tcp::Hello::Complete(hello) = tcp::client_hello(stream).expect(&v.name) else {
             panic!("{}: incomplete", v.name)
         };
-        fingerprint(&hello, Transport::Tcp).expect(&v.name)
+        fingerprint(&hello, HelloTransport::Tcp).expect(&v.name)
     } else {
         let mut r = Reassembler::new(8);
         let hello = v
@@ -19,7 +19,7 @@ fn ja4_of(v: &common::Vector) -> loadterm_ja4::Ja4 {
             .iter()
             .find_map(|d| r.push(d).ok().flatten())
             .unwrap_or_else(|| panic!("{}: no complete ClientHello", v.name));
-        fingerprint(&hello.message, Transport::Quic).expect(&v.name)
+        fingerprint(&hello.message, HelloTransport::Quic).expect(&v.name)
     }
 }
 

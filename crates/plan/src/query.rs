@@ -1,4 +1,4 @@
-//! The query-string grammar (HATERM.md §2.2–2.4), with the upstream quirks fixed: the query
+//! The query-string grammar, with the upstream quirks fixed: the query
 //! starts at the *first* `?`, parsing never reads past the given bytes, arithmetic is
 //! 128-bit and saturating (see [`scale`]).
 

@@ -1,4 +1,4 @@
-//! Reason phrases on HTTP/1.x status lines: HAProxy's table (HATERM.md appendix A), so that
+//! Reason phrases on HTTP/1.x status lines: HAProxy's table, so that
 //! status lines match haterm's byte for byte.
 
 #[allow(clippy::match_overlapping_arm)] // exact codes first, then the ranges

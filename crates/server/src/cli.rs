@@ -188,9 +188,9 @@ fn apply_haproxy_lines<'a>(
             Directive::PipeSize(n) => cfg.pipe_size = n,
             Directive::Bind(b) => {
                 let kind = match (b.transport, b.ssl) {
-                    (haterm_cfg::Transport::Quic, _) => Kind::Quic,
-                    (haterm_cfg::Transport::Tcp, true) => Kind::Tls,
-                    (haterm_cfg::Transport::Tcp, false) => Kind::Clear,
+                    (haterm_cfg::BindTransport::Quic, _) => Kind::Quic,
+                    (haterm_cfg::BindTransport::Tcp, true) => Kind::Tls,
+                    (haterm_cfg::BindTransport::Tcp, false) => Kind::Clear,
                 };
                 out.binds.push(Listener {
                     kind,
@@ -251,7 +251,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if !(0.0..=1000.0).contains(&a.burn) {
         return Err(usage_error("--burn must be a percentage in [0, 1000]"));
     }
-    crate::planner::set_burn(a.burn);
+    crate::thread_ctx::set_burn(a.burn);
     let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
         timeout: a.timeout,
@@ -351,7 +351,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         bound.push((l, identity));
     }
     let cfg = Arc::new(cfg);
-    crate::planner::seed(cfg.seed);
+    crate::thread_ctx::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
     announce(&bound, &cfg, defaulted, metrics);
     let r = shut_down_on_signal(stop, &conns, cfg.grace);

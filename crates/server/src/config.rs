@@ -6,18 +6,18 @@ use std::time::Duration;
 
 /// Header fields added to every response of a connection (`alt-svc`, `x-ja4`): per listener
 /// or per connection, the same for HTTP/1.x, HTTP/2 and HTTP/3.
-pub type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
+pub(crate) type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
 
 /// ALPN protocols offered on TLS/TCP unless a `bind` line names others, most preferred first
 /// (HAProxy 2.8+ offers `h2,http/1.1` on HTTP binds by default).
-pub const TCP_ALPN: &[&str] = &["h2", "http/1.1", "http/1.0"];
+pub(crate) const TCP_ALPN: &[&str] = &["h2", "http/1.1", "http/1.0"];
 
 /// Capacity asked for each splice pipe unless `-G 'tune.pipesize N'` says otherwise (haterm
 /// sets 262144 itself on kTLS builds).
-pub const PIPE_SIZE: usize = 256 * 1024;
+pub(crate) const PIPE_SIZE: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// Client timeout: incomplete request head/body, idle keep-alive, and write inactivity.
     pub timeout: Duration,
     /// Worker threads, each with its own runtime and listeners.
@@ -50,7 +50,7 @@ pub struct Config {
 
 /// HTTP/2 settings exposed on the command line (flattened into `loadterm serve`).
 #[derive(Debug, Clone, clap::Args)]
-pub struct H2Args {
+pub(crate) struct H2Args {
     /// Concurrent streams a client may open per connection.
     #[arg(long = "h2-max-streams", default_value_t = 256, value_name = "N")]
     pub max_streams: u32,
@@ -73,7 +73,7 @@ pub struct H2Args {
     /// also applies to HTTP/1.1 over TLS (whose default copies bodies up to 16 KiB). See
     /// docs/PERFORMANCE.md.
     #[arg(long = "h2-emit", value_enum, value_name = "STRATEGY")]
-    pub emit: Option<Emit>,
+    pub emit: Option<EmitMode>,
     /// Hybrid: body pieces of this size or more go by reference.
     #[arg(long = "h2-emit-threshold", default_value = "2k", value_name = "SIZE",
           value_parser = loadterm_plan::units::parse_size)]
@@ -82,7 +82,7 @@ pub struct H2Args {
 
 /// `--h2-emit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Emit {
+pub(crate) enum EmitMode {
     Drain,
     Gather,
     Hybrid,
@@ -91,21 +91,21 @@ pub enum Emit {
 /// HTTP/1.1's own rule (clear, and TLS without `--h2-emit`): bodies up to 16 KiB are copied into
 /// the batch of pipelined responses, larger ones written by reference (or spliced). Measured best
 /// for HTTP/1.1 over TLS in docs/PERFORMANCE.md.
-pub const H1_COPY_UP_TO: u64 = 16 * 1024;
+pub(crate) const H1_COPY_UP_TO: u64 = 16 * 1024;
 
 impl H2Args {
     /// HTTP/2 (clear and TLS): body bytes up to this size are copied into the write they go out
     /// in; larger bodies (pieces of the static body blocks) go by reference, in a vectored write.
-    pub fn copy_up_to(&self) -> u64 {
-        match self.emit.unwrap_or(Emit::Drain) {
-            Emit::Drain => u64::MAX,
-            Emit::Gather => 0,
-            Emit::Hybrid => self.emit_threshold.saturating_sub(1),
+    pub(crate) fn copy_up_to(&self) -> u64 {
+        match self.emit.unwrap_or(EmitMode::Drain) {
+            EmitMode::Drain => u64::MAX,
+            EmitMode::Gather => 0,
+            EmitMode::Hybrid => self.emit_threshold.saturating_sub(1),
         }
     }
 
     /// HTTP/1.1 over TLS: `--h2-emit` when given, else HTTP/1.1's own rule.
-    pub fn h1_tls_copy_up_to(&self) -> u64 {
+    pub(crate) fn h1_tls_copy_up_to(&self) -> u64 {
         match self.emit {
             Some(_) => self.copy_up_to(),
             None => H1_COPY_UP_TO,
@@ -129,7 +129,7 @@ impl Default for H2Args {
 
 /// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
 #[derive(Debug, Clone, clap::Args)]
-pub struct H3Args {
+pub(crate) struct H3Args {
     /// Concurrent request streams a client may open per QUIC connection.
     #[arg(long = "h3-max-streams", default_value_t = 256, value_name = "N")]
     pub h3_max_streams: u32,
@@ -149,4 +149,29 @@ impl Default for H3Args {
             h3_max_header_list: 64 << 10,
         }
     }
+}
+
+/// Settings for the engines' simulated-pair tests: every default, `timeout` as the client
+/// timeout, no date (byte-stable heads), seeded; with the trigger of its shutdown.
+#[cfg(test)]
+pub(crate) fn for_tests(timeout: Duration) -> (tokio::sync::watch::Sender<bool>, Arc<Config>) {
+    let (stop, shutdown) = crate::shutdown::Shutdown::new();
+    let cfg = Config {
+        timeout,
+        threads: 1,
+        maxconn: 16,
+        quic: false,
+        splice: false,
+        pipe_size: PIPE_SIZE,
+        alt_svc: false,
+        grace: Duration::from_secs(1),
+        lenient: false,
+        date: false,
+        seed: Some(1),
+        ja4: None,
+        shutdown,
+        h2: H2Args::default(),
+        h3: H3Args::default(),
+    };
+    (stop, Arc::new(cfg))
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// One understood line.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Directive {
+pub(crate) enum Directive {
     /// `nbthread N`
     Threads(usize),
     /// `maxconn N`
@@ -37,7 +37,7 @@ pub enum Directive {
 
 /// A line's meaning and what the user should be told about it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub directive: Directive,
     pub warnings: Vec<String>,
 }
@@ -60,7 +60,7 @@ impl Parsed {
 
 /// Where a bind line listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum BindTransport {
     Tcp,
     /// `quic4@` / `quic6@`: QUIC on UDP, HTTP/3.
     Quic,
@@ -68,8 +68,8 @@ pub enum Transport {
 
 /// An understood `bind` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bind {
-    pub transport: Transport,
+pub(crate) struct Bind {
+    pub transport: BindTransport,
     pub addr: SocketAddr,
     /// TLS (always true on QUIC).
     pub ssl: bool,
@@ -83,7 +83,7 @@ pub struct Bind {
 
 /// Which threads a `cpu-map` line pins, and to which CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuMap {
+pub(crate) struct CpuMap {
     /// `auto:`: threads and CPUs paired one to one, in order; otherwise every thread may run
     /// on every CPU of the set.
     pub auto: bool,
@@ -95,7 +95,7 @@ pub struct CpuMap {
 /// A `-G`/`-F` value as haterm turns it into configuration lines: `\n` starts a new line, `\t`
 /// is a TAB, `\` followed by another character is that character, a trailing lone `\` is
 /// dropped.
-pub fn lines(value: &str) -> Vec<String> {
+pub(crate) fn lines(value: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut chars = value.chars();
     while let Some(c) = chars.next() {
@@ -124,7 +124,7 @@ fn positive(line: &str, what: &str, v: Option<&&str>) -> Result<usize, String> {
 /// One configuration line. `Err` for a line loadterm understands but cannot honour as
 /// written (a listener it cannot open, a malformed number): going on would run something else
 /// than what was asked for.
-pub fn parse(line: &str) -> Result<Parsed, String> {
+pub(crate) fn parse(line: &str) -> Result<Parsed, String> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Ok(match words.as_slice() {
         [] | ["limited-quic"] => Parsed::ok(Directive::Nothing),
@@ -251,7 +251,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
         }
     }
     match transport {
-        Transport::Quic => {
+        BindTransport::Quic => {
             if !b.ssl {
                 return Err(format!("'{line}': QUIC needs 'ssl' (and a 'crt')"));
             }
@@ -262,7 +262,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
             }
             b.alpn = vec!["h3".to_owned()];
         }
-        Transport::Tcp if !b.ssl => {
+        BindTransport::Tcp if !b.ssl => {
             if !b.crt.is_empty() || alpn.is_some() {
                 warnings.push(format!(
                     "'{line}': 'crt' and 'alpn' need 'ssl': this bind serves clear text"
@@ -270,7 +270,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
                 b.crt.clear();
             }
         }
-        Transport::Tcp => {
+        BindTransport::Tcp => {
             let list = alpn.unwrap_or_else(|| TCP_ALPN.iter().map(|p| p.to_string()).collect());
             for p in list {
                 // haterm's own lines say `http1.1`/`http1.0` (unregistered tokens no client
@@ -303,13 +303,13 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
 
 /// `IP:PORT`, `:PORT`, `*:PORT`, `[v6]:PORT`, `v6:PORT` (the last colon ends the address, as
 /// in HAProxy), each optionally after `ipv4@`, `ipv6@`, `quic4@` or `quic6@`.
-fn bind_address(s: &str) -> Result<(Transport, SocketAddr), String> {
+fn bind_address(s: &str) -> Result<(BindTransport, SocketAddr), String> {
     let (transport, family, rest) = match s.split_once('@') {
-        None => (Transport::Tcp, None, s),
-        Some(("ipv4", r)) => (Transport::Tcp, Some(4), r),
-        Some(("ipv6", r)) => (Transport::Tcp, Some(6), r),
-        Some(("quic4", r)) => (Transport::Quic, Some(4), r),
-        Some(("quic6", r)) => (Transport::Quic, Some(6), r),
+        None => (BindTransport::Tcp, None, s),
+        Some(("ipv4", r)) => (BindTransport::Tcp, Some(4), r),
+        Some(("ipv6", r)) => (BindTransport::Tcp, Some(6), r),
+        Some(("quic4", r)) => (BindTransport::Quic, Some(4), r),
+        Some(("quic6", r)) => (BindTransport::Quic, Some(6), r),
         Some((p, _)) => return Err(format!("address prefix '{p}@' is not supported")),
     };
     let (host, port) = rest
@@ -394,7 +394,10 @@ fn range(s: &str) -> Option<(usize, usize)> {
 /// The CPUs each of `threads` worker threads is pinned to (empty: not pinned), from the
 /// `cpu-map` lines in order (a later line overrides an earlier one for the same thread), and
 /// warnings for threads that do not exist.
-pub fn pinning(maps: &[CpuMap], threads: usize) -> Result<(Vec<Vec<usize>>, Vec<String>), String> {
+pub(crate) fn pinning(
+    maps: &[CpuMap],
+    threads: usize,
+) -> Result<(Vec<Vec<usize>>, Vec<String>), String> {
     let mut out = vec![Vec::new(); threads];
     let mut warnings = Vec::new();
     for m in maps {
@@ -498,7 +501,7 @@ mod tests {
         assert_eq!(
             b,
             Bind {
-                transport: Transport::Quic,
+                transport: BindTransport::Quic,
                 addr: "127.0.0.1:18452".parse().unwrap(),
                 ssl: true,
                 crt: vec!["/mnt/combined.pem".into()],
@@ -507,7 +510,7 @@ mod tests {
         );
         let (b, w) = bind_of("bind 127.0.0.1:18452 ssl crt /mnt/combined.pem alpn h2");
         assert!(w.is_empty(), "{w:?}");
-        assert_eq!((b.transport, b.ssl), (Transport::Tcp, true));
+        assert_eq!((b.transport, b.ssl), (BindTransport::Tcp, true));
         assert_eq!(b.alpn, ["h2"]);
     }
 
@@ -525,8 +528,8 @@ mod tests {
             addr("bind quic6@[::1]:443 ssl"),
             "[::1]:443".parse().unwrap()
         );
-        assert_eq!(t("bind quic6@:443 ssl"), Transport::Quic);
-        assert_eq!(t("bind ipv6@:443"), Transport::Tcp);
+        assert_eq!(t("bind quic6@:443 ssl"), BindTransport::Quic);
+        assert_eq!(t("bind ipv6@:443"), BindTransport::Tcp);
         for bad in [
             "bind",
             "bind 8080",

@@ -13,7 +13,7 @@
 
 use crate::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
-use loadterm_ja4::{quic::Reassembler, tcp, Transport};
+use loadterm_ja4::{quic::Reassembler, tcp, HelloTransport};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::net::SocketAddr;
@@ -34,12 +34,12 @@ const QUIC_PENDING: usize = 1024;
 
 /// Fingerprint → connections seen, for the whole process.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     counts: Mutex<(HashMap<String, u64>, u64)>,
 }
 
 impl Stats {
-    pub fn count(&self, fingerprint: &str) {
+    pub(crate) fn count(&self, fingerprint: &str) {
         let mut guard = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let (map, other) = &mut *guard;
         if let Some(n) = map.get_mut(fingerprint) {
@@ -52,7 +52,7 @@ impl Stats {
     }
 
     /// The most frequent fingerprints, one per line, for stderr at shutdown.
-    pub fn report(&self) -> String {
+    pub(crate) fn report(&self) -> String {
         let guard = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let (map, other) = &*guard;
         let mut all: Vec<(&String, &u64)> = map.iter().collect();
@@ -89,7 +89,7 @@ const DECODE_ERROR: u8 = 50;
 /// stream to give rustls (the bytes read replayed first) with the fingerprint. A stream that does
 /// not start with a well-formed ClientHello gets a fatal TLS alert and is closed: the error
 /// says why, as a failed handshake.
-pub async fn sniff_tcp(
+pub(crate) async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
     stats: &Stats,
@@ -100,7 +100,7 @@ pub async fn sniff_tcp(
         loop {
             match tcp::client_hello(&buf) {
                 Ok(tcp::Hello::Complete(hello)) => {
-                    return loadterm_ja4::fingerprint(&hello, Transport::Tcp)
+                    return loadterm_ja4::fingerprint(&hello, HelloTransport::Tcp)
                         .map_err(|_| Some(DECODE_ERROR));
                 }
                 Ok(tcp::Hello::Incomplete) => {}
@@ -150,7 +150,7 @@ pub async fn sniff_tcp(
 
 /// Per endpoint: the reassembly state and the fingerprints waiting for their connection.
 #[derive(Debug)]
-pub struct QuicFingerprints {
+pub(crate) struct QuicFingerprints {
     inner: Mutex<QuicState>,
     stats: Arc<Stats>,
 }
@@ -171,7 +171,7 @@ impl Debug for QuicState {
 }
 
 impl QuicFingerprints {
-    pub fn new(stats: Arc<Stats>) -> QuicFingerprints {
+    pub(crate) fn new(stats: Arc<Stats>) -> QuicFingerprints {
         QuicFingerprints {
             inner: Mutex::new(QuicState {
                 reassembler: Reassembler::new(QUIC_PENDING),
@@ -183,7 +183,7 @@ impl QuicFingerprints {
     }
 
     /// A datagram from `from`, before quinn sees it (`h3::socket`).
-    pub fn observe(&self, from: SocketAddr, datagram: &[u8]) {
+    pub(crate) fn observe(&self, from: SocketAddr, datagram: &[u8]) {
         if !loadterm_ja4::quic::starts_with_initial(datagram) {
             return;
         }
@@ -193,7 +193,7 @@ impl QuicFingerprints {
         let Ok(Some(hello)) = st.reassembler.push(datagram) else {
             return;
         };
-        let Ok(ja4) = loadterm_ja4::fingerprint(&hello.message, Transport::Quic) else {
+        let Ok(ja4) = loadterm_ja4::fingerprint(&hello.message, HelloTransport::Quic) else {
             return;
         };
         let fp = ja4.as_str().to_string();
@@ -211,7 +211,7 @@ impl QuicFingerprints {
     }
 
     /// The fingerprint of the connection quinn just handed over (taken: asked once).
-    pub fn take(&self, from: SocketAddr, original_dcid: &[u8]) -> Option<String> {
+    pub(crate) fn take(&self, from: SocketAddr, original_dcid: &[u8]) -> Option<String> {
         let mut st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let key = (from, original_dcid.to_vec());
         let fp = st.found.remove(&key)?;
@@ -221,7 +221,7 @@ impl QuicFingerprints {
 }
 
 /// The per-connection extra headers plus `x-ja4`.
-pub fn with_header(
+pub(crate) fn with_header(
     mut extra: Vec<(http::HeaderName, http::HeaderValue)>,
     fingerprint: Option<&str>,
 ) -> Vec<(http::HeaderName, http::HeaderValue)> {

@@ -1,21 +1,21 @@
-//! See the crate description.
+//! See the crate description. Outside code uses `cli` (the `serve` command) and the sans-I/O
+//! HTTP/1 request parser and body decoder (`h1::head`, `h1::body`: the differential and
+//! robustness tests, the fuzz target); everything else is private to the crate.
 pub mod cli;
-pub mod config;
+mod config;
 pub mod h1;
-pub mod h2;
-pub mod h3;
-pub mod haterm_cfg;
-mod heavy;
-pub mod ja4;
-pub mod listen;
-pub mod metrics;
+mod h2_engine;
+mod h3;
+mod handshake_turns;
+mod haterm_cfg;
+mod ja4;
+mod listen;
+mod metrics;
 mod park;
-mod planner;
 mod prefixed;
 mod shutdown;
-pub mod stats;
-pub mod tls;
+mod stats;
+mod thread_ctx;
+mod tls;
 mod trim;
 mod workers;
-
-pub use config::TCP_ALPN;

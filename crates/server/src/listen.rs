@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// TCP: HTTP/1.1 and h2c (prior knowledge or Upgrade).
     Clear,
     /// TLS over TCP: HTTP/2 and HTTP/1.x by ALPN.
@@ -22,7 +22,7 @@ pub enum Kind {
 
 /// One listening address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listener {
+pub(crate) struct Listener {
     pub kind: Kind,
     pub addr: SocketAddr,
     /// Certificate files or directories (TLS, QUIC); empty: the default certificate
@@ -33,7 +33,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(kind: Kind, addr: SocketAddr) -> Listener {
+    pub(crate) fn new(kind: Kind, addr: SocketAddr) -> Listener {
         let alpn = match kind {
             Kind::Clear => Vec::new(),
             Kind::Tls => TCP_ALPN.iter().map(|p| p.to_string()).collect(),
@@ -48,7 +48,7 @@ impl Listener {
     }
 
     /// The transport's name, for messages.
-    pub fn proto(&self) -> &'static str {
+    pub(crate) fn proto(&self) -> &'static str {
         match self.kind {
             Kind::Clear | Kind::Tls => "TCP",
             Kind::Quic => "UDP",
@@ -56,14 +56,14 @@ impl Listener {
     }
 
     /// Whether it needs a certificate.
-    pub fn secure(&self) -> bool {
+    pub(crate) fn secure(&self) -> bool {
         self.kind != Kind::Clear
     }
 }
 
 /// The listeners of `-L` specs: the clear port, and on the TLS port TLS/TCP and (unless
 /// `quic` is off) QUIC on its UDP twin.
-pub fn from_specs(specs: &[ListenSpec], quic: bool) -> Vec<Listener> {
+pub(crate) fn from_specs(specs: &[ListenSpec], quic: bool) -> Vec<Listener> {
     let mut out = Vec::new();
     for s in specs {
         out.push(Listener::new(Kind::Clear, s.clear()));
@@ -79,7 +79,7 @@ pub fn from_specs(specs: &[ListenSpec], quic: bool) -> Vec<Listener> {
 
 /// Refuse an address given twice for the same transport (the second bind would only share
 /// the first one's traffic).
-pub fn check_unique(listeners: &[Listener]) -> Result<()> {
+pub(crate) fn check_unique(listeners: &[Listener]) -> Result<()> {
     for (i, l) in listeners.iter().enumerate() {
         if listeners[..i]
             .iter()
@@ -97,23 +97,23 @@ pub fn check_unique(listeners: &[Listener]) -> Result<()> {
 
 /// One `-L` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenSpec {
+pub(crate) struct ListenSpec {
     pub ip: IpAddr,
     pub clear_port: u16,
     pub tls_port: Option<u16>,
 }
 
 impl ListenSpec {
-    pub fn clear(&self) -> SocketAddr {
+    pub(crate) fn clear(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.clear_port)
     }
 
-    pub fn tls(&self) -> Option<SocketAddr> {
+    pub(crate) fn tls(&self) -> Option<SocketAddr> {
         self.tls_port.map(|p| SocketAddr::new(self.ip, p))
     }
 
     /// The default when no `-L` is given: loopback only.
-    pub fn default_loopback() -> Self {
+    pub(crate) fn default_loopback() -> Self {
         ListenSpec {
             ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             clear_port: 8888,
@@ -219,7 +219,7 @@ fn reuseport_socket(addr: SocketAddr, ty: Type) -> Result<Socket> {
 }
 
 /// `count` TCP listeners sharing `addr` (one per worker).
-pub fn tcp_listeners(addr: SocketAddr, count: usize) -> Result<Vec<std::net::TcpListener>> {
+pub(crate) fn tcp_listeners(addr: SocketAddr, count: usize) -> Result<Vec<std::net::TcpListener>> {
     ensure_free(addr, Type::STREAM)?;
     (0..count)
         .map(|_| {
@@ -232,7 +232,7 @@ pub fn tcp_listeners(addr: SocketAddr, count: usize) -> Result<Vec<std::net::Tcp
 }
 
 /// `count` UDP sockets sharing `addr` (one QUIC endpoint per worker).
-pub fn udp_sockets(addr: SocketAddr, count: usize) -> Result<Vec<std::net::UdpSocket>> {
+pub(crate) fn udp_sockets(addr: SocketAddr, count: usize) -> Result<Vec<std::net::UdpSocket>> {
     ensure_free(addr, Type::DGRAM)?;
     (0..count)
         .map(|_| Ok(reuseport_socket(addr, Type::DGRAM)?.into()))

@@ -24,7 +24,7 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Bind `addr` (errors say which address could not be bound) and serve the statistics on it
 /// from a thread of its own; returns the bound address.
-pub fn start(addr: SocketAddr) -> Result<SocketAddr> {
+pub(crate) fn start(addr: SocketAddr) -> Result<SocketAddr> {
     let listener =
         TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
@@ -53,8 +53,8 @@ fn serve(listener: TcpListener) {
 fn answer(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
     conn.set_write_timeout(Some(IO_TIMEOUT))?;
     let (status, body, openmetrics) = match read_head(&mut conn)? {
-        Head::TooLarge => ("431 Request Header Fields Too Large", String::new(), false),
-        Head::Request { line, openmetrics } => {
+        ScrapeRequest::TooLarge => ("431 Request Header Fields Too Large", String::new(), false),
+        ScrapeRequest::Request { line, openmetrics } => {
             let (status, body) = route(&line, registry);
             (status, body, openmetrics)
         }
@@ -73,7 +73,7 @@ fn answer(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
     conn.shutdown(std::net::Shutdown::Write)
 }
 
-enum Head {
+enum ScrapeRequest {
     Request {
         line: String,
         /// The client accepts OpenMetrics (Prometheus does); others get the Prometheus text
@@ -84,13 +84,13 @@ enum Head {
 }
 
 /// Read the request head (up to `MAX_HEAD` bytes, within `IO_TIMEOUT`), return its first line.
-fn read_head(conn: &mut TcpStream) -> std::io::Result<Head> {
+fn read_head(conn: &mut TcpStream) -> std::io::Result<ScrapeRequest> {
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
         if buf.len() > MAX_HEAD {
-            return Ok(Head::TooLarge);
+            return Ok(ScrapeRequest::TooLarge);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -110,7 +110,7 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<Head> {
             name.eq_ignore_ascii_case("accept") && value.contains("application/openmetrics-text")
         })
     });
-    Ok(Head::Request { line, openmetrics })
+    Ok(ScrapeRequest::Request { line, openmetrics })
 }
 
 /// The status and body for a request line: the exposition for `GET /metrics`.

@@ -27,11 +27,11 @@ use tokio::sync::Notify;
 /// about six system calls (epoll registrations moved between tokio's set and ours), negligible
 /// once per second but not once per request: a connection whose requests come less than this
 /// apart stays in its task.
-pub const PARK_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Continues serving a connection that turned readable (or at shutdown) in a task of its own;
 /// its next request is awaited until the instant given.
-pub type Resume = Rc<dyn Fn(TcpStream, ConnSlot, Instant)>;
+pub(crate) type Resume = Rc<dyn Fn(TcpStream, ConnSlot, Instant)>;
 
 struct Parked {
     sock: TcpStream,
@@ -39,7 +39,8 @@ struct Parked {
     until: Instant,
 }
 
-struct Lot {
+/// This worker's parked connections (its parking lot) and what it needs to wake them.
+struct ParkedConns {
     registry: Registry,
     parked: Slab<Parked>,
     /// Deadlines, earliest first, with their slab keys.
@@ -53,18 +54,19 @@ struct Lot {
 }
 
 thread_local! {
-    static LOT: RefCell<Option<Lot>> = const { RefCell::new(None) };
+    static PARKED_CONNS: RefCell<Option<ParkedConns>> = const { RefCell::new(None) };
 }
 
 /// Start this worker thread's parking lot: its task runs until shutdown. Call from within the
 /// worker's `LocalSet`.
-pub fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
+#[allow(unsafe_code)] // tokio watches mio's epoll fd
+pub(crate) fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
     let poll = Poll::new()?;
     let registry = poll.registry().try_clone()?;
     // SAFETY: a `Poll` owns its epoll fd, open and the same until the `Poll` is dropped.
     let poll = unsafe { AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE) }?;
     let sooner = Rc::new(Notify::new());
-    LOT.set(Some(Lot {
+    PARKED_CONNS.set(Some(ParkedConns {
         registry,
         parked: Slab::new(),
         deadlines: BTreeSet::new(),
@@ -79,9 +81,9 @@ pub fn start(shutdown: Shutdown, resume: Resume) -> io::Result<()> {
 /// Park an idle connection until it turns readable or `until` passes (then it is closed).
 /// After shutdown (or once the lot's epoll failed), or if the registration fails, it is resumed
 /// at once instead: the caller's task is ending, and the connection must not be lost.
-pub fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
+pub(crate) fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
     let p = Parked { sock, slot, until };
-    let refused = LOT.with_borrow_mut(|lot| {
+    let refused = PARKED_CONNS.with_borrow_mut(|lot| {
         // No lot: `start` failed on this thread (and said so); the connection closes.
         let lot = lot.as_mut()?;
         if lot.closed {
@@ -114,7 +116,7 @@ pub fn park(sock: TcpStream, slot: ConnSlot, until: Instant) {
 
 /// Take the connection with slab key `key` out of the lot.
 fn unpark(key: usize) -> Option<(Parked, Resume)> {
-    LOT.with_borrow_mut(|lot| {
+    PARKED_CONNS.with_borrow_mut(|lot| {
         let lot = lot.as_mut()?;
         let p = lot.parked.try_remove(key)?;
         stats::parked(false);
@@ -130,7 +132,8 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
     let stop = shutdown.wait();
     tokio::pin!(stop);
     'drive: loop {
-        let first = LOT.with_borrow(|lot| lot.as_ref()?.deadlines.first().map(|&(t, _)| t));
+        let first =
+            PARKED_CONNS.with_borrow(|lot| lot.as_ref()?.deadlines.first().map(|&(t, _)| t));
         let expiry = async {
             match first {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -179,7 +182,7 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
     }
     // Shutdown: every parked connection goes back to a task, which closes it gracefully (or
     // answers a request that came in meanwhile); the lot takes no more.
-    let keys: Vec<usize> = LOT.with_borrow_mut(|lot| match lot.as_mut() {
+    let keys: Vec<usize> = PARKED_CONNS.with_borrow_mut(|lot| match lot.as_mut() {
         Some(lot) => {
             lot.closed = true;
             lot.parked.iter().map(|(k, _)| k).collect()
@@ -197,7 +200,7 @@ async fn drive(mut poll: AsyncFd<Poll>, sooner: Rc<Notify>, shutdown: Shutdown) 
 /// at its deadline: dropped, nothing sent.
 fn expire(now: Instant) {
     let mut gone = Vec::new();
-    LOT.with_borrow_mut(|lot| {
+    PARKED_CONNS.with_borrow_mut(|lot| {
         let Some(lot) = lot.as_mut() else { return };
         while let Some(&(t, key)) = lot.deadlines.first() {
             if t > now {

@@ -8,19 +8,19 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// An I/O stream whose first reads return `prefix` (bytes already read from `io`, or rewritten),
 /// then `io`'s.
-pub struct Prefixed<IO> {
+pub(crate) struct Prefixed<IO> {
     prefix: Vec<u8>,
     pos: usize,
     io: IO,
 }
 
 impl<IO> Prefixed<IO> {
-    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
+    pub(crate) fn new(prefix: Vec<u8>, io: IO) -> Self {
         Prefixed { prefix, pos: 0, io }
     }
 
     /// The stream underneath, once the prefix has been read.
-    pub fn drained(&self) -> Option<&IO> {
+    pub(crate) fn drained(&self) -> Option<&IO> {
         (self.pos == self.prefix.len()).then_some(&self.io)
     }
 }

@@ -12,44 +12,44 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// How a connection reached us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     Tcp,
     Tls,
     Quic,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 3] = [Transport::Tcp, Transport::Tls, Transport::Quic];
+    pub(crate) const ALL: [Transport; 3] = [Transport::Tcp, Transport::Tls, Transport::Quic];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         ["tcp", "tls", "quic"][self as usize]
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
+pub(crate) enum Proto {
     H1,
     H2,
     H3,
 }
 
 impl Proto {
-    pub const ALL: [Proto; 3] = [Proto::H1, Proto::H2, Proto::H3];
+    pub(crate) const ALL: [Proto; 3] = [Proto::H1, Proto::H2, Proto::H3];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         ["h1", "h2", "h3"][self as usize]
     }
 }
 
 /// The status classes of final responses, `1xx` (never final here, but exposed) to `5xx`.
-pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+pub(crate) const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 fn class(status: u16) -> usize {
     (usize::from(status / 100).clamp(1, 5)) - 1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     Timeout,
     Reset,
     Protocol,
@@ -57,28 +57,28 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 4] = [
+    pub(crate) const ALL: [ErrorKind; 4] = [
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::Protocol,
         ErrorKind::Limit,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         ["timeout", "reset", "protocol", "limit"][self as usize]
     }
 }
 
 /// A protection that triggered; each is also counted as an error of its kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protection {
+pub(crate) enum Protection {
     /// HTTP/2: the h2 crate ended a connection with GOAWAY ENHANCE_YOUR_CALM: a rapid reset
     /// (CVE-2023-44487), CONTINUATION or small-DATA flood, too many streams reset for the
     /// client's errors, or a header list far over the limit. The h2 crate (0.4) drops the
     /// GOAWAY's debug data, which names the cause, from the error it returns, so they are one.
     EnhanceYourCalm,
     /// HTTP/2: a client sent more WINDOW_UPDATE, SETTINGS, PING, PRIORITY (or extension) frames
-    /// than the server's output allows (`h2::guard`); the connection ended with GOAWAY
+    /// than the server's output allows (`h2_engine::guard`); the connection ended with GOAWAY
     /// ENHANCE_YOUR_CALM.
     H2ControlFlood,
     /// A request head over the size limits (431, or the connection ended).
@@ -97,7 +97,7 @@ pub enum Protection {
 }
 
 impl Protection {
-    pub const ALL: [Protection; 8] = [
+    pub(crate) const ALL: [Protection; 8] = [
         Protection::EnhanceYourCalm,
         Protection::H2ControlFlood,
         Protection::HeaderListTooLarge,
@@ -108,7 +108,7 @@ impl Protection {
         Protection::QuicAmplification,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         [
             "enhance_your_calm",
             "h2_control_flood",
@@ -132,7 +132,7 @@ impl Protection {
 /// Why a TLS (or QUIC) handshake failed: the TLS alert sent or received, or how the
 /// connection ended before the handshake did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     Alert(rustls::AlertDescription),
     Timeout,
     Eof,
@@ -162,7 +162,7 @@ impl Failure {
 
     /// The `reason` label: the alert's name in snake case (`no_application_protocol`), or
     /// `timeout`, `eof`, `io`.
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         match self {
             Failure::Alert(rustls::AlertDescription::Unknown(n)) => format!("alert_{n}"),
             Failure::Alert(a) => {
@@ -258,19 +258,19 @@ fn mine(f: impl FnOnce(&Block)) {
     MINE.with(|b| f(b));
 }
 
-pub fn accepted(t: Transport) {
+pub(crate) fn accepted(t: Transport) {
     mine(|b| b.accepted[t as usize].add(1));
 }
 
-pub fn closed(t: Transport) {
+pub(crate) fn closed(t: Transport) {
     mine(|b| b.closed[t as usize].add(1));
 }
 
-pub fn handshake_ok(t: Transport) {
+pub(crate) fn handshake_ok(t: Transport) {
     mine(|b| b.handshakes_ok[t as usize].add(1));
 }
 
-pub fn handshake_failed(t: Transport, why: Failure) {
+pub(crate) fn handshake_failed(t: Transport, why: Failure) {
     mine(|b| {
         b.handshakes_failed[t as usize].add(1);
         b.failures[why.index()].add(1);
@@ -279,12 +279,12 @@ pub fn handshake_failed(t: Transport, why: Failure) {
 
 /// A final response served: its last byte handed to the transport (HTTP/2: to the h2 crate).
 #[inline]
-pub fn served(p: Proto, status: u16) {
+pub(crate) fn served(p: Proto, status: u16) {
     mine(|b| b.requests[p as usize][class(status)].add(1));
 }
 
 /// Final responses served, counted by class (`counts[i]`: class `CLASSES[i]`).
-pub fn served_by_class(p: Proto, counts: &[u32; 5]) {
+pub(crate) fn served_by_class(p: Proto, counts: &[u32; 5]) {
     mine(|b| {
         for (c, &n) in b.requests[p as usize].iter().zip(counts) {
             if n > 0 {
@@ -296,43 +296,43 @@ pub fn served_by_class(p: Proto, counts: &[u32; 5]) {
 
 /// `counts[class(status)] += 1`: a response waiting to be counted by [`served_by_class`].
 #[inline]
-pub fn tally(counts: &mut [u32; 5], status: u16) {
+pub(crate) fn tally(counts: &mut [u32; 5], status: u16) {
     counts[class(status)] += 1;
 }
 
 /// An interim (1xx) response: not a served request.
-pub fn interim(p: Proto) {
+pub(crate) fn interim(p: Proto) {
     mine(|b| b.interim[p as usize].add(1));
 }
 
 /// Requests planned whose final response was not completed (the peer went away, a write timed
 /// out, an abort, the shutdown's grace ran out): with `served`, every request the server took.
-pub fn aborted(p: Proto, n: u64) {
+pub(crate) fn aborted(p: Proto, n: u64) {
     if n > 0 {
         mine(|b| b.aborted[p as usize].add(n));
     }
 }
 
 #[inline]
-pub fn bytes_in(t: Transport, n: usize) {
+pub(crate) fn bytes_in(t: Transport, n: usize) {
     mine(|b| b.bytes_in[t as usize].add(n as u64));
 }
 
 #[inline]
-pub fn bytes_out(t: Transport, n: usize) {
+pub(crate) fn bytes_out(t: Transport, n: usize) {
     mine(|b| b.bytes_out[t as usize].add(n as u64));
 }
 
 /// An idle connection was parked (`true`), or left the parking lot (`false`).
-pub fn parked(into: bool) {
+pub(crate) fn parked(into: bool) {
     mine(|b| if into { &b.parked } else { &b.unparked }.add(1));
 }
 
-pub fn error(kind: ErrorKind) {
+pub(crate) fn error(kind: ErrorKind) {
     mine(|b| b.errors[kind as usize].add(1));
 }
 
-pub fn protection(p: Protection) {
+pub(crate) fn protection(p: Protection) {
     mine(|b| {
         b.protections[p as usize].add(1);
         b.errors[p.kind() as usize].add(1);
@@ -341,7 +341,7 @@ pub fn protection(p: Protection) {
 
 /// An I/O error that ended a connection or a response: the peer reset or went away, or our
 /// write timeout (the engines' only source of `TimedOut`). Others are not counted.
-pub fn io_error(e: &io::Error) {
+pub(crate) fn io_error(e: &io::Error) {
     match e.kind() {
         io::ErrorKind::TimedOut => protection(Protection::WriteTimeout),
         io::ErrorKind::ConnectionReset
@@ -353,7 +353,7 @@ pub fn io_error(e: &io::Error) {
 }
 
 /// What an error page (an answer without a plan) says about the request.
-pub fn error_page(page: loadterm_plan::pages::ErrorPage) {
+pub(crate) fn error_page(page: loadterm_plan::pages::ErrorPage) {
     use loadterm_plan::pages::ErrorPage;
     match page {
         ErrorPage::Timeout => protection(Protection::SlowHead),
@@ -367,7 +367,7 @@ pub fn error_page(page: loadterm_plan::pages::ErrorPage) {
 
 /// The counters of every thread, summed.
 #[derive(Debug, Clone, Default)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub accepted: [u64; 3],
     pub closed: [u64; 3],
     pub handshakes_ok: [u64; 3],
@@ -392,7 +392,7 @@ fn sum<const N: usize>(into: &mut [u64; N], from: &[C; N]) {
 }
 
 impl Totals {
-    pub fn now() -> Totals {
+    pub(crate) fn now() -> Totals {
         let blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut t = Totals::default();
         let mut failures = [0u64; FAILURES];
@@ -422,18 +422,18 @@ impl Totals {
     }
 
     /// Connections open: accepted and not yet closed.
-    pub fn open(&self, t: Transport) -> u64 {
+    pub(crate) fn open(&self, t: Transport) -> u64 {
         let i = t as usize;
         self.accepted[i].saturating_sub(self.closed[i])
     }
 
     /// Idle connections parked out of their tasks now (`park.rs`).
-    pub fn parked_now(&self) -> u64 {
+    pub(crate) fn parked_now(&self) -> u64 {
         self.parked.saturating_sub(self.unparked)
     }
 
     /// The summary printed on SIGUSR1 and at shutdown (non-zero counts only).
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut s = String::from("loadterm statistics:\n");
         let line = |s: &mut String, what: &str, items: Vec<(String, u64)>| {
             let items: Vec<String> = items
@@ -513,21 +513,21 @@ impl Totals {
 
 /// A byte stream whose bytes are counted as `transport`'s (on the wire: under TLS, the
 /// ciphertext).
-pub struct Metered<IO> {
+pub(crate) struct Metered<IO> {
     io: IO,
     transport: Transport,
 }
 
 impl<IO> Metered<IO> {
-    pub fn new(io: IO, transport: Transport) -> Metered<IO> {
+    pub(crate) fn new(io: IO, transport: Transport) -> Metered<IO> {
         Metered { io, transport }
     }
 
-    pub fn get_ref(&self) -> &IO {
+    pub(crate) fn get_ref(&self) -> &IO {
         &self.io
     }
 
-    pub fn into_inner(self) -> IO {
+    pub(crate) fn into_inner(self) -> IO {
         self.io
     }
 }

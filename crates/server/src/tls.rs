@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// Which certificates to present.
 #[derive(Debug, Clone)]
-pub enum CertSource {
+pub(crate) enum CertSource {
     Generate {
         rsa_bits: u32,
         curve: Curve,
@@ -29,7 +29,7 @@ pub enum CertSource {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Curve {
+pub(crate) enum Curve {
     P256,
     P384,
 }
@@ -47,7 +47,7 @@ impl std::str::FromStr for Curve {
 
 /// The `ssl-default-bind-*` settings (OpenSSL names, `:`-separated); `None`: rustls's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// TLS 1.3 suites (`ssl-default-bind-ciphersuites`).
     pub ciphersuites: Option<String>,
     /// TLS 1.2 suites (`ssl-default-bind-ciphers`).
@@ -144,7 +144,7 @@ fn pick<T: Copy + PartialEq>(
 /// (when the policy lists suites, as HAProxy prefers its own order; rustls's default follows
 /// the client's).
 #[derive(Debug, Clone)]
-pub struct Crypto {
+pub(crate) struct Crypto {
     provider: Arc<CryptoProvider>,
     server_order: bool,
 }
@@ -152,7 +152,7 @@ pub struct Crypto {
 impl Policy {
     /// The crypto this policy leaves (aws-lc-rs's defaults where it says nothing or names
     /// nothing rustls has), and warnings for what it cannot honour.
-    pub fn crypto(&self) -> (Crypto, Vec<String>) {
+    pub(crate) fn crypto(&self) -> (Crypto, Vec<String>) {
         let mut p = aws_lc_rs::default_provider();
         let mut warnings = Vec::new();
         let all = aws_lc_rs::ALL_CIPHER_SUITES;
@@ -239,7 +239,7 @@ impl Policy {
 /// Certificates and keys the TLS and QUIC listeners present, with the crypto provider they
 /// use.
 #[derive(Debug)]
-pub struct Identity {
+pub(crate) struct Identity {
     keys: Arc<Keys>,
     crypto: Crypto,
     /// PEM of the generated certificates (for `--cert-out`); empty for user files.
@@ -247,7 +247,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn load(source: &CertSource, crypto: Crypto) -> Result<Identity> {
+    pub(crate) fn load(source: &CertSource, crypto: Crypto) -> Result<Identity> {
         let provider = &crypto.provider;
         let (keys, generated_pem) = match source {
             CertSource::Generate {
@@ -267,7 +267,11 @@ impl Identity {
 
     /// A rustls server config presenting this identity with the given ALPN protocols; TLS 1.2
     /// and 1.3, or 1.3 only (QUIC).
-    pub fn rustls_config(&self, alpn: &[&[u8]], tls13_only: bool) -> Result<rustls::ServerConfig> {
+    pub(crate) fn rustls_config(
+        &self,
+        alpn: &[&[u8]],
+        tls13_only: bool,
+    ) -> Result<rustls::ServerConfig> {
         let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
             &[&rustls::version::TLS13]
         } else {
@@ -516,7 +520,7 @@ fn from_pem_file(path: &Path, provider: &CryptoProvider) -> Result<Arc<Certified
 
 /// Names and addresses the generated certificate covers: localhost, the loopback addresses and
 /// every listen address that is not a wildcard.
-pub fn default_sans(listen_ips: &[IpAddr]) -> (Vec<String>, Vec<IpAddr>) {
+pub(crate) fn default_sans(listen_ips: &[IpAddr]) -> (Vec<String>, Vec<IpAddr>) {
     let mut ips: Vec<IpAddr> = vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
     for ip in listen_ips {
         if !ip.is_unspecified() && !ips.contains(ip) {
@@ -529,7 +533,7 @@ pub fn default_sans(listen_ips: &[IpAddr]) -> (Vec<String>, Vec<IpAddr>) {
 /// Why a TLS handshake failed, as the statistics name it: the alert rustls sent for its
 /// error (the variants rustls maps to several alerts are named by the usual one), the alert
 /// the client sent, or the way the connection ended.
-pub fn failure(e: &std::io::Error) -> crate::stats::Failure {
+pub(crate) fn failure(e: &std::io::Error) -> crate::stats::Failure {
     use crate::stats::Failure;
     use rustls::{AlertDescription as A, Error as E};
     let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<E>()) else {

@@ -25,12 +25,12 @@ const QUIET: u64 = 128;
 const AFTER: [u32; 4] = [6, 16, 36, 60];
 
 /// A connection was closed or parked.
-pub fn released() {
+pub(crate) fn released() {
     RELEASED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Start the thread that trims after bursts (for the life of the process).
-pub fn start() -> std::io::Result<()> {
+pub(crate) fn start() -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("trim".into())
         .spawn(|| {
@@ -69,7 +69,7 @@ const FLUSHED_IN: Duration = Duration::from_millis(50);
 
 /// Run on each worker, for its life: flush the thread's cache when a trim is coming.
 #[cfg(feature = "jemalloc")]
-pub async fn flush_thread_cache() {
+pub(crate) async fn flush_thread_cache() {
     loop {
         FLUSH.notified().await;
         jemalloc_do(c"thread.tcache.flush");
@@ -78,6 +78,7 @@ pub async fn flush_thread_cache() {
 
 /// Run a jemalloc control that takes and returns no value.
 #[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)] // jemalloc's mallctl
 fn jemalloc_do(name: &std::ffi::CStr) {
     // SAFETY: the controls named here take and return no value; the name is NUL-terminated.
     unsafe {
@@ -91,6 +92,7 @@ fn jemalloc_do(name: &std::ffi::CStr) {
     }
 }
 
+#[allow(unsafe_code)] // malloc_trim
 fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks and releases the allocator's free memory. glibc's malloc

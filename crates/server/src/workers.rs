@@ -6,7 +6,7 @@ use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::stats::{self, Failure, Metered, Protection, Transport};
 use crate::tls::Identity;
-use crate::{h1, h2, h3, ja4, park};
+use crate::{h1, h2_engine, h3, ja4, park};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use std::future::Future;
@@ -28,12 +28,12 @@ struct WorkerSockets {
 }
 
 /// A listener and the certificates it presents (TLS and QUIC).
-pub type Bound = (Listener, Option<Arc<Identity>>);
+pub(crate) type Bound = (Listener, Option<Arc<Identity>>);
 
 /// Bind everything, start the workers (worker `i` pinned to the CPUs `pins[i]`, if any), and
 /// return once they run, with the count of open connections (TCP and QUIC) for the shutdown
 /// to wait on.
-pub fn start(
+pub(crate) fn start(
     cfg: Arc<Config>,
     listeners: &[Bound],
     pins: &[Vec<usize>],
@@ -85,7 +85,8 @@ pub fn start(
 }
 
 /// The CPUs this process may run on (its affinity mask).
-pub fn allowed_cpus() -> Result<Vec<usize>> {
+#[allow(unsafe_code)] // sched_getaffinity
+pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
@@ -98,6 +99,7 @@ pub fn allowed_cpus() -> Result<Vec<usize>> {
 }
 
 /// Pin the calling thread to `cpus` (`cpu-map`); nothing for an empty set.
+#[allow(unsafe_code)] // sched_setaffinity
 fn pin(cpus: &[usize]) -> Result<()> {
     if cpus.is_empty() {
         return Ok(());
@@ -222,7 +224,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let _ = Box::pin(h2::serve_connection(sock, cfg, Vec::new())).await;
+            let served = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
+            h2_ended(served);
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -246,15 +249,15 @@ async fn serve_h1_clear(
     // in this task's future.
     let upgraded = match h1::serve(sock, cfg.clone(), opts, until).await {
         None => return,
-        Some(h1::Next::Idle { io, until }) => {
+        Some(h1::Handover::Idle { io, until }) => {
             match io.into_inner().into_std() {
                 Ok(sock) => park::park(sock, slot, until),
                 Err(e) => eprintln!("loadterm: cannot park an idle connection: {e}"),
             }
             return;
         }
-        Some(h1::Next::Upgrade(up)) => Box::pin(async move {
-            let _ = h2::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
+        Some(h1::Handover::Upgrade(up)) => Box::pin(async move {
+            h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
             drop(slot);
         }),
     };
@@ -288,12 +291,14 @@ async fn serve_tls(
 
 async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
 {
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
-        // One handshake step per turn of the loop: established connections first (heavy.rs).
-        crate::heavy::heavy(acceptor.accept(Metered::new(io, Transport::Tls))),
+        // One handshake step per turn of the loop: established connections first.
+        crate::handshake_turns::one_step_per_turn(
+            acceptor.accept(Metered::new(io, Transport::Tls)),
+        ),
     ));
     let stream = match accepting.await {
         Some(Ok(stream)) => {
@@ -304,12 +309,17 @@ where
         None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
     match session(stream, cfg, extra) {
-        Session::H2(s) => {
-            let _ = s.await;
-        }
+        Session::H2(s) => h2_ended(s.await),
         Session::H1(s) => {
             let _ = s.await;
         }
+    }
+}
+
+/// An HTTP/2 connection is over: its failure, if any, is counted here, once.
+fn h2_ended(served: Result<(), h2_engine::ConnError>) {
+    if let Err(e) = served {
+        e.count();
     }
 }
 
@@ -323,12 +333,12 @@ fn session<IO>(
     stream: tokio_rustls::server::TlsStream<IO>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Session<impl Future, impl Future>
+) -> Session<impl Future<Output = Result<(), h2_engine::ConnError>>, impl Future>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::Socket + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
 {
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        Session::H2(Box::pin(h2::serve_connection(stream, cfg, extra)))
+        Session::H2(Box::pin(h2_engine::serve_connection(stream, cfg, extra)))
     } else {
         // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
         let opts = h1::Options {

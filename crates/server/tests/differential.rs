@@ -10,8 +10,8 @@
 //! `DIFF_SEED` scale it; `fuzz/differential.sh` runs it for minutes in release mode.
 
 use loadterm_plan::Rng;
-use loadterm_server::h1::body::Decoder;
-use loadterm_server::h1::head::{self, BodyFraming, Head, Parsed};
+use loadterm_server::h1::body::RequestBody;
+use loadterm_server::h1::head::{self, BodyFraming, Parsed, RequestHead};
 use std::time::{Duration, Instant};
 
 /// What the reference makes of a head.
@@ -403,7 +403,7 @@ impl Gen {
 
 /// Compares loadterm with the reference on one input: whether loadterm accepted the head, and
 /// a finding's description if the two differ.
-fn check(buf: &[u8], lenient: bool, head: &mut Head) -> (bool, Option<String>) {
+fn check(buf: &[u8], lenient: bool, head: &mut RequestHead) -> (bool, Option<String>) {
     let ours = head::parse(buf, head, lenient);
     let theirs = reference_head(buf, lenient);
     let reference = match (&ours, theirs) {
@@ -417,7 +417,7 @@ fn check(buf: &[u8], lenient: bool, head: &mut Head) -> (bool, Option<String>) {
 }
 
 /// Both accepted the head: the finding if what they read differs.
-fn compare(buf: &[u8], head: &Head, reference: Reference) -> Option<String> {
+fn compare(buf: &[u8], head: &RequestHead, reference: Reference) -> Option<String> {
     let host = head.host.clone().map(|r| buf[r].to_vec());
     let got = Reference {
         len: head.len,
@@ -431,7 +431,7 @@ fn compare(buf: &[u8], head: &Head, reference: Reference) -> Option<String> {
     }
     if got.framing == BodyFraming::Chunked {
         let body = &buf[head.len..];
-        let mut dec = Decoder::new(BodyFraming::Chunked);
+        let mut dec = RequestBody::new(BodyFraming::Chunked);
         let ours = dec.feed(body);
         match (ours, reference_chunked(body)) {
             (Ok(n), Some(Ok(m))) if dec.is_done() && n != m => {
@@ -462,7 +462,7 @@ fn loadterm_accepts_no_more_than_the_reference_and_agrees_with_it() {
     let mut g = Gen {
         rng: Rng::new(seed),
     };
-    let mut head = Head::default();
+    let mut head = RequestHead::default();
     let mut buf = Vec::new();
     let mut findings = Vec::new();
     let (mut inputs, mut accepted) = (0u64, 0u64);

@@ -1,9 +1,9 @@
 //! Stable stand-in for the fuzz target (fuzz/): pseudo-random and mutated request streams through
-//! the head parser, the body decoder and the planner must never panic, and must stay consistent.
+//! the head parser, the body decoder and `Plan::from_request` must never panic, and must stay consistent.
 
 use loadterm_plan::{Outcome, Plan, Request, Rng};
-use loadterm_server::h1::body::Decoder;
-use loadterm_server::h1::head::{parse, BodyFraming, Head, Parsed};
+use loadterm_server::h1::body::RequestBody;
+use loadterm_server::h1::head::{parse, BodyFraming, Parsed, RequestHead};
 
 const SEEDS: &[&[u8]] = &[
     b"GET /?s=1k&r=404&t=5&c=0&k=1&C=1&K=0&A=1&S=0&R=1 HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -13,7 +13,7 @@ const SEEDS: &[&[u8]] = &[
 ];
 
 fn exercise(data: &[u8]) {
-    let mut head = Head::default();
+    let mut head = RequestHead::default();
     if parse(data, &mut head, false) == Parsed::Complete {
         assert!(head.len <= data.len());
         let req = Request {
@@ -25,7 +25,7 @@ fn exercise(data: &[u8]) {
             assert!((100..=999).contains(&p.status));
             assert!(p.delay_ms <= loadterm_plan::MAX_DELAY_MS);
         }
-        let mut dec = Decoder::new(head.body.unwrap_or(BodyFraming::None));
+        let mut dec = RequestBody::new(head.body.unwrap_or(BodyFraming::None));
         if let Ok(n) = dec.feed(&data[head.len..]) {
             assert!(n <= data.len() - head.len);
         }

@@ -5,18 +5,18 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-pub const DATA: u8 = 0x0;
-pub const HEADERS: u8 = 0x1;
-pub const RST_STREAM: u8 = 0x3;
-pub const SETTINGS: u8 = 0x4;
-pub const PING: u8 = 0x6;
-pub const GOAWAY: u8 = 0x7;
-pub const WINDOW_UPDATE: u8 = 0x8;
-pub const CONTINUATION: u8 = 0x9;
-pub const END_STREAM: u8 = 0x1;
-pub const END_HEADERS: u8 = 0x4;
+pub(crate) const DATA: u8 = 0x0;
+pub(crate) const HEADERS: u8 = 0x1;
+pub(crate) const RST_STREAM: u8 = 0x3;
+pub(crate) const SETTINGS: u8 = 0x4;
+pub(crate) const PING: u8 = 0x6;
+pub(crate) const GOAWAY: u8 = 0x7;
+pub(crate) const WINDOW_UPDATE: u8 = 0x8;
+pub(crate) const CONTINUATION: u8 = 0x9;
+pub(crate) const END_STREAM: u8 = 0x1;
+pub(crate) const END_HEADERS: u8 = 0x4;
 
-pub fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
     f.extend_from_slice(&[ty, flags]);
     f.extend_from_slice(&stream.to_be_bytes());
@@ -25,7 +25,7 @@ pub fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 /// HPACK integer with a 7-bit prefix (RFC 7541 §5.1).
-pub fn int7(out: &mut Vec<u8>, mut v: usize) {
+pub(crate) fn int7(out: &mut Vec<u8>, mut v: usize) {
     if v < 127 {
         out.push(v as u8);
         return;
@@ -40,7 +40,7 @@ pub fn int7(out: &mut Vec<u8>, mut v: usize) {
 }
 
 /// HPACK literal field without indexing, new name, no Huffman.
-pub fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+pub(crate) fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.push(0);
     int7(out, name.len());
     out.extend_from_slice(name.as_bytes());
@@ -48,7 +48,7 @@ pub fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-pub fn request_block(path: &str, extra: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn request_block(path: &str, extra: &[(&str, &[u8])]) -> Vec<u8> {
     let mut b = Vec::new();
     field(&mut b, ":method", b"GET");
     field(&mut b, ":scheme", b"http");
@@ -61,7 +61,7 @@ pub fn request_block(path: &str, extra: &[(&str, &[u8])]) -> Vec<u8> {
 }
 
 /// Connect, send the preface and an empty SETTINGS frame.
-pub fn open(port: u16) -> TcpStream {
+pub(crate) fn open(port: u16) -> TcpStream {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -72,7 +72,7 @@ pub fn open(port: u16) -> TcpStream {
 }
 
 /// The next frame from the server: (type, flags, stream, payload); `None` at close or timeout.
-pub fn next_frame(c: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+pub(crate) fn next_frame(c: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
     let mut h = [0u8; 9];
     c.read_exact(&mut h).ok()?;
     let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;

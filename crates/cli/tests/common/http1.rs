@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-pub struct Response {
+pub(crate) struct Response {
     pub head: String,
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -12,7 +12,7 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -20,7 +20,7 @@ impl Response {
     }
 }
 
-pub fn connect(port: u16) -> TcpStream {
+pub(crate) fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -29,7 +29,7 @@ pub fn connect(port: u16) -> TcpStream {
 
 /// Reads one response from `s`, using `buf` for bytes that arrive early (pipelining).
 /// `head_request`: the response has no body whatever its headers say.
-pub fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Response {
+pub(crate) fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Response {
     let head_len = loop {
         if let Some(i) = find(buf, b"\r\n\r\n") {
             break i + 4;
@@ -101,7 +101,7 @@ pub fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -
 }
 
 /// Reads more bytes; false at end of stream.
-pub fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+pub(crate) fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     let mut tmp = [0u8; 65536];
     match s.read(&mut tmp) {
         Ok(0) => false,
@@ -115,7 +115,7 @@ pub fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 }
 
 /// Whether the server closes the connection within `wait` (nothing else arriving).
-pub fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
+pub(crate) fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).unwrap();
     let mut b = [0u8; 1];
     let r = matches!(s.read(&mut b), Ok(0))
@@ -125,18 +125,18 @@ pub fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
 }
 
 /// One request, one response, on a fresh connection.
-pub fn get(port: u16, request: &str) -> Response {
+pub(crate) fn get(port: u16, request: &str) -> Response {
     let mut s = connect(port);
     s.write_all(request.as_bytes()).unwrap();
     read_response(&mut s, &mut Vec::new(), request.starts_with("HEAD "))
 }
 
-pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Every byte of `body` matches the body pattern of `kind` from offset 0.
-pub fn assert_body(body: &[u8], kind: loadterm_plan::BodyKind) {
+pub(crate) fn assert_body(body: &[u8], kind: loadterm_plan::BodyKind) {
     for (i, &b) in body.iter().enumerate() {
         assert_eq!(
             b,

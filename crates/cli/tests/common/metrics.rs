@@ -6,10 +6,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// One scrape: the exposition text.
-pub struct Metrics(pub String);
+pub(crate) struct Metrics(pub String);
 
 /// `GET /metrics` from `addr`, retried for up to 10 s while the listener is not up yet.
-pub fn scrape(addr: SocketAddr) -> Metrics {
+pub(crate) fn scrape(addr: SocketAddr) -> Metrics {
     let t0 = Instant::now();
     loop {
         match try_scrape(addr) {
@@ -41,7 +41,7 @@ fn try_scrape(addr: SocketAddr) -> std::io::Result<Metrics> {
 
 impl Metrics {
     /// Every sample, by its series as exposed (`name{labels}`).
-    pub fn samples(&self) -> std::collections::HashMap<String, f64> {
+    pub(crate) fn samples(&self) -> std::collections::HashMap<String, f64> {
         self.0
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -52,7 +52,7 @@ impl Metrics {
 
     /// The sum of `name`'s samples whose labels include every `(label, value)` of `want`
     /// (all of them when `want` is empty). Every metric read here is a count: integral.
-    pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> u64 {
+    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> u64 {
         let mut total = 0.0;
         for line in self.0.lines().filter(|l| !l.starts_with('#')) {
             let Some((series, value)) = sample(line) else {
@@ -98,7 +98,7 @@ fn labels(s: &str) -> Vec<(&str, &str)> {
 /// (its last `loadterm statistics:` block; zero counts are left out): (served, aborted) of
 /// protocol `proto` (`h1`, `h2`, `h3`). Lines such as `  h1 requests  2xx 12, 4xx 4` and
 /// `  aborted      h2 1, h3 2`.
-pub fn exit_summary(stderr: &str, proto: &str) -> (u64, u64) {
+pub(crate) fn exit_summary(stderr: &str, proto: &str) -> (u64, u64) {
     let block = stderr
         .rsplit_once("loadterm statistics:")
         .unwrap_or_else(|| panic!("no statistics summary at exit in:\n{stderr}"))

@@ -2,21 +2,21 @@
 //! loopback ports, wait until it answers, kill it on drop.
 #![allow(dead_code)] // each test file uses a different subset
 
-pub mod h2raw;
-pub mod http1;
-pub mod metrics;
+pub(crate) mod h2raw;
+pub(crate) mod http1;
+pub(crate) mod metrics;
 
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_loadterm")
 }
 
 /// A port free on 127.0.0.1 for both TCP and UDP right now (the OS picks it; races with other
 /// tests are possible but rare, and `Server::start` retries).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     loop {
         let tcp = TcpListener::bind("127.0.0.1:0").expect("bind tcp :0");
         let port = tcp.local_addr().unwrap().port();
@@ -26,7 +26,7 @@ pub fn free_port() -> u16 {
     }
 }
 
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub clear_port: u16,
     pub tls_port: u16,
@@ -34,18 +34,18 @@ pub struct Server {
 
 impl Server {
     /// `loadterm serve -L 127.0.0.1:<clear>:<tls> <extra...>`, ready to answer.
-    pub fn start(extra: &[&str]) -> Server {
+    pub(crate) fn start(extra: &[&str]) -> Server {
         Server::start_with(extra, Stdio::inherit)
     }
 
     /// As `start`, with the server's stderr piped to `child.stderr`, for a test that reads
     /// what it prints at exit.
-    pub fn start_capturing_stderr(extra: &[&str]) -> Server {
+    pub(crate) fn start_capturing_stderr(extra: &[&str]) -> Server {
         Server::start_with(extra, Stdio::piped)
     }
 
     /// As `start`, on these ports (to take over from a server that exited, say).
-    pub fn start_at(clear_port: u16, tls_port: u16, extra: &[&str]) -> Server {
+    pub(crate) fn start_at(clear_port: u16, tls_port: u16, extra: &[&str]) -> Server {
         Server::spawn(clear_port, tls_port, extra, Stdio::inherit)
             .unwrap_or_else(|| panic!("loadterm serve did not start on {clear_port}:{tls_port}"))
     }
@@ -88,16 +88,16 @@ impl Server {
         None
     }
 
-    pub fn clear_addr(&self) -> SocketAddr {
+    pub(crate) fn clear_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.clear_port))
     }
 
-    pub fn tls_addr(&self) -> SocketAddr {
+    pub(crate) fn tls_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.tls_port))
     }
 
     /// The server's resident memory (`VmRSS`), KiB.
-    pub fn rss_kib(&self) -> u64 {
+    pub(crate) fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("the server is gone");
         status
@@ -108,7 +108,7 @@ impl Server {
     }
 
     /// Ask for a graceful shutdown.
-    pub fn sigterm(&self) {
+    pub(crate) fn sigterm(&self) {
         let pid = self.child.id().to_string();
         let ok = Command::new("kill").args(["-TERM", &pid]).status();
         assert!(ok.is_ok_and(|s| s.success()), "kill -TERM {pid}");
@@ -123,7 +123,7 @@ impl Drop for Server {
 }
 
 /// Wait until something accepts TCP connections on 127.0.0.1:port.
-pub fn wait_tcp(port: u16, limit: Duration) -> bool {
+pub(crate) fn wait_tcp(port: u16, limit: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -136,7 +136,7 @@ pub fn wait_tcp(port: u16, limit: Duration) -> bool {
 
 /// Whether an external tool is on PATH (tests that need one fail loudly when it is missing
 /// unless LOADTERM_ALLOW_MISSING_TOOLS=1, so CI cannot silently skip them).
-pub fn have_tool(name: &str) -> bool {
+pub(crate) fn have_tool(name: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
         .stdout(Stdio::null())
@@ -151,7 +151,7 @@ pub fn have_tool(name: &str) -> bool {
 
 /// aioquic is installed (else the test fails, unless LOADTERM_ALLOW_MISSING_TOOLS is set: then
 /// the caller skips).
-pub fn have_aioquic() -> bool {
+pub(crate) fn have_aioquic() -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import aioquic"])
         .status()
@@ -164,7 +164,7 @@ pub fn have_aioquic() -> bool {
 
 /// tests/h3client/h3get.py (aioquic) against 127.0.0.1:`port`, with these requests, to spawn
 /// or run.
-pub fn h3get_cmd(port: u16, requests: &[&str]) -> Command {
+pub(crate) fn h3get_cmd(port: u16, requests: &[&str]) -> Command {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h3client/h3get.py");
     let mut c = Command::new("python3");
     c.arg(script)
@@ -176,7 +176,7 @@ pub fn h3get_cmd(port: u16, requests: &[&str]) -> Command {
 
 /// Run tests/h3client/h3get.py (aioquic) against 127.0.0.1:`port` with `env` set: one JSON
 /// value per request line it prints.
-pub fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_json::Value> {
+pub(crate) fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_json::Value> {
     let out = h3get_cmd(port, requests)
         .envs(env.iter().copied())
         .output()
@@ -194,14 +194,14 @@ pub fn h3get(port: u16, env: &[(&str, &str)], requests: &[&str]) -> Vec<serde_js
 }
 
 /// `loadterm load ARGS --json - -q`, to spawn or run.
-pub fn load_cmd<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Command {
+pub(crate) fn load_cmd<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Command {
     let mut c = Command::new(bin());
     c.arg("load").args(args).args(["--json", "-", "-q"]);
     c
 }
 
 /// The JSON report of a `loadterm load` run that ended normally.
-pub fn report(out: std::process::Output) -> serde_json::Value {
+pub(crate) fn report(out: std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
         "loadterm load failed: {}",

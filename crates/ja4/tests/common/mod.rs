@@ -2,7 +2,7 @@
 
 #![allow(dead_code)] // Each test binary uses part of this module.
 
-pub fn unhex(s: &str) -> Vec<u8> {
+pub(crate) fn unhex(s: &str) -> Vec<u8> {
     assert!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
@@ -12,7 +12,7 @@ pub fn unhex(s: &str) -> Vec<u8> {
 
 /// One flow of tests/vectors/foxio.txt.
 #[derive(Debug, Default, Clone)]
-pub struct Vector {
+pub(crate) struct Vector {
     pub name: String,
     pub ja4: String,
     pub ja4_r: Option<String>,
@@ -26,7 +26,7 @@ pub struct Vector {
     pub quic: Vec<Vec<u8>>,
 }
 
-pub fn foxio() -> Vec<Vector> {
+pub(crate) fn foxio() -> Vec<Vector> {
     let text = include_str!("../vectors/foxio.txt");
     let mut out: Vec<Vector> = Vec::new();
     for line in text.lines() {
@@ -72,7 +72,7 @@ pub fn foxio() -> Vec<Vector> {
 }
 
 /// A `[name]` value of tests/vectors/rfc9001.txt.
-pub fn rfc9001(name: &str) -> Vec<u8> {
+pub(crate) fn rfc9001(name: &str) -> Vec<u8> {
     let text = include_str!("../vectors/rfc9001.txt");
     let mut hex = String::new();
     let mut inside = false;
@@ -95,7 +95,7 @@ pub fn rfc9001(name: &str) -> Vec<u8> {
 /// Client Initial packets (QUIC v1, one per datagram, 1200 bytes each) carrying `message` split
 /// into `parts` CRYPTO frames, sealed with rustls's client-side Initial keys for `dcid`: what a
 /// client with a ClientHello too large for one packet sends.
-pub fn seal_initials(dcid: &[u8], message: &[u8], parts: usize) -> Vec<Vec<u8>> {
+pub(crate) fn seal_initials(dcid: &[u8], message: &[u8], parts: usize) -> Vec<Vec<u8>> {
     use rustls::quic::{Keys, Version};
     let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
         .tls13()

@@ -6,42 +6,42 @@ use crate::h1::head::BodyFraming;
 use loadterm_codec::chunked::{self, ChunkError};
 
 #[derive(Debug, Clone)]
-pub enum Decoder {
+pub enum RequestBody {
     Length(u64),
     Chunked(chunked::Decoder),
     Done,
 }
 
-impl Decoder {
-    pub fn new(framing: BodyFraming) -> Decoder {
+impl RequestBody {
+    pub fn new(framing: BodyFraming) -> RequestBody {
         match framing {
-            BodyFraming::None | BodyFraming::Length(0) => Decoder::Done,
-            BodyFraming::Length(n) => Decoder::Length(n),
-            BodyFraming::Chunked => Decoder::Chunked(chunked::Decoder::new()),
+            BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
+            BodyFraming::Length(n) => RequestBody::Length(n),
+            BodyFraming::Chunked => RequestBody::Chunked(chunked::Decoder::new()),
         }
     }
 
     pub fn is_done(&self) -> bool {
         match self {
-            Decoder::Done => true,
-            Decoder::Length(_) => false,
-            Decoder::Chunked(d) => d.is_done(),
+            RequestBody::Done => true,
+            RequestBody::Length(_) => false,
+            RequestBody::Chunked(d) => d.is_done(),
         }
     }
 
     /// Consume body bytes from `input`; returns how many belonged to the body.
     pub fn feed(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
         match self {
-            Decoder::Done => Ok(0),
-            Decoder::Length(left) => {
+            RequestBody::Done => Ok(0),
+            RequestBody::Length(left) => {
                 let n = (*left).min(input.len() as u64);
                 *left -= n;
                 if *left == 0 {
-                    *self = Decoder::Done;
+                    *self = RequestBody::Done;
                 }
                 Ok(n as usize)
             }
-            Decoder::Chunked(d) => d.feed(input),
+            RequestBody::Chunked(d) => d.feed(input),
         }
     }
 }
@@ -56,7 +56,7 @@ mod tests {
         let next = "GET / HTTP/1.1\r\n\r\n";
         let all = format!("{body}{next}");
         for split in 0..=all.len() {
-            let mut d = Decoder::new(framing);
+            let mut d = RequestBody::new(framing);
             let (a, b) = all.as_bytes().split_at(split);
             let used_a = d
                 .feed(a)
@@ -91,7 +91,7 @@ mod tests {
             "3\nabc",
             "3\r\nabc\n",
         ] {
-            let mut d = Decoder::new(BodyFraming::Chunked);
+            let mut d = RequestBody::new(BodyFraming::Chunked);
             assert!(d.feed(bad.as_bytes()).is_err(), "{bad:?}");
         }
     }

@@ -17,14 +17,14 @@ thread_local! {
 }
 
 /// An empty buffer with room for at least `capacity` bytes.
-pub fn take(capacity: usize) -> Vec<u8> {
+pub(super) fn take(capacity: usize) -> Vec<u8> {
     let mut buf = FREE.with_borrow_mut(Vec::pop).unwrap_or_default();
     buf.reserve(capacity);
     buf
 }
 
 /// Give `buf` back (emptied); an unallocated one is dropped.
-pub fn give(mut buf: Vec<u8>) {
+pub(super) fn give(mut buf: Vec<u8>) {
     if buf.capacity() == 0 {
         return;
     }

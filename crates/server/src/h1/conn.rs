@@ -7,19 +7,21 @@
 //! requests keep coming; once it has waited `IDLE_HOLD` for a next request with nothing
 //! buffered, it ends, and the connection's task waits for its socket to become readable holding
 //! the socket and little else. On clear TCP, past `park::PARK_AFTER` the task ends too and the
-//! socket is parked (`Next::Idle`).
+//! socket is parked (`Handover::Idle`).
 
-use super::body::Decoder;
+use super::body::RequestBody;
 use super::buffers;
-use super::head::{self, Head, Parsed};
+use super::encode;
+use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
 use crate::config::Config;
 use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
-use loadterm_codec::chunked;
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Request, Step, Version};
-use loadterm_plan::body::{self, BodyKind};
+use loadterm_exchange::{
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Request, Step, Version,
+};
+use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -50,39 +52,26 @@ const LINGER: Duration = Duration::from_millis(500);
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
 
-/// The answer that switches the connection to HTTP/2 (`Upgrade: h2c`).
-const SWITCHING: &[u8] =
-    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
-
+/// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
-enum Stop {
-    /// Close the connection (after flushing what is buffered).
-    Close,
-    /// The peer went away or a write timed out: drop without further writes.
-    Abort,
-    /// `Upgrade: h2c` accepted (the 101 is buffered) for the request with this head.
-    Upgrade(Vec<u8>),
-    /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting at most this
-    /// much longer.
-    Idle(Duration),
-}
-
-/// How a busy period ended.
-enum End {
-    /// Waiting for the next request until this instant.
+enum PeriodEnd {
+    /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting for the next
+    /// request until this instant.
     Idle(Instant),
-    /// Output flushed: half-close and linger.
+    /// Close the connection: flush what is buffered, half-close and linger.
     Close,
+    /// The peer went away, or the request was aborted: drop without further writes.
     Abort,
-    /// Output flushed: hand over to HTTP/2.
-    Upgrade {
-        head: Vec<u8>,
-        buffered: Vec<u8>,
-    },
+    /// A read or write failed (a write timeout included): drop without further writes. Counted
+    /// once, where the busy period ends.
+    Failed(io::Error),
+    /// `Upgrade: h2c` accepted (the 101 is buffered): once it is flushed, hand over to HTTP/2
+    /// the upgrading request's head and the bytes the client sent after it.
+    Upgrade { head: Vec<u8>, buffered: Vec<u8> },
 }
 
 /// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
-pub trait Transport: AsyncRead + AsyncWrite + Unpin {
+pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     fn tcp(&self) -> Option<&TcpStream> {
         None
     }
@@ -92,11 +81,11 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     fn idle_socket(&self) -> Option<&TcpStream>;
 
     /// The stream is its socket, and nothing more: once idle for `park::PARK_AFTER` it can be
-    /// handed over whole (`Next::Idle`) and the task end.
+    /// handed over whole (`Handover::Idle`) and the task end.
     const PARKS: bool = false;
 }
 
-impl Transport for Metered<TcpStream> {
+impl ByteStream for Metered<TcpStream> {
     fn tcp(&self) -> Option<&TcpStream> {
         Some(self.get_ref())
     }
@@ -109,30 +98,30 @@ impl Transport for Metered<TcpStream> {
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
-pub trait Socket {
+pub(crate) trait TlsInner {
     /// The socket, once reading the stream means reading it.
     fn socket(&self) -> Option<&TcpStream>;
 }
 
-impl Socket for TcpStream {
+impl TlsInner for TcpStream {
     fn socket(&self) -> Option<&TcpStream> {
         Some(self)
     }
 }
 
-impl<IO: Socket> Socket for Metered<IO> {
+impl<IO: TlsInner> TlsInner for Metered<IO> {
     fn socket(&self) -> Option<&TcpStream> {
         self.get_ref().socket()
     }
 }
 
-impl Socket for Prefixed<TcpStream> {
+impl TlsInner for Prefixed<TcpStream> {
     fn socket(&self) -> Option<&TcpStream> {
         self.drained()
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin + Socket> Transport
+impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream
     for tokio_rustls::server::TlsStream<IO>
 {
     /// Only when rustls holds no plaintext and no close_notify (a read would return them at
@@ -148,7 +137,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Socket> Transport
 }
 
 /// Per-listener behaviour.
-pub struct Options {
+pub(crate) struct Options {
     /// Honour `Upgrade: h2c` (clear-text ports only).
     pub h2c_upgrade: bool,
     /// Fields added to every response head (`alt-svc`, `x-ja4`).
@@ -160,10 +149,9 @@ pub struct Options {
     pub copy_up_to: u64,
 }
 
-impl From<io::Error> for Stop {
+impl From<io::Error> for PeriodEnd {
     fn from(e: io::Error) -> Self {
-        stats::io_error(&e);
-        Stop::Abort
+        PeriodEnd::Failed(e)
     }
 }
 
@@ -176,7 +164,7 @@ struct Conn<'a, IO> {
     timeout: Duration,
     /// Capacity asked for splice pipes (`tune.pipesize`).
     pipe_size: usize,
-    head: Head,
+    head: RequestHead,
     lenient: bool,
     /// Send `date` fields.
     date: bool,
@@ -210,14 +198,14 @@ impl<IO> Drop for Conn<'_, IO> {
 
 /// What a busy period needs of `Options` (the rest is rendered once, into `extra_head`).
 #[derive(Clone, Copy)]
-struct Each {
+struct PeriodOptions {
     h2c_upgrade: bool,
     splice: bool,
     copy_up_to: u64,
 }
 
 /// How a connection left the HTTP/1 engine, when not closed.
-pub enum Next<IO> {
+pub(crate) enum Handover<IO> {
     /// Switched to HTTP/2 (`Upgrade: h2c`).
     Upgrade(Upgrade<IO>),
     /// Idle for `park::PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
@@ -227,12 +215,12 @@ pub enum Next<IO> {
 
 /// Serve HTTP/1.x on `io` until the connection ends, switches to HTTP/2 after `Upgrade: h2c`, or
 /// is handed over idle; the next request is awaited until `until` (else for the client timeout).
-pub fn serve<IO: Transport>(
+pub(crate) fn serve<IO: ByteStream>(
     io: IO,
     cfg: Arc<Config>,
     opts: Options,
     until: Option<Instant>,
-) -> impl Future<Output = Option<Next<IO>>> {
+) -> impl Future<Output = Option<Handover<IO>>> {
     let extra_head = opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
         lines.extend_from_slice(n.as_str().as_bytes());
         lines.extend_from_slice(b": ");
@@ -240,30 +228,30 @@ pub fn serve<IO: Transport>(
         lines.extend_from_slice(b"\r\n");
         lines
     });
-    let each = Each {
+    let period_opts = PeriodOptions {
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
         copy_up_to: opts.copy_up_to,
     };
     // The connection's task holds this future for its whole life, idle spells included: only
     // what it needs is moved in (`Options` is not).
-    run(io, cfg, each, extra_head.into_boxed_slice(), until)
+    run(io, cfg, period_opts, extra_head.into_boxed_slice(), until)
 }
 
-async fn run<IO: Transport>(
+async fn run<IO: ByteStream>(
     mut io: IO,
     cfg: Arc<Config>,
-    each: Each,
+    period_opts: PeriodOptions,
     extra_head: Box<[u8]>,
     // Until when the next request is awaited, after an idle spell.
     mut until: Option<Instant>,
-) -> Option<Next<IO>> {
+) -> Option<Handover<IO>> {
     loop {
         // Boxed in a statement of its own: a temporary in the `match` below would keep a slot
         // in this future (it lives to the end of the statement, across the await).
-        let period = Box::pin(busy(&mut io, &cfg, each, &extra_head, until));
+        let period = Box::pin(busy(&mut io, &cfg, period_opts, &extra_head, until));
         match period.await {
-            End::Idle(deadline) => {
+            PeriodEnd::Idle(deadline) => {
                 until = Some(deadline);
                 let park = IO::PARKS
                     .then(|| Instant::now() + crate::park::PARK_AFTER)
@@ -271,37 +259,37 @@ async fn run<IO: Transport>(
                 let wake = match io.idle_socket() {
                     Some(sock) => {
                         // The signal is made before the flag is read: no wake-up falls between.
-                        let spell = Spell::new(sock, park.unwrap_or(deadline), &cfg.shutdown);
+                        let wait = IdleWait::new(sock, park.unwrap_or(deadline), &cfg.shutdown);
                         if cfg.shutdown.begun() {
-                            Wake::Shutdown
+                            IdleWake::Shutdown
                         } else {
-                            spell.await
+                            wait.await
                         }
                     }
-                    None => Wake::Readable,
+                    None => IdleWake::Readable,
                 };
                 match wake {
-                    Wake::Readable => {}
-                    Wake::Slept if park.is_some() => {
-                        return Some(Next::Idle {
+                    IdleWake::Readable => {}
+                    IdleWake::Slept if park.is_some() => {
+                        return Some(Handover::Idle {
                             io,
                             until: deadline,
                         })
                     }
-                    Wake::Slept | Wake::Gone => return None,
-                    Wake::Shutdown => {
+                    IdleWake::Slept | IdleWake::Gone => return None,
+                    IdleWake::Shutdown => {
                         Box::pin(linger(&mut io)).await;
                         return None;
                     }
                 }
             }
-            End::Close => {
+            PeriodEnd::Close => {
                 Box::pin(linger(&mut io)).await;
                 return None;
             }
-            End::Abort => return None,
-            End::Upgrade { head, buffered } => {
-                return Some(Next::Upgrade(Upgrade { io, buffered, head }));
+            PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
+            PeriodEnd::Upgrade { head, buffered } => {
+                return Some(Handover::Upgrade(Upgrade { io, buffered, head }));
             }
         }
     }
@@ -309,13 +297,13 @@ async fn run<IO: Transport>(
 
 /// One busy period: requests answered until the connection ends or turns idle; the first
 /// request is awaited until `until` (else for the client timeout).
-async fn busy<IO: Transport>(
+async fn busy<IO: ByteStream>(
     io: &mut IO,
     cfg: &Config,
-    each: Each,
+    period_opts: PeriodOptions,
     extra_head: &[u8],
     until: Option<Instant>,
-) -> End {
+) -> PeriodEnd {
     let mut c = Conn {
         io,
         rbuf: Vec::new(),
@@ -323,12 +311,12 @@ async fn busy<IO: Transport>(
         out: Vec::new(),
         timeout: cfg.timeout,
         pipe_size: cfg.pipe_size,
-        head: Head::default(),
+        head: RequestHead::default(),
         lenient: cfg.lenient,
         date: cfg.date,
-        h2c_upgrade: each.h2c_upgrade,
-        splice: each.splice,
-        copy_up_to: each.copy_up_to,
+        h2c_upgrade: period_opts.h2c_upgrade,
+        splice: period_opts.splice,
+        copy_up_to: period_opts.copy_up_to,
         extra_head,
         shutdown: &cfg.shutdown,
         idle: until.map(|t| t.saturating_duration_since(Instant::now())),
@@ -337,59 +325,50 @@ async fn busy<IO: Transport>(
         unsent: [0; 5],
         any_unsent: false,
     };
-    let stop = loop {
-        if let Err(stop) = c.request().await {
-            break stop;
+    let end = loop {
+        if let Err(end) = c.request().await {
+            break end;
         }
     };
-    let end = match stop {
-        Stop::Idle(rest) => End::Idle(Instant::now() + rest),
-        Stop::Close => match c.flush().await {
-            Ok(()) => End::Close,
-            Err(e) => {
-                stats::io_error(&e);
-                End::Abort
-            }
+    // Closing and upgrading first hand what is buffered (the last responses, the 101) over.
+    let end = match end {
+        PeriodEnd::Close | PeriodEnd::Upgrade { .. } => match c.flush().await {
+            Ok(()) => end,
+            Err(e) => PeriodEnd::Failed(e),
         },
-        Stop::Abort => End::Abort,
-        Stop::Upgrade(head) => match c.flush().await {
-            Ok(()) => End::Upgrade {
-                head,
-                buffered: c.buffered().to_vec(),
-            },
-            Err(e) => {
-                stats::io_error(&e);
-                End::Abort
-            }
-        },
+        PeriodEnd::Idle(_) | PeriodEnd::Abort | PeriodEnd::Failed(_) => end,
     };
+    if let PeriodEnd::Failed(e) = &end {
+        stats::io_error(e);
+    }
     // What the connection left unsent, half sent or unanswered (nothing when it turns idle).
     let unsent: u32 = c.unsent.iter().sum();
     stats::aborted(Proto::H1, u64::from(unsent) + u64::from(c.in_request));
     end
 }
 
-enum Wake {
+/// Why an idle wait ended.
+enum IdleWake {
     Readable,
-    /// The spell's time is over.
+    /// The wait's time is over.
     Slept,
     /// The socket failed.
     Gone,
     Shutdown,
 }
 
-/// An idle spell: wait for `sock` to become readable (`poll_read_ready` keeps its waker in the
+/// An idle wait: wait for `sock` to become readable (`poll_read_ready` keeps its waker in the
 /// socket's registration: no waiter here), until the sleep ends or the shutdown signal comes.
 /// Written by hand: as an async fn it took 56 more bytes of every connection's task.
-struct Spell<'a> {
+struct IdleWait<'a> {
     sock: &'a TcpStream,
     stop: Notified<'a>,
     sleep: tokio::time::Sleep,
 }
 
-impl Spell<'_> {
-    fn new<'a>(sock: &'a TcpStream, deadline: Instant, shutdown: &'a Shutdown) -> Spell<'a> {
-        Spell {
+impl IdleWait<'_> {
+    fn new<'a>(sock: &'a TcpStream, deadline: Instant, shutdown: &'a Shutdown) -> IdleWait<'a> {
+        IdleWait {
             sock,
             stop: shutdown.idle_signal(),
             sleep: tokio::time::sleep_until(deadline.into()),
@@ -397,30 +376,31 @@ impl Spell<'_> {
     }
 }
 
-impl Future for Spell<'_> {
-    type Output = Wake;
+#[allow(unsafe_code)] // pin projection, written by hand to keep the task small
+impl Future for IdleWait<'_> {
+    type Output = IdleWake;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Wake> {
-        // SAFETY: `stop` and `sleep` stay pinned: a `Spell` is neither `Unpin` nor moved out of.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IdleWake> {
+        // SAFETY: `stop` and `sleep` stay pinned: a `IdleWait` is neither `Unpin` nor moved out of.
         let this = unsafe { self.get_unchecked_mut() };
         if unsafe { Pin::new_unchecked(&mut this.stop) }
             .poll(cx)
             .is_ready()
         {
-            return Poll::Ready(Wake::Shutdown);
+            return Poll::Ready(IdleWake::Shutdown);
         }
         match this.sock.poll_read_ready(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(Wake::Readable),
-            Poll::Ready(Err(_)) => Poll::Ready(Wake::Gone),
+            Poll::Ready(Ok(())) => Poll::Ready(IdleWake::Readable),
+            Poll::Ready(Err(_)) => Poll::Ready(IdleWake::Gone),
             Poll::Pending => unsafe { Pin::new_unchecked(&mut this.sleep) }
                 .poll(cx)
-                .map(|()| Wake::Slept),
+                .map(|()| IdleWake::Slept),
         }
     }
 }
 
 /// Half-close, and discard what the client still sends for a short while.
-async fn linger<IO: Transport>(io: &mut IO) {
+async fn linger<IO: ByteStream>(io: &mut IO) {
     let _ = timeout(LINGER, async {
         let _ = io.shutdown().await;
         // On the heap: a local array would be part of the future.
@@ -436,7 +416,7 @@ async fn linger<IO: Transport>(io: &mut IO) {
     .await;
 }
 
-impl<IO: Transport> Conn<'_, IO> {
+impl<IO: ByteStream> Conn<'_, IO> {
     fn buffered(&self) -> &[u8] {
         &self.rbuf[self.start..]
     }
@@ -467,13 +447,13 @@ impl<IO: Transport> Conn<'_, IO> {
     }
 
     /// Wait up to `limit` for a next request's first bytes: for `IDLE_HOLD` here, then, if the
-    /// stream has a socket to wait on, as an idle spell (`Stop::Idle`). Without one (TLS with
+    /// stream has a socket to wait on, as an idle wait (`PeriodEnd::Idle`). Without one (TLS with
     /// output pending, rare) the read goes on holding the read buffer only.
-    async fn next_bytes(&mut self, limit: Duration) -> Result<(), Stop> {
+    async fn next_bytes(&mut self, limit: Duration) -> Result<(), PeriodEnd> {
         let hold = IDLE_HOLD.min(limit);
         let r = match self.read_within(hold).await {
             Err(None) if limit > hold && self.io.idle_socket().is_some() => {
-                return Err(Stop::Idle(limit - hold))
+                return Err(PeriodEnd::Idle(Instant::now() + (limit - hold)))
             }
             Err(None) if limit > hold => {
                 buffers::give(std::mem::take(&mut self.out));
@@ -482,7 +462,7 @@ impl<IO: Transport> Conn<'_, IO> {
             r => r,
         };
         match r {
-            Ok(0) | Err(None) => Err(Stop::Abort),
+            Ok(0) | Err(None) => Err(PeriodEnd::Abort),
             Err(Some(e)) => Err(e.into()),
             Ok(_) => Ok(()),
         }
@@ -564,7 +544,7 @@ impl<IO: Transport> Conn<'_, IO> {
     }
 
     /// Answer with an error page (no request could be planned) and close.
-    fn fail(&mut self, page: ErrorPage, t_first: Instant) -> Stop {
+    fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
         stats::error_page(page);
         self.ready_out();
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
@@ -572,19 +552,19 @@ impl<IO: Transport> Conn<'_, IO> {
             match x.next(t_first) {
                 Step::Head(h) => {
                     self.status = h.status;
-                    h.write_h1(&mut self.out, &crate::planner::date(), self.extra_head)
+                    encode::head(&mut self.out, &h, self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 _ => {
                     self.response_done();
-                    return Stop::Close;
+                    return PeriodEnd::Close;
                 }
             }
         }
     }
 
     /// Handle one request: wait for its head, answer it.
-    async fn request(&mut self) -> Result<(), Stop> {
+    async fn request(&mut self) -> Result<(), PeriodEnd> {
         // Idle keep-alive: no byte of a next request within the timeout (or the time the last
         // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
         // select: a cancelled flush loses output.)
@@ -594,7 +574,7 @@ impl<IO: Transport> Conn<'_, IO> {
             let stop = self.shutdown;
             tokio::select! {
                 r = self.next_bytes(idle) => r?,
-                () = stop.wait() => return Err(Stop::Close),
+                () = stop.wait() => return Err(PeriodEnd::Close),
             };
         }
         let t_first = Instant::now();
@@ -612,13 +592,10 @@ impl<IO: Transport> Conn<'_, IO> {
                     .read_within(self.timeout.saturating_sub(t_first.elapsed()))
                     .await
                 {
-                    Ok(0) => return Err(Stop::Abort),
+                    Ok(0) => return Err(PeriodEnd::Abort),
                     Ok(_) => {}
                     Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
-                    Err(Some(e)) => {
-                        stats::io_error(&e);
-                        return Err(Stop::Abort);
-                    }
+                    Err(Some(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
         }
@@ -627,9 +604,10 @@ impl<IO: Transport> Conn<'_, IO> {
         if self.h2c_upgrade && self.head.upgrade_h2c {
             let head = self.buffered()[..head_len].to_vec();
             self.consume(head_len);
-            self.out.extend_from_slice(SWITCHING);
+            self.out.extend_from_slice(encode::SWITCHING);
             stats::interim(Proto::H1);
-            return Err(Stop::Upgrade(head));
+            let buffered = self.buffered().to_vec();
+            return Err(PeriodEnd::Upgrade { head, buffered });
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);
@@ -652,9 +630,9 @@ impl<IO: Transport> Conn<'_, IO> {
             if_match: self.head.if_match.as_deref(),
             if_none_match: self.head.if_none_match.as_deref(),
         };
-        let mut x = crate::planner::exchange(&req, t_first);
+        let mut x = crate::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
-        let mut decoder = Decoder::new(framing);
+        let mut decoder = RequestBody::new(framing);
         // The clock is read again only after waiting: without a body or a delay, the request is
         // complete and answered at the instant its head was.
         let mut now = t_first;
@@ -662,23 +640,11 @@ impl<IO: Transport> Conn<'_, IO> {
             match x.next(now) {
                 Step::Continue => {
                     stats::interim(Proto::H1);
-                    self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self.out.extend_from_slice(encode::CONTINUE)
                 }
                 Step::ReadBody { limit } => {
-                    match Box::pin(self.drain(&mut decoder, limit)).await {
-                        Ok((n, true)) => {
-                            x.body_bytes(n);
-                            x.body_end();
-                        }
-                        Ok((n, false)) => {
-                            x.body_bytes(n);
-                            x.body_limit_reached();
-                        }
-                        Err((n, why)) => {
-                            x.body_bytes(n);
-                            x.body_failed(why);
-                        }
-                    }
+                    let (n, how) = Box::pin(self.drain(&mut decoder, limit)).await;
+                    x.body_read(n, how);
                     now = Instant::now();
                 }
                 Step::WaitUntil(t) => {
@@ -700,7 +666,7 @@ impl<IO: Transport> Conn<'_, IO> {
                     } else {
                         self.status = h.status;
                     }
-                    crate::planner::write_h1(&h, self.extra_head, &mut self.out)
+                    encode::head(&mut self.out, &h, self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
                 Step::Body(Body::Generated {
@@ -725,49 +691,45 @@ impl<IO: Transport> Conn<'_, IO> {
                     byte_chunks,
                     ..
                 }) => {
-                    // Each piece leaves on its own (the socket has TCP_NODELAY).
+                    // PeriodOptions piece leaves on its own (the socket has TCP_NODELAY).
                     if byte_chunks {
                         self.byte_chunks(kind, len, len == 0).await?;
                     } else if chunked && len == 0 {
-                        self.out.extend_from_slice(chunked::LAST_CHUNK);
+                        self.out.extend_from_slice(encode::LAST_CHUNK);
                     } else {
-                        let data = body::slice(kind, offset, len as usize);
+                        let data = encode::piece(kind, offset, len);
                         if chunked {
-                            chunked::put_size_line(&mut self.out, data.len());
+                            encode::chunk_start(&mut self.out, data.len());
                         }
                         self.put(data).await?;
                         if chunked {
-                            self.out.extend_from_slice(b"\r\n");
+                            encode::chunk_end(&mut self.out);
                         }
                     }
                     self.flush().await?;
                 }
-                Step::Done(Ending::KeepAlive) => {
+                Step::Done(ExchangeEnd::KeepAlive) => {
                     self.response_done();
                     self.idle = x.idle();
                     return Ok(());
                 }
-                Step::Done(Ending::Close | Ending::NoFinal) => {
+                Step::Done(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
                     self.response_done();
-                    return Err(Stop::Close);
+                    return Err(PeriodEnd::Close);
                 }
-                Step::Done(Ending::Abort) => return Err(Stop::Abort),
+                Step::Done(ExchangeEnd::Abort) => return Err(PeriodEnd::Abort),
             }
         }
     }
 
     /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
-    /// whether the body ended, or those bytes and why it failed.
-    async fn drain(
-        &mut self,
-        dec: &mut Decoder,
-        limit: Option<u64>,
-    ) -> Result<(u64, bool), (u64, BodyFailure)> {
+    /// how it stopped.
+    async fn drain(&mut self, dec: &mut RequestBody, limit: Option<u64>) -> (u64, BodyRead) {
         let mut n = 0u64;
         loop {
             let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
             if room == 0 && !dec.is_done() {
-                return Ok((n, false));
+                return (n, BodyRead::LimitReached);
             }
             if !self.buffered().is_empty() {
                 let input = &self.buffered()[..self.buffered().len().min(room)];
@@ -776,21 +738,21 @@ impl<IO: Transport> Conn<'_, IO> {
                         self.consume(used);
                         n += used as u64;
                     }
-                    Err(_) => return Err((n, BodyFailure::Malformed)),
+                    Err(_) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 }
             }
             if dec.is_done() {
-                return Ok((n, true));
+                return (n, BodyRead::Ended);
             }
             if limit == Some(n) {
-                return Ok((n, false));
+                return (n, BodyRead::LimitReached);
             }
             match self.read_more().await {
                 // The connection ended inside the body.
-                Ok(0) => return Err((n, BodyFailure::Malformed)),
+                Ok(0) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 Ok(_) => {}
-                Err(None) => return Err((n, BodyFailure::Timeout)),
-                Err(Some(_)) => return Err((n, BodyFailure::Broken)),
+                Err(None) => return (n, BodyRead::Failed(BodyFailure::Timeout)),
+                Err(Some(_)) => return (n, BodyRead::Failed(BodyFailure::Broken)),
             }
         }
     }
@@ -803,22 +765,16 @@ impl<IO: Transport> Conn<'_, IO> {
         zero_copy: bool,
     ) -> io::Result<()> {
         if chunked {
-            let mut off = 0u64;
-            while off < size {
-                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
-                chunked::put_size_line(&mut self.out, data.len());
+            for data in encode::slices(kind, 0, size) {
+                encode::chunk_start(&mut self.out, data.len());
                 self.put(data).await?;
-                self.out.extend_from_slice(b"\r\n");
-                off += data.len() as u64;
+                encode::chunk_end(&mut self.out);
             }
-            self.out.extend_from_slice(chunked::LAST_CHUNK);
+            self.out.extend_from_slice(encode::LAST_CHUNK);
             Ok(())
         } else if size <= self.copy_up_to {
-            let mut off = 0u64;
-            while off < size {
-                let data = body::slice(kind, off, (size - off).min(body::WINDOW as u64) as usize);
+            for data in encode::slices(kind, 0, size) {
                 self.put(data).await?;
-                off += data.len() as u64;
             }
             Ok(())
         } else if self.splice
@@ -844,21 +800,17 @@ impl<IO: Transport> Conn<'_, IO> {
     /// `size` bytes as one-byte chunks (`k=2`), then the last chunk if `end`.
     async fn byte_chunks(&mut self, kind: BodyKind, size: u64, end: bool) -> io::Result<()> {
         debug_assert_eq!(kind, BodyKind::Ones, "chunked bodies are made of ones");
-        let block = &loadterm_exchange::h1::BYTE_CHUNKS;
-        let mut left = size * 6;
-        while left > 0 {
-            let n = left.min(block.len() as u64) as usize;
-            self.put(&block[..n]).await?;
-            left -= n as u64;
+        for block in encode::byte_chunks(size) {
+            self.put(block).await?;
         }
         if end {
-            self.out.extend_from_slice(chunked::LAST_CHUNK);
+            self.out.extend_from_slice(encode::LAST_CHUNK);
         }
         Ok(())
     }
 
     /// Pending output (the head) plus the body, as vectored writes of up to `IOV` static slices.
-    async fn large_body(&mut self, kind: body::BodyKind, size: u64) -> io::Result<()> {
+    async fn large_body(&mut self, kind: BodyKind, size: u64) -> io::Result<()> {
         let mut off = 0u64;
         while off < size || !self.out.is_empty() {
             let out = std::mem::take(&mut self.out);
@@ -868,12 +820,9 @@ impl<IO: Transport> Conn<'_, IO> {
                 iov[0] = IoSlice::new(&out);
                 count = 1;
             }
-            let mut o = off;
-            while count < iov.len() && o < size {
-                let s = body::slice(kind, o, (size - o).min(body::WINDOW as u64) as usize);
+            for s in encode::slices(kind, off, size - off).take(iov.len() - count) {
                 iov[count] = IoSlice::new(s);
                 count += 1;
-                o += s.len() as u64;
             }
             let written = self.write_timed(&iov[..count]).await;
             let head_len = out.len();

@@ -1,4 +1,4 @@
-//! Request-head parsing (sans-I/O): bytes in, a `Head` or a verdict out.
+//! Request-head parsing (sans-I/O): bytes in, a `RequestHead` or a verdict out.
 
 use loadterm_plan::pages::ErrorPage;
 use std::ops::Range;
@@ -29,7 +29,7 @@ pub enum BodyFraming {
 /// What the engine needs from a request head; target and control header are copied out so that
 /// the read buffer can be reused.
 #[derive(Debug, Default)]
-pub struct Head {
+pub struct RequestHead {
     pub len: usize,
     pub is_11: bool,
     pub is_head: bool,
@@ -78,7 +78,7 @@ pub enum Parsed {
 /// Strict (RFC 9112) unless `lenient`, which skips the rules haterm does not enforce (Host,
 /// request-target form and bytes, bare LF line endings, Transfer-Encoding on HTTP/1.0) but keeps
 /// the limits and every framing rule that decides where the request ends.
-pub fn parse(buf: &[u8], head: &mut Head, lenient: bool) -> Parsed {
+pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
@@ -483,13 +483,13 @@ fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> (Parsed, Head) {
-        let mut h = Head::default();
+    fn p(s: &str) -> (Parsed, RequestHead) {
+        let mut h = RequestHead::default();
         (parse(s.as_bytes(), &mut h, false), h)
     }
 
     fn lenient(s: &str) -> Parsed {
-        parse(s.as_bytes(), &mut Head::default(), true)
+        parse(s.as_bytes(), &mut RequestHead::default(), true)
     }
 
     #[test]
@@ -583,7 +583,7 @@ mod tests {
         ] {
             for mode in [false, true] {
                 let req = format!("{post}{bad}\r\n\r\n");
-                let got = parse(req.as_bytes(), &mut Head::default(), mode);
+                let got = parse(req.as_bytes(), &mut RequestHead::default(), mode);
                 // Bare LF is a MAY of RFC 9112 §2.2 that lenient mode takes.
                 let want = if mode && bad.contains("a\nB") {
                     Parsed::Complete

@@ -1,14 +1,18 @@
-//! HTTP/1.x engine: `head` and `body` are sans-I/O (bytes in, decisions out); `conn` is the
-//! thin tokio driver, generic over clear TCP and TLS streams; `splice` sends large bodies on
-//! clear TCP without copying.
+//! HTTP/1.x engine: `head` (request parser), `body` (request body decoder) and `encode` (response
+//! encoder) are sans-I/O (bytes in, decisions or bytes out); `conn` is the thin tokio driver,
+//! generic over clear TCP and TLS streams; `splice` sends large bodies on clear TCP without
+//! copying.
 
 pub mod body;
 mod buffers;
 mod conn;
+mod encode;
 pub mod head;
+#[cfg(test)]
+mod sim_tests;
 mod splice;
 
-pub use conn::{serve, Next, Options, Socket, Transport};
+pub(crate) use conn::{serve, Handover, Options, TlsInner};
 
 /// A connection that switched to HTTP/2 with `Upgrade: h2c`: the `101` is out; the HTTP/2 engine
 /// takes it from here, the upgrading request becoming its stream 1.

@@ -5,6 +5,7 @@
 //! (as haterm does): `tee` only takes references to pages already in a pipe, where `vmsplice`
 //! pins user pages on every call. Other bodies, and the few bytes that realign a pattern body on
 //! its 50-byte period, are `vmsplice`d.
+#![allow(unsafe_code)] // pipe, vmsplice, tee and splice system calls throughout
 
 use loadterm_plan::body::{self, BodyKind};
 use std::cell::RefCell;
@@ -15,7 +16,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// Bodies at least this large are spliced; smaller ones are cheaper to copy with the head.
-pub const MIN_SIZE: u64 = 64 * 1024;
+pub(super) const MIN_SIZE: u64 = 64 * 1024;
 /// Idle pipes kept per worker thread for the next responses.
 const POOL: usize = 64;
 /// Static slices per `vmsplice`.
@@ -165,7 +166,7 @@ fn fill(pipe: &Pipe, kind: BodyKind, off: u64, size: u64) -> io::Result<usize> {
 
 /// Send `size` body bytes of `kind` on `sock`. Errors (including the write timeout) end the
 /// connection, as for any other write.
-pub async fn send(
+pub(super) async fn send(
     sock: &TcpStream,
     kind: BodyKind,
     size: u64,

@@ -4,7 +4,7 @@
 //! quinn-proto 0.11 keeps its own count but starts a datagram while any budget is left and then
 //! pads it to 1 200 bytes, so an Initial that is never answered gets up to one datagram more than
 //! the limit (docs/RELIABILITY.md, defect 5). Here every datagram is checked against the same
-//! limit before it leaves ([`Guard`]): one that does not fit whole is held back, which
+//! limit before it leaves ([`AmplificationGuard`]): one that does not fit whole is held back, which
 //! quinn takes for a loss and sends again once the client has sent more.
 //!
 //! A connection is known by the client's connection ID (the Source Connection ID of its long
@@ -43,10 +43,10 @@ struct Budget {
     serial: u64,
 }
 
-/// The budgets of the connections not yet validated, by client address. Sans-I/O: [`Guard`]
+/// The budgets of the connections not yet validated, by client address. Sans-I/O: [`AmplificationGuard`]
 /// shows it every datagram.
 #[derive(Debug, Default)]
-pub struct Budgets {
+pub(super) struct Budgets {
     by_addr: HashMap<SocketAddr, Vec<Budget>>,
     /// In the order they were opened, for expiry; validated ones are dropped from the front.
     order: VecDeque<(SocketAddr, u64, Instant)>,
@@ -56,12 +56,12 @@ pub struct Budgets {
 
 impl Budgets {
     /// Connections tracked now: when 0, nothing sent needs a look.
-    pub fn tracked(&self) -> usize {
+    pub(super) fn tracked(&self) -> usize {
         self.tracked
     }
 
     /// A datagram came from `from`.
-    pub fn received(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
+    pub(super) fn received(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
         let mut rest = datagram;
         // Coalesced packets (RFC 9000 §12.2) all belong to one connection; a Handshake packet
         // may follow the Initial.
@@ -102,7 +102,13 @@ impl Budgets {
     /// How many bytes of `len` (datagrams of `segment` bytes, the last one maybe shorter, all to
     /// one connection, the first one starting at `first`) may go to `to` now: a multiple of
     /// `segment`, or `len`. They are counted as sent.
-    pub fn admit(&mut self, to: SocketAddr, first: &[u8], len: usize, segment: usize) -> usize {
+    pub(super) fn admit(
+        &mut self,
+        to: SocketAddr,
+        first: &[u8],
+        len: usize,
+        segment: usize,
+    ) -> usize {
         let Some(b) = self.find(to, first) else {
             return len;
         };
@@ -120,7 +126,7 @@ impl Budgets {
     }
 
     /// `bytes` admitted did not leave after all (the socket was full).
-    pub fn unsent(&mut self, to: SocketAddr, first: &[u8], bytes: usize) {
+    pub(super) fn unsent(&mut self, to: SocketAddr, first: &[u8], bytes: usize) {
         if let Some(b) = self.find(to, first) {
             b.sent -= (bytes as u64).min(b.sent);
         }
@@ -178,19 +184,19 @@ impl Budgets {
 
 /// [`Budgets`] shared by the socket's receive and send paths (`h3::socket`).
 #[derive(Debug, Default)]
-pub struct Guard {
+pub(super) struct AmplificationGuard {
     budgets: Mutex<Budgets>,
     /// `Budgets::tracked`, read without the lock: when 0, sends go straight through.
     tracked: AtomicUsize,
 }
 
-impl Guard {
+impl AmplificationGuard {
     fn budgets(&self) -> MutexGuard<'_, Budgets> {
         self.budgets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A datagram came from `from`. `now` is read once per batch, and only when needed.
-    pub fn received(&self, from: SocketAddr, datagram: &[u8], now: &mut Option<Instant>) {
+    pub(super) fn received(&self, from: SocketAddr, datagram: &[u8], now: &mut Option<Instant>) {
         // Only long headers open or validate a budget; 1-RTT packets are most of them.
         if datagram.first().is_some_and(|b| b & 0x80 != 0) {
             let now = *now.get_or_insert_with(Instant::now);
@@ -201,7 +207,7 @@ impl Guard {
     }
 
     /// Send what of `transmit` may go, through `send`.
-    pub fn send(
+    pub(super) fn send(
         &self,
         transmit: &Transmit,
         send: impl FnOnce(&Transmit) -> io::Result<()>,

@@ -73,7 +73,7 @@ impl Drop for Opening {
 
 /// Serve HTTP/3 on this (already bound, SO_REUSEPORT) UDP socket until shutdown. Called once per
 /// worker thread, inside that worker's current-thread runtime; `conns` counts open connections.
-pub async fn run_endpoint(
+pub(crate) async fn run_endpoint(
     socket: std::net::UdpSocket,
     identity: Arc<crate::tls::Identity>,
     cfg: Arc<crate::config::Config>,
@@ -124,7 +124,9 @@ pub async fn run_endpoint(
             .map(|f| (f, incoming.remote_address(), incoming.orig_dst_cid()));
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = connection(incoming, cfg, fingerprint, opened).await;
+            if let Err(e) = connection(incoming, cfg, fingerprint, opened).await {
+                e.count();
+            }
         });
     }
     // Count as open until every connection's CONNECTION_CLOSE is out, so the process does not
@@ -134,24 +136,46 @@ pub async fn run_endpoint(
     Ok(())
 }
 
+/// Why an HTTP/3 connection ended before it was served to its end. Converting to it counts
+/// nothing: `run_endpoint` counts it once, with [`ConnError::count`].
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("QUIC handshake failed: {0}")]
+    Handshake(quinn::ConnectionError),
+    #[error("QUIC handshake not done within the client timeout")]
+    HandshakeTimeout,
+    #[error("cannot open the HTTP/3 control stream: {0}")]
+    ControlOpen(#[from] quinn::ConnectionError),
+    #[error("cannot write on the HTTP/3 control stream: {0}")]
+    ControlWrite(#[from] quinn::WriteError),
+}
+
+impl ConnError {
+    fn count(&self) {
+        match self {
+            ConnError::Handshake(e) => stats::handshake_failed(Transport::Quic, failure(e)),
+            ConnError::HandshakeTimeout => {
+                stats::handshake_failed(Transport::Quic, Failure::Timeout)
+            }
+            // The connection closed under us (the client left, or the idle timeout): counted
+            // as closed by its `ConnSlot`, as any connection the client closes, not as an error.
+            ConnError::ControlOpen(_) | ConnError::ControlWrite(_) => {}
+        }
+    }
+}
+
 async fn connection(
     incoming: quinn::Incoming,
     cfg: Arc<crate::config::Config>,
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
     opened: Opening,
-) -> Result<()> {
+) -> Result<(), ConnError> {
     let handshake = tokio::time::timeout(cfg.timeout, incoming).await;
     drop(opened);
     let conn = match handshake {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            stats::handshake_failed(Transport::Quic, failure(&e));
-            return Err(e.into());
-        }
-        Err(elapsed) => {
-            stats::handshake_failed(Transport::Quic, Failure::Timeout);
-            return Err(elapsed.into());
-        }
+        Ok(Err(e)) => return Err(ConnError::Handshake(e)),
+        Err(_) => return Err(ConnError::HandshakeTimeout),
     };
     stats::handshake_ok(Transport::Quic);
     let _bytes = CountBytes(conn.clone());

@@ -2,7 +2,7 @@
 //! and, with `--ja4`, to the QUIC fingerprint reader before quinn sees it; every datagram sent
 //! goes through the guard.
 
-use super::amplification::Guard;
+use super::amplification::AmplificationGuard;
 use crate::ja4::QuicFingerprints;
 use quinn::udp::{RecvMeta, Transmit};
 use std::io::{self, IoSliceMut};
@@ -12,20 +12,20 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 #[derive(Debug)]
-pub struct Socket {
+pub(super) struct Socket {
     inner: Arc<dyn quinn::AsyncUdpSocket>,
-    guard: Guard,
+    guard: AmplificationGuard,
     fingerprints: Option<Arc<QuicFingerprints>>,
 }
 
 impl Socket {
-    pub fn new(
+    pub(super) fn new(
         inner: Arc<dyn quinn::AsyncUdpSocket>,
         fingerprints: Option<Arc<QuicFingerprints>>,
     ) -> Socket {
         Socket {
             inner,
-            guard: Guard::default(),
+            guard: AmplificationGuard::default(),
             fingerprints,
         }
     }

@@ -7,7 +7,9 @@ use crate::config::Config;
 use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, Step, Version};
+use loadterm_exchange::{
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step, Version,
+};
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::message::{Event, Message, MessageError};
@@ -124,13 +126,17 @@ thread_local! {
 /// A HEADERS frame for `head` in one buffer: the section is written after room for the frame
 /// head (type and a 2-byte length), then the frame head is put just before it, its start
 /// returned.
-fn headers_frame(out: &mut Vec<u8>, head: &Head, extra: &[(HeaderName, HeaderValue)]) -> usize {
+fn headers_frame(
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    extra: &[(HeaderName, HeaderValue)],
+) -> usize {
     out.extend_from_slice(&[0; 3]);
     qpack::begin_response(out, head.status);
     SCRATCH.with(|s| {
         head.fields(
             &mut s.borrow_mut(),
-            &crate::planner::date(),
+            &crate::thread_ctx::date(),
             |name, value| qpack::field(out, name, value),
         )
     });
@@ -276,7 +282,7 @@ impl Stream {
 /// Serve one request stream. Returns its send side (finished or reset; a connection that
 /// closes must let finished ones be acknowledged first) and the idle time the request set for
 /// the connection (`w`), or the connection error code if the peer broke the protocol.
-pub async fn serve(
+pub(super) async fn serve(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     cfg: &Config,
@@ -371,7 +377,7 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
             if_match: head.if_match.as_deref(),
             if_none_match: head.if_none_match.as_deref(),
         };
-        Ok(crate::planner::exchange(&req, t_first))
+        Ok(crate::thread_ctx::exchange(&req, t_first))
     })
 }
 
@@ -382,23 +388,18 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
     loop {
         match x.next(now) {
             Step::Continue => {
-                s.response_head(&Head::interim(100));
+                s.response_head(&ResponseHead::interim(100));
                 s.flush().await?;
             }
             Step::ReadBody { limit } => {
                 let mut n = 0;
-                match s.drain(&mut n, limit).await {
-                    Ok(true) => {
-                        x.body_bytes(n);
-                        x.body_end();
-                    }
-                    Ok(false) => {
-                        x.body_bytes(n);
-                        x.body_limit_reached();
-                    }
-                    Err(Abort::Status(_)) => x.body_failed(BodyFailure::Timeout),
+                let how = match s.drain(&mut n, limit).await {
+                    Ok(true) => BodyRead::Ended,
+                    Ok(false) => BodyRead::LimitReached,
+                    Err(Abort::Status(_)) => BodyRead::Failed(BodyFailure::Timeout),
                     Err(e) => return Err(e),
-                }
+                };
+                x.body_read(n, how);
                 now = Instant::now();
             }
             Step::WaitUntil(t) => {
@@ -417,10 +418,10 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
             Step::Body(Body::Piece {
                 kind, offset, len, ..
             }) => s.piece(kind, offset, len).await?,
-            Step::Done(Ending::Abort) => return Err(Abort::Reset(code::REQUEST_CANCELLED)),
+            Step::Done(ExchangeEnd::Abort) => return Err(Abort::Reset(code::REQUEST_CANCELLED)),
             // Complete, or a 1xx as the only head: the stream ends with what was sent (a
             // reset could overtake an interim head).
-            Step::Done(Ending::KeepAlive | Ending::Close | Ending::NoFinal) => {
+            Step::Done(ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
                 s.flush().await?;
                 let _ = s.send.finish();
                 if !s.read_all {
@@ -434,7 +435,7 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
 
 impl Stream {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
-    fn response_head(&mut self, head: &Head) {
+    fn response_head(&mut self, head: &ResponseHead) {
         if head.status < 200 {
             stats::interim(Proto::H3);
         } else {

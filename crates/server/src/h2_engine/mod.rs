@@ -5,8 +5,10 @@
 
 mod emit;
 mod guard;
+#[cfg(test)]
+mod sim_tests;
 mod stream;
-pub mod upgrade;
+pub(crate) mod upgrade;
 
 use crate::stats::{self, ErrorKind, Protection};
 use futures::FutureExt;
@@ -17,18 +19,50 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 
+/// Why an HTTP/2 connection failed. Converting to it counts nothing: the caller counts it once,
+/// with [`ConnError::count`], when the connection ends.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("HTTP/2 handshake not done within the client timeout")]
+    HandshakeTimeout,
+    #[error("HTTP/2 connection failed: {0}")]
+    H2(#[from] h2::Error),
+}
+
+impl ConnError {
+    /// Count the failure: a timeout; the h2 crate's flood protections (its GOAWAY
+    /// ENHANCE_YOUR_CALM); I/O errors by kind; anything else as a protocol error.
+    pub(crate) fn count(&self) {
+        match self {
+            ConnError::HandshakeTimeout => stats::error(ErrorKind::Timeout),
+            ConnError::H2(e) => {
+                if let Some(io) = e.get_io() {
+                    stats::io_error(io);
+                } else if e.is_go_away()
+                    && e.is_library()
+                    && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
+                {
+                    stats::protection(Protection::EnhanceYourCalm);
+                } else {
+                    stats::error(ErrorKind::Protocol);
+                }
+            }
+        }
+    }
+}
+
 /// How long a flooded connection may take to flush its GOAWAY and linger (`guard`) before it
 /// is dropped.
 const LINGER: Duration = Duration::from_secs(1);
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
 /// is what the client sent after the upgrading request, whose head becomes stream 1.
-pub async fn serve_upgraded<IO>(
+pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
     head: &[u8],
     cfg: Arc<crate::config::Config>,
-) -> anyhow::Result<()>
+) -> Result<(), ConnError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -39,12 +73,13 @@ where
 }
 
 /// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed (the
-/// guard skips it). `extra`: fields added to every response (`alt-svc`, `x-ja4`).
-pub async fn serve_connection<IO>(
+/// guard skips it). `extra`: fields added to every response (`alt-svc`, `x-ja4`). A control
+/// frame flood ends it with `Ok` (a protection, counted where it is cut off, not a failure).
+pub(crate) async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
     extra: crate::config::ExtraHeaders,
-) -> anyhow::Result<()>
+) -> Result<(), ConnError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -63,15 +98,12 @@ where
         .max_send_buffer_size(256 << 10);
     // Notified once the client floods control frames (then `h2` reads nothing more).
     let flood = Arc::new(Notify::new());
-    let io = guard::Guard::new(emit::Emit::new(io, s.copy_up_to()), flood.clone());
+    let io = guard::FloodGuard::new(emit::WriteBatcher::new(io, s.copy_up_to()), flood.clone());
     let mut conn =
         match tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(failed(e)),
-            Err(elapsed) => {
-                stats::error(ErrorKind::Timeout);
-                return Err(elapsed.into());
-            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(ConnError::HandshakeTimeout),
         };
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
@@ -122,7 +154,7 @@ where
                 w = None;
                 batch.push(stream);
             }
-            Some(Err(e)) => return Err(failed(e)),
+            Some(Err(e)) => return Err(e.into()),
             None => return Ok(()),
         }
         // Take every request already received before answering any: each accept flushes what
@@ -136,7 +168,7 @@ where
         };
         batch.drain(..).for_each(&dispatch);
         match end {
-            Some(Some(Err(e))) => return Err(failed(e)),
+            Some(Some(Err(e))) => return Err(e.into()),
             Some(None) => return Ok(()),
             _ => {}
         }
@@ -163,7 +195,7 @@ where
 
 /// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
 /// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close, within `LINGER`.
-async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> anyhow::Result<()>
+async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), ConnError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
     B: bytes::Buf,
@@ -171,19 +203,5 @@ where
     stats::protection(Protection::H2ControlFlood);
     conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
     let _ = tokio::time::timeout(LINGER, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
-    anyhow::bail!("HTTP/2 control frame flood: connection ended with GOAWAY ENHANCE_YOUR_CALM")
-}
-
-/// Count how a connection failed: the h2 crate's flood protections (its GOAWAY
-/// ENHANCE_YOUR_CALM), I/O errors by kind, anything else as a protocol error.
-fn failed(e: h2::Error) -> anyhow::Error {
-    if let Some(io) = e.get_io() {
-        stats::io_error(io);
-    } else if e.is_go_away() && e.is_library() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
-    {
-        stats::protection(Protection::EnhanceYourCalm);
-    } else {
-        stats::error(ErrorKind::Protocol);
-    }
-    e.into()
+    Ok(())
 }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use loadterm_exchange::{Body, BodyFailure, Ending, Exchange, Head, HttpDate, Step, Version};
+use loadterm_exchange::{
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, HttpDate, ResponseHead, Step, Version,
+};
 use loadterm_plan::body;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 const INLINE_BODY: u64 = 16 * 1024;
 
 /// A request being answered.
-pub struct Stream {
+pub(super) struct Stream {
     x: Exchange,
     body: RecvStream,
     respond: SendResponse<Bytes>,
@@ -58,10 +60,10 @@ thread_local! {
     /// The fields of the last head built on this thread. Benchmark traffic repeats the same head
     /// (same plan, timing and date second), and cloning a map (its values are shared) costs a
     /// fraction of building one field by field: measured in docs/PERFORMANCE.md.
-    static LAST_FIELDS: RefCell<Option<(Head, HttpDate, HeaderMap)>> = const { RefCell::new(None) };
+    static LAST_FIELDS: RefCell<Option<(ResponseHead, HttpDate, HeaderMap)>> = const { RefCell::new(None) };
 }
 
-fn header_map(head: &Head, date: &HttpDate) -> Result<HeaderMap, http::Error> {
+fn header_map(head: &ResponseHead, date: &HttpDate) -> Result<HeaderMap, http::Error> {
     let mut map = HeaderMap::with_capacity(8);
     let mut bad = None;
     head.fields(
@@ -139,7 +141,7 @@ fn check(req: &Request<RecvStream>) -> Result<usize, Reason> {
 
 impl Stream {
     /// A request to answer, or `None` if it was malformed (or a CONNECT) and is reset.
-    pub fn new(
+    pub(super) fn new(
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         extra: Arc<[(HeaderName, HeaderValue)]>,
@@ -157,7 +159,7 @@ impl Stream {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let if_match = joined(req.headers(), http::header::IF_MATCH);
         let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
-        let x = crate::planner::exchange(
+        let x = crate::thread_ctx::exchange(
             &loadterm_exchange::Request {
                 version: Version::H2,
                 is_head: req.method() == http::Method::HEAD,
@@ -199,7 +201,7 @@ impl Stream {
     }
 
     /// How long the connection may stay idle after this request (`w`), if it set that.
-    pub fn idle(&self) -> Option<Duration> {
+    pub(super) fn idle(&self) -> Option<Duration> {
         self.x.idle()
     }
 
@@ -207,7 +209,7 @@ impl Stream {
     /// response) end here, so the connection flushes many responses with one write instead of
     /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
     /// with the step to run on its own task.
-    pub fn try_now(mut self) -> Option<(Stream, Step)> {
+    pub(super) fn try_now(mut self) -> Option<(Stream, Step)> {
         loop {
             let step = self.x.next(self.now);
             match self.now_step(step) {
@@ -218,25 +220,13 @@ impl Stream {
         }
     }
 
-    pub async fn run(mut self, mut step: Step, cfg: &Config) {
+    pub(super) async fn run(mut self, mut step: Step, cfg: &Config) {
         loop {
             match step {
                 Step::ReadBody { limit } => {
                     let mut n = 0;
-                    match drain(&mut self.body, &mut n, cfg.timeout, limit).await {
-                        Ok(true) => {
-                            self.x.body_bytes(n);
-                            self.x.body_end();
-                        }
-                        Ok(false) => {
-                            self.x.body_bytes(n);
-                            self.x.body_limit_reached();
-                        }
-                        Err(why) => {
-                            self.x.body_bytes(n);
-                            self.x.body_failed(why);
-                        }
-                    }
+                    let how = drain(&mut self.body, &mut n, cfg.timeout, limit).await;
+                    self.x.body_read(n, how);
                     self.now = Instant::now();
                 }
                 Step::WaitUntil(t) => {
@@ -269,7 +259,7 @@ impl Stream {
                         return self.aborted();
                     }
                 }
-                Step::Done(Ending::NoFinal) => {
+                Step::Done(ExchangeEnd::NoFinal) => {
                     // The 1xx went out as an interim head and a final one cannot follow: reset
                     // the stream, but only once the connection has written that head (the h2
                     // crate drops a stream's queued frames at a reset). Woken by the head, the
@@ -324,7 +314,7 @@ impl Stream {
             }
             Step::Done(ending) => {
                 match ending {
-                    Ending::KeepAlive | Ending::Close => {
+                    ExchangeEnd::KeepAlive | ExchangeEnd::Close => {
                         if !self.ended {
                             self.data(Bytes::new(), true)
                         }
@@ -333,8 +323,8 @@ impl Stream {
                             self.counted = true;
                         }
                     }
-                    Ending::NoFinal => return Then::Wait(Step::Done(ending)),
-                    Ending::Abort => {
+                    ExchangeEnd::NoFinal => return Then::Wait(Step::Done(ending)),
+                    ExchangeEnd::Abort => {
                         self.reset(Reason::CANCEL);
                         self.aborted();
                     }
@@ -346,8 +336,8 @@ impl Stream {
         Then::Next
     }
 
-    fn response(&self, head: &Head) -> Result<Response<()>, http::Error> {
-        let date = crate::planner::date();
+    fn response(&self, head: &ResponseHead) -> Result<Response<()>, http::Error> {
+        let date = crate::thread_ctx::date();
         let mut fields = LAST_FIELDS.with_borrow_mut(|last| match last {
             Some((h, d, fields)) if h == head && *d == date => Ok(fields.clone()),
             _ => {
@@ -438,26 +428,26 @@ impl Stream {
 }
 
 /// Read and discard the request body, releasing flow-control capacity as it goes: all of it
-/// (true), or DATA frames until `upto` bytes were read (false: the body goes on; the frame that
-/// crosses `upto` is read whole).
+/// (`Ended`), or DATA frames until `upto` bytes were read (`LimitReached`: the body goes on; the
+/// frame that crosses `upto` is read whole).
 async fn drain(
     body: &mut RecvStream,
     bytes: &mut u64,
     limit: Duration,
     upto: Option<u64>,
-) -> Result<bool, BodyFailure> {
+) -> BodyRead {
     loop {
         if upto.is_some_and(|u| *bytes >= u) && !body.is_end_stream() {
-            return Ok(false);
+            return BodyRead::LimitReached;
         }
         match tokio::time::timeout(limit, body.data()).await {
-            Err(_) => return Err(BodyFailure::Timeout),
-            Ok(None) => return Ok(true),
+            Err(_) => return BodyRead::Failed(BodyFailure::Timeout),
+            Ok(None) => return BodyRead::Ended,
             Ok(Some(Ok(d))) => {
                 *bytes += d.len() as u64;
                 let _ = body.flow_control().release_capacity(d.len());
             }
-            Ok(Some(Err(_))) => return Err(BodyFailure::Broken),
+            Ok(Some(Err(_))) => return BodyRead::Failed(BodyFailure::Broken),
         }
     }
 }

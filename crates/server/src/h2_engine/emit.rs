@@ -45,7 +45,7 @@ impl Piece {
     }
 }
 
-pub struct Emit<IO> {
+pub(super) struct WriteBatcher<IO> {
     io: IO,
     /// Body pieces of this many bytes or more are kept by reference (`usize::MAX`: never).
     by_reference: usize,
@@ -65,10 +65,10 @@ pub struct Emit<IO> {
     blocked: bool,
 }
 
-impl<IO> Emit<IO> {
+impl<IO> WriteBatcher<IO> {
     /// `copy_up_to`: see `H2Args::copy_up_to`.
-    pub fn new(io: IO, copy_up_to: u64) -> Self {
-        Emit {
+    pub(super) fn new(io: IO, copy_up_to: u64) -> Self {
+        WriteBatcher {
             io,
             by_reference: usize::try_from(copy_up_to.saturating_add(1)).unwrap_or(usize::MAX),
             buf: Vec::new(),
@@ -102,7 +102,7 @@ impl<IO> Emit<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> Emit<IO> {
+impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
     /// Write everything collected to `io`.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.next < self.pieces.len() {
@@ -152,7 +152,7 @@ impl<IO: AsyncWrite + Unpin> Emit<IO> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Emit<IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for WriteBatcher<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -168,7 +168,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Emit<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Emit<IO> {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteBatcher<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -224,7 +224,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Emit<IO> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Emit as Strategy, H2Args};
+    use crate::config::{EmitMode, H2Args};
     use loadterm_plan::body::BodyKind;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -288,16 +288,16 @@ mod tests {
     }
 
     /// The writer `--h2-emit strategy --h2-emit-threshold threshold` gives.
-    fn emit(strategy: Strategy, threshold: u64) -> Emit<Log> {
+    fn emit(strategy: EmitMode, threshold: u64) -> WriteBatcher<Log> {
         let args = H2Args {
             emit: Some(strategy),
             emit_threshold: threshold,
             ..H2Args::default()
         };
-        Emit::new(Log::default(), args.copy_up_to())
+        WriteBatcher::new(Log::default(), args.copy_up_to())
     }
 
-    async fn pass(e: &mut Emit<Log>, n: usize) {
+    async fn pass(e: &mut WriteBatcher<Log>, n: usize) {
         for i in 0..n {
             e.write_all(&[i as u8; 9]).await.unwrap();
             e.write_all(body::slice(BodyKind::Pattern, 0, 1000))
@@ -309,7 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_leaves_in_one_write_just_before_the_next_read() {
-        for strategy in [Strategy::Drain, Strategy::Gather, Strategy::Hybrid] {
+        for strategy in [EmitMode::Drain, EmitMode::Gather, EmitMode::Hybrid] {
             let mut e = emit(strategy, 2048);
             pass(&mut e, 10).await;
             assert!(e.io.0.is_empty(), "{strategy:?}: flushes are deferred");
@@ -322,10 +322,10 @@ mod tests {
     async fn only_drain_and_small_hybrid_pieces_are_copied() {
         // (strategy, threshold, body bytes copied into the pass)
         for (strategy, threshold, copied) in [
-            (Strategy::Drain, 0, 3000),
-            (Strategy::Gather, u64::MAX, 0),
-            (Strategy::Hybrid, 1000, 0),
-            (Strategy::Hybrid, 1001, 3000),
+            (EmitMode::Drain, 0, 3000),
+            (EmitMode::Gather, u64::MAX, 0),
+            (EmitMode::Hybrid, 1000, 0),
+            (EmitMode::Hybrid, 1001, 3000),
         ] {
             let mut e = emit(strategy, threshold);
             pass(&mut e, 3).await;
@@ -337,7 +337,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_larger_than_the_limit_goes_in_parts_in_order() {
-        for strategy in [Strategy::Drain, Strategy::Gather] {
+        for strategy in [EmitMode::Drain, EmitMode::Gather] {
             let mut e = emit(strategy, 0);
             pass(&mut e, 200).await;
             e.write_all(&vec![b'x'; 70_000]).await.unwrap();

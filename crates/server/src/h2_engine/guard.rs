@@ -1,11 +1,11 @@
 //! Control-frame flood guard: the `h2` crate bounds rapid resets, CONTINUATION, empty DATA and
 //! header lists, but answers every WINDOW_UPDATE, SETTINGS, PING and PRIORITY however many come
 //! (measured: one connection's WINDOW_UPDATE loop kept a core 70% busy, never cut off). Between
-//! the transport and `h2`, [`Guard`] reads the frame headers of what the client sends and lets
+//! the transport and `h2`, [`FloodGuard`] reads the frame headers of what the client sends and lets
 //! [`Ledger`] (sans-I/O) weigh the frames that make the server work without asking for anything
 //! against what the server has written. Past the budget it stops feeding `h2` and notifies the
 //! connection's driver, which ends the connection with GOAWAY ENHANCE_YOUR_CALM; the guard then
-//! lingers on close (see [`Guard::poll_shutdown`]) so that the client gets to read it.
+//! lingers on close (see [`FloodGuard::poll_shutdown`]) so that the client gets to read it.
 
 use loadterm_codec::h2::{flag, CONTINUATION, PING, PREFACE, PRIORITY, SETTINGS, WINDOW_UPDATE};
 use std::io::{self, IoSlice};
@@ -40,7 +40,7 @@ fn unsolicited(ty: u8, flags: u8) -> bool {
 /// and the count of the server's bytes written. Only frame headers are looked at: payloads are
 /// skipped by length.
 #[derive(Debug, Clone)]
-pub struct Ledger {
+pub(super) struct Ledger {
     /// Connection preface bytes still to skip.
     preface: usize,
     /// A frame header straddling reads: its first `have` bytes.
@@ -67,7 +67,7 @@ impl Default for Ledger {
 
 impl Ledger {
     /// The client sent `bytes` (next in order).
-    pub fn read(&mut self, mut bytes: &[u8]) {
+    pub(super) fn read(&mut self, mut bytes: &[u8]) {
         let n = self.preface.min(bytes.len());
         self.preface -= n;
         bytes = &bytes[n..];
@@ -103,17 +103,17 @@ impl Ledger {
     }
 
     /// The server wrote `n` bytes on the connection.
-    pub fn wrote(&mut self, n: usize) {
+    pub(super) fn wrote(&mut self, n: usize) {
         self.written += n as u64;
     }
 
     /// The client sent more unsolicited frames than the server's output allows.
-    pub fn flooded(&self) -> bool {
+    pub(super) fn flooded(&self) -> bool {
         self.unsolicited > FREE + self.written / BYTES_PER_FRAME
     }
 }
 
-/// Where a [`Guard`]ed connection is.
+/// Where a [`FloodGuard`]ed connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Open,
@@ -126,16 +126,16 @@ enum State {
 /// The transport as `h2` sees it, with the [`Ledger`] kept up to date. Once flooded, reads stay
 /// pending (the read that crossed the budget is withheld from `h2`) and `flood` is notified;
 /// writes go on, so the driver can still send GOAWAY.
-pub struct Guard<IO> {
+pub(super) struct FloodGuard<IO> {
     io: IO,
     ledger: Ledger,
     flood: Arc<Notify>,
     state: State,
 }
 
-impl<IO> Guard<IO> {
-    pub fn new(io: IO, flood: Arc<Notify>) -> Self {
-        Guard {
+impl<IO> FloodGuard<IO> {
+    pub(super) fn new(io: IO, flood: Arc<Notify>) -> Self {
+        FloodGuard {
             io,
             ledger: Ledger::default(),
             flood,
@@ -144,7 +144,7 @@ impl<IO> Guard<IO> {
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for Guard<IO> {
+impl<IO: AsyncRead + Unpin> AsyncRead for FloodGuard<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -169,7 +169,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guard<IO> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guard<IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for FloodGuard<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -328,7 +328,7 @@ mod tests {
     async fn a_flood_is_withheld_from_h2_and_notified() {
         let (mut client, server) = tokio::io::duplex(1 << 20);
         let flood = Arc::new(Notify::new());
-        let mut g = Guard::new(server, flood.clone());
+        let mut g = FloodGuard::new(server, flood.clone());
         let setup = [PREFACE, &frame(SETTINGS, 0, 0, &[])].concat();
         client.write_all(&setup).await.unwrap();
         let mut buf = vec![0u8; 1 << 20];

@@ -66,7 +66,7 @@ fn with_gate(f: impl FnOnce(&mut Gate) -> Option<Waker>) {
 
 /// `inner`, each of its polls in a turn of the event loop of its own among this worker's heavy
 /// futures.
-pub async fn heavy<F: Future + Unpin>(mut inner: F) -> F::Output {
+pub(crate) async fn one_step_per_turn<F: Future + Unpin>(mut inner: F) -> F::Output {
     loop {
         take_turn().await;
         match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut inner).poll(cx))).await {
@@ -177,7 +177,7 @@ mod tests {
             let steps = Rc::new(Cell::new(0u32));
             for _ in 0..8 {
                 let steps = steps.clone();
-                tokio::task::spawn_local(heavy(Box::pin(async move {
+                tokio::task::spawn_local(one_step_per_turn(Box::pin(async move {
                     std::thread::sleep(Duration::from_millis(3));
                     steps.set(steps.get() + 1);
                 })));

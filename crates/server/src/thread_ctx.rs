@@ -1,8 +1,8 @@
 //! Per-thread state the exchanges need: the random generator (for the `r` suffix,
-//! distributions and pieces), the HTTP date, rendered once a second, and the last HTTP/1.x head
-//! rendered; and `--burn`, the calibration-only extra cost per request.
+//! distributions and pieces) and the HTTP date, rendered once a second; and `--burn`, the
+//! calibration-only extra cost per request.
 
-use loadterm_exchange::{http_date, Exchange, H1Heads, Head, HttpDate, Request};
+use loadterm_exchange::{http_date, Exchange, HttpDate, Request};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, Ordering::Relaxed};
@@ -15,7 +15,7 @@ static SEED: OnceLock<u32> = OnceLock::new();
 static SEEDED: AtomicU32 = AtomicU32::new(0);
 
 /// Seed every thread's generator from `seed` (`None`: from entropy). Call before any request.
-pub fn seed(seed: Option<u32>) {
+pub(crate) fn seed(seed: Option<u32>) {
     if let Some(s) = seed {
         let _ = SEED.set(s);
     }
@@ -35,19 +35,12 @@ fn thread_rng() -> Rng {
 thread_local! {
     static RNG: RefCell<Rng> = RefCell::new(thread_rng());
     static DATE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [0; 29])) };
-    static H1_HEADS: RefCell<H1Heads> = RefCell::new(H1Heads::default());
     /// Picoseconds of burn owed by this thread (negative after an overshoot).
     static BURN_DEBT: Cell<i64> = const { Cell::new(0) };
 }
 
-/// Append `head` in HTTP/1.x, dated now, with `extra` header lines (CRLF-terminated).
-pub fn write_h1(head: &Head, extra: &[u8], out: &mut Vec<u8>) {
-    let date = date();
-    H1_HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
-}
-
 /// Every request's plan is built here, for all three engines: the one place `--burn` spins.
-pub fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
+pub(crate) fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
     if BURN_FRACTION.load(Relaxed) != 0 {
         burn();
     }
@@ -72,7 +65,7 @@ const BURN_WINDOW: u64 = 256;
 /// back a third of a 3% burn at half the saturation rate.
 const BURN_QUANTUM_PS: i64 = 200_000;
 
-pub fn set_burn(percent: f64) {
+pub(crate) fn set_burn(percent: f64) {
     BURN_FRACTION.store((percent / 100.0).to_bits(), Relaxed);
     if percent > 0.0 {
         // Spins are counted in loop steps, not timed: a clock reading per spin (a system call
@@ -95,6 +88,7 @@ fn spin(steps: u64) {
     std::hint::black_box(x);
 }
 
+#[allow(unsafe_code)] // clock_gettime
 fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -141,7 +135,8 @@ fn burn() {
 
 /// The current HTTP date. The coarse clock costs a few nanoseconds (no system call, no
 /// hardware counter read); the text is redone only when the second changes.
-pub fn date() -> HttpDate {
+#[allow(unsafe_code)] // clock_gettime
+pub(crate) fn date() -> HttpDate {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -30,7 +30,7 @@ const DROPPED: &[&str] = &[
 /// return the connection with stream 1, the upgrading request whose head is `head`, inserted.
 /// `None`: the client did not follow up with HTTP/2, or the head does not fit one frame (the
 /// HTTP/1 engine only upgrades heads that do).
-pub async fn rewind<IO: AsyncRead + Unpin>(
+pub(crate) async fn rewind<IO: AsyncRead + Unpin>(
     mut io: IO,
     mut buffered: Vec<u8>,
     head: &[u8],
