@@ -118,6 +118,11 @@ fn main() -> std::process::ExitCode {
     let Err(e) = result else {
         return std::process::ExitCode::SUCCESS;
     };
+    if e.is::<loadterm_load::cli::Interrupted>() {
+        // The results were reported; 128 + SIGINT, as a shell says of a command it stopped.
+        eprintln!("loadterm: interrupted");
+        return std::process::ExitCode::from(130);
+    }
     if is_usage_error(&e) {
         // As clap reports its own usage errors.
         eprintln!("error: {e}\n\nFor more information, try 'loadterm {command} --help'.");

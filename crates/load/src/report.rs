@@ -109,6 +109,10 @@ pub struct Report {
     pub latency_corrected_us: Option<Percentiles>,
     pub open_loop: Option<OpenLoop>,
     pub timeseries: Vec<Second>,
+    /// The run was stopped by SIGINT before its end: the figures cover the window up to then.
+    /// Absent from reports of versions before it: false.
+    #[serde(default)]
+    pub interrupted: bool,
     /// How many runs this report stands for: 1, or the number `loadterm merge` combined.
     pub runs: usize,
     pub shard: Option<ShardInfo>,
@@ -179,6 +183,8 @@ pub struct RunInfo {
     pub rate: Option<f64>,
     pub shard: Option<ShardInfo>,
     pub clock: Clock,
+    /// Stopped by SIGINT.
+    pub interrupted: bool,
 }
 
 pub fn build(r: &Recorder, info: RunInfo) -> Report {
@@ -253,6 +259,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
                 errors: *e,
             })
             .collect(),
+        interrupted: info.interrupted,
         runs: 1,
         shard: info.shard,
         clock: info.clock,
@@ -293,6 +300,9 @@ pub fn text(r: &Report) -> String {
         r.rps,
         size(r.bytes_per_s)
     );
+    if r.interrupted {
+        s += "interrupted (SIGINT): the figures cover the run up to then\n";
+    }
     if let Some(sh) = &r.shard {
         s += &format!("shard {}/{}\n", sh.index, sh.count);
     }
@@ -379,11 +389,7 @@ pub fn text(r: &Report) -> String {
 
 /// HdrHistogram interval log (one interval per second, request latency in microseconds);
 /// `start` is the wall-clock time of second 0, so that logs of several runs can be aligned.
-pub fn write_hdr_log(
-    r: &Recorder,
-    start: std::time::SystemTime,
-    path: &std::path::Path,
-) -> anyhow::Result<()> {
+pub fn hdr_log(r: &Recorder, start: std::time::SystemTime) -> anyhow::Result<Vec<u8>> {
     use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
     use hdrhistogram::serialization::V2DeflateSerializer;
     let mut out = Vec::new();
@@ -404,7 +410,7 @@ pub fn write_hdr_log(
         .map_err(|e| anyhow::anyhow!("interval log: {e:?}"))?;
     }
     drop(w);
-    std::fs::write(path, out).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -429,6 +435,7 @@ mod tests {
                 start_at_unix_s: None,
                 late_s: 0.0,
             },
+            interrupted: false,
         }
     }
 
