@@ -368,3 +368,32 @@ fn upload_time_h2() {
 fn upload_time_h3() {
     upload_outlasts_the_server_delay("--h3", true);
 }
+
+/// The summary can be pasted as it is: what was run first, then the protocol the server picked
+/// by ALPN, as h2load prints it (the JSON said `"protocol": "alpn"`).
+#[test]
+fn summary_names_the_command_and_the_negotiated_protocol() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let url = format!("https://127.0.0.1:{}/?s=10&t=1", s.tls_port);
+    for (alpn, name, json) in [
+        (None, "h2", "h2"),
+        (Some("--alpn-list=http/1.1"), "http/1.1", "h1"),
+    ] {
+        let mut args = vec!["load", "-k"];
+        args.extend(alpn);
+        args.extend(["-n", "20", &url]);
+        let out = Command::new(common::bin()).args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        let first = lines.next().unwrap();
+        assert!(first.starts_with("loadterm "), "{text}");
+        assert!(first.ends_with(&format!("-n 20 '{url}'")), "{text}");
+        assert_eq!(
+            lines.next(),
+            Some(&*format!("Application protocol: {name}"))
+        );
+        let r = common::report(common::load_cmd(&args[1..]).output().unwrap());
+        assert_eq!(r["protocol"], json, "{r}");
+    }
+}

@@ -282,6 +282,21 @@ fn split(slots: &[u64], parts: usize, requests: Option<u64>) -> Vec<(Vec<u64>, O
         .collect()
 }
 
+/// Arguments as a shell line, quoted where needed, to paste and run again.
+fn shell_line(args: impl Iterator<Item = std::ffi::OsString>) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c);
+    args.map(|a| {
+        let a = a.to_string_lossy().into_owned();
+        if !a.is_empty() && a.chars().all(plain) {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
 /// What ends a run, for the progress line.
 #[derive(Debug, Clone, Copy)]
 enum Goal {
@@ -511,7 +526,8 @@ pub fn run(a: LoadArgs) -> Result<()> {
     let rep = report::build(
         &total,
         RunInfo {
-            protocol: setup.proto.name().to_owned(),
+            command: Some(shell_line(std::env::args_os().skip(1))),
+            protocol: setup.proto.used(total.alpn).to_owned(),
             urls: a.urls.clone(),
             connections: slots.len(),
             threads,
@@ -669,6 +685,16 @@ mod tests {
             threads,
             requests,
         )
+    }
+
+    #[test]
+    fn command_lines_paste_back() {
+        let line = shell_line(
+            ["load", "-n", "5", "http://h/?s=1k&t=5", "-H", "x: it's", ""]
+                .into_iter()
+                .map(Into::into),
+        );
+        assert_eq!(line, r"load -n 5 'http://h/?s=1k&t=5' -H 'x: it'\''s' ''");
     }
 
     #[test]

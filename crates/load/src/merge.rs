@@ -174,6 +174,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     Ok(Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        command: None,
         protocol: protocols.join("+"),
         urls,
         connections: all().map(|r| r.connections).sum(),
@@ -361,6 +362,7 @@ mod tests {
         build(
             &r,
             RunInfo {
+                command: None,
                 protocol: "h1".into(),
                 urls: vec!["http://127.0.0.1:1/".into()],
                 connections: 2,

@@ -20,6 +20,18 @@ pub enum Proto {
 }
 
 impl Proto {
+    /// The protocol used: the one asked for, or with ALPN the ones servers picked
+    /// (`record::ALPN_*` bits; none yet: `alpn`).
+    pub fn used(self, alpn: u8) -> &'static str {
+        use crate::record::{ALPN_H1, ALPN_H2};
+        match (self, alpn) {
+            (Proto::Alpn, ALPN_H1) => "h1",
+            (Proto::Alpn, ALPN_H2) => "h2",
+            (Proto::Alpn, a) if a == ALPN_H1 | ALPN_H2 => "h1+h2",
+            (p, _) => p.name(),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Proto::H1 => "h1",
