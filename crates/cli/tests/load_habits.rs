@@ -397,3 +397,74 @@ fn summary_names_the_command_and_the_negotiated_protocol() {
         assert_eq!(r["protocol"], json, "{r}");
     }
 }
+
+/// h2load's flags that loadterm does not run as h2load does are refused, each naming what to
+/// use instead (they gave "unexpected argument"); docs/COMPATIBILITY.md has the table.
+#[test]
+fn h2load_flags_without_an_equivalent_are_refused_with_one() {
+    for (flag, instead) in [
+        (&["-w", "16"][..], "-w 30"),
+        (&["-W", "16"], "-W 30"),
+        (&["-f", "32K"], "16K"),
+        (&["--header-table-size", "8K"], "4K"),
+        (&["-r", "10"], "--rate"),
+        (&["--rate-period", "2s"], "--rate"),
+        (&["-T", "10"], "--timeout"),
+        (&["-N", "10"], "--timeout"),
+        (&["--log-file", "x.log"], "--hdr-log"),
+        (&["--timing-script-file", "x"], "--rate"),
+        (&["-B", "http://127.0.0.1:1/"], "--connect-to"),
+        (&["--ciphers", "X"], "ssl-default-bind-ciphers"),
+        (&["--tls13-ciphers", "X"], "ssl-default-bind-ciphersuites"),
+        (&["--groups", "X25519"], "ssl-default-bind-curves"),
+        (&["-v"], "--json"),
+        (&["--qlog-file-base", "q"], "no qlog"),
+        (&["--no-udp-gso"], "GSO"),
+        (&["--max-udp-payload-size", "1200"], "MTU"),
+        (&["--ktls"], "rustls"),
+    ] {
+        let out = load(&[flag, &["-n", "1", "http://127.0.0.1:1/"]].concat());
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {e}");
+        assert!(
+            e.contains("(h2load)") && e.contains(instead),
+            "{flag:?}: {e}"
+        );
+    }
+}
+
+/// h2load's flags that loadterm runs, with h2load's meaning, on one h2load-style command line:
+/// `-p h2c` (HTTP/2 in clear for http:// URLs), `-i` (URLs from a file), `--rps`, `--npn-list`
+/// (HTTPS), and the windows, frame and table sizes h2load and loadterm both use by default.
+#[test]
+fn h2load_flags_with_an_equivalent_run() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let dir = Scratch::new("h2load-flags");
+    let urls = dir.path("urls");
+    let clear = format!("http://127.0.0.1:{}", s.clear_port);
+    std::fs::write(&urls, format!("{clear}/?s=10\n{clear}/?s=30\n")).unwrap();
+    let defaults = [
+        "-w",
+        "30",
+        "-W",
+        "30",
+        "-f",
+        "16K",
+        "--header-table-size",
+        "4K",
+    ];
+    let out = common::load_cmd(&["-p", "h2c", "-i", p(&urls), "-n", "20", "--rps", "100"])
+        .args(defaults)
+        .args(["--encoder-header-table-size", "0"])
+        .output()
+        .unwrap();
+    let r = common::report(out);
+    assert_eq!(r["protocol"], "h2c", "{r}");
+    assert_eq!(r["bytes"]["body"], 10 * 10 + 10 * 30, "{r}");
+    assert!(r["open_loop"].is_object(), "{r}");
+    let tls = format!("https://127.0.0.1:{}/?s=10", s.tls_port);
+    let out = common::load_cmd(&["-k", "--npn-list", "http/1.1", "-n", "5", &tls])
+        .output()
+        .unwrap();
+    assert_eq!(common::report(out)["protocol"], "h1");
+}

@@ -18,8 +18,11 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
     /// Target URL(s); several are used round-robin (same scheme, host and port).
-    #[arg(required = true, value_name = "URL")]
+    #[arg(required_unless_present = "input_file", value_name = "URL")]
     urls: Vec<String>,
+    /// Read more URLs from this file, one a line (as h2load's -i).
+    #[arg(short = 'i', long, value_name = "PATH")]
+    input_file: Option<PathBuf>,
     /// Total requests (default 1000 unless -D is given).
     #[arg(short = 'n', long = "requests")]
     requests: Option<u64>,
@@ -55,8 +58,11 @@ pub struct LoadArgs {
     #[arg(long, group = "proto")]
     h3: bool,
     /// ALPN to offer, comma-separated (h2, http/1.1, h3); an alternative to --h1/--h2/--h3.
-    #[arg(long, group = "proto", value_name = "LIST")]
+    #[arg(long, visible_alias = "npn-list", group = "proto", value_name = "LIST")]
     alpn_list: Option<String>,
+    /// For http:// URLs: h2c or http/1.1 (default http/1.1; h2load's -p, whose default is h2c).
+    #[arg(short = 'p', long, value_name = "PROTOID")]
+    no_tls_proto: Option<String>,
     /// Do not verify the server certificate.
     #[arg(short = 'k', long)]
     insecure: bool,
@@ -82,8 +88,8 @@ pub struct LoadArgs {
     /// latency is also reported from the intended send time (coordinated omission corrected).
     #[arg(long, conflicts_with = "rate_per_conn")]
     rate: Option<f64>,
-    /// Open loop: requests per second per connection.
-    #[arg(long)]
+    /// Open loop: requests per second per connection (h2load's --rps).
+    #[arg(long, visible_alias = "rps")]
     rate_per_conn: Option<f64>,
     /// Give up on a request (or connection attempt) after this long.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
@@ -112,6 +118,8 @@ pub struct LoadArgs {
     /// before it, so that shards on several machines measure the same window.
     #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
     start_at: Option<SystemTime>,
+    #[command(flatten)]
+    h2load: crate::h2load::H2loadFlags,
 }
 
 /// One shard of a run: `index` in `0..count`.
@@ -227,6 +235,7 @@ fn parse_cpus(s: &str) -> Result<Vec<usize>> {
 }
 
 fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
+    let clear = a.urls.first().is_some_and(|u| u.starts_with("http://"));
     Ok(if a.h1 {
         Some(Proto::H1)
     } else if a.h2 {
@@ -245,6 +254,14 @@ fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
                 other.unwrap_or("")
             ),
         }
+    } else if let Some(p) = a.no_tls_proto.as_deref() {
+        // As h2load: it chooses for http:// URLs only.
+        let p = match p {
+            "h2c" => Proto::H2c,
+            "http/1.1" => Proto::H1,
+            other => bail!("-p: unsupported protocol '{other}' (use h2c or http/1.1)"),
+        };
+        clear.then_some(p)
     } else {
         None
     })
@@ -333,7 +350,21 @@ fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
     UsageError(msg.to_string()).into()
 }
 
-pub fn run(a: LoadArgs) -> Result<()> {
+pub fn run(mut a: LoadArgs) -> Result<()> {
+    if let Some(why) = a.h2load.refused() {
+        return Err(usage_error(why));
+    }
+    if let Some(path) = &a.input_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("-i: cannot read {}", path.display()))
+            .map_err(|e| usage_error(format!("{e:#}")))?;
+        a.urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
     if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
         return Err(usage_error("-c, -m and -t must be at least 1"));
     }

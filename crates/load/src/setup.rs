@@ -143,13 +143,18 @@ impl Setup {
             (Some(Proto::H2c), true) => bail!("--h2c needs an http URL"),
             (Some(p), _) => p,
         };
-        let dial = o.connect_to.map(str::to_owned).unwrap_or_else(|| {
+        // h2load's --connect-to may leave the port out: the URL's then.
+        let connect_to = o.connect_to.map(|c| match c.rsplit_once(':') {
+            Some((_, p)) if !p.contains(']') => c.to_owned(),
+            _ => format!("{c}:{port}"),
+        });
+        let dial = connect_to.clone().unwrap_or_else(|| {
             format!(
                 "{}:{port}",
                 host.trim_start_matches('[').trim_end_matches(']')
             )
         });
-        let dial = if o.connect_to.is_some() || !host.contains(':') {
+        let dial = if connect_to.is_some() || !host.contains(':') {
             dial
         } else {
             format!(
@@ -398,6 +403,12 @@ mod tests {
         assert!(head(&s).contains("\r\nHost: example.com:8443\r\n"));
         assert_eq!(s.server_name, ServerName::try_from("example.com").unwrap());
         assert_eq!(field(&s, 0, ":authority"), "example.com:8443");
+        // As h2load's: without a port, the URL's.
+        let s = setup(&["https://example.com:8443/x"], |o| {
+            o.connect_to = Some("127.0.0.2")
+        })
+        .unwrap();
+        assert_eq!(s.addr, "127.0.0.2:8443".parse().unwrap());
         // --sni changes only the TLS server name.
         let s = setup(&["https://127.0.0.1:8443/"], |o| o.sni = Some("alt.test")).unwrap();
         assert_eq!(s.server_name, ServerName::try_from("alt.test").unwrap());
