@@ -21,6 +21,8 @@ mod request;
 mod sched;
 mod setup;
 mod shared;
-mod timer;
 mod tls;
 mod worker;
+
+// The worker threads' precise timer, shared with the server.
+use loadterm_runtime::timer;
