@@ -119,9 +119,8 @@ fn main() -> std::process::ExitCode {
     let Err(e) = result else {
         return std::process::ExitCode::SUCCESS;
     };
-    if e.is::<loadterm_ab::cli::Interrupted>() {
-        // The rounds measured were reported; 128 + SIGINT, as a shell says of a command it
-        // stopped.
+    if e.is::<loadterm_load::cli::Interrupted>() || e.is::<loadterm_ab::cli::Interrupted>() {
+        // The results were reported; 128 + SIGINT, as a shell says of a command it stopped.
         eprintln!("loadterm: interrupted");
         return std::process::ExitCode::from(130);
     }

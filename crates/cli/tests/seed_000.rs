@@ -345,7 +345,7 @@ fn untrusted_certificate_stops_early_with_the_reason() {
     let mut args = tls_command(&s, "h2", 4000);
     args.extend(["--json".into(), "-".into(), "-q".into()]);
     let out = load(None, &args);
-    let reason = "tls: certificate verify failed for bench.local: UnknownIssuer \
+    let reason = "tls: certificate verify failed for bench.local: unknown issuer \
                   (use --cacert, SSL_CERT_FILE or -k)";
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -18,8 +18,11 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
     /// Target URL(s); several are used round-robin (same scheme, host and port).
-    #[arg(required = true, value_name = "URL")]
+    #[arg(required_unless_present = "input_file", value_name = "URL")]
     urls: Vec<String>,
+    /// Read more URLs from this file, one a line (as h2load's -i).
+    #[arg(short = 'i', long, value_name = "PATH")]
+    input_file: Option<PathBuf>,
     /// Total requests (default 1000 unless -D is given).
     #[arg(short = 'n', long = "requests")]
     requests: Option<u64>,
@@ -35,9 +38,10 @@ pub struct LoadArgs {
     /// Run for this long instead of a request count (e.g. 10s).
     #[arg(short = 'D', long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// With -D: run this long first without recording.
-    #[arg(long, value_parser = parse_duration, default_value = "0s")]
-    warm_up_time: Duration,
+    /// With -D: run this long first without recording (refused with -n, as h2load needs -D
+    /// for it: a -n run measures every request).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    warm_up_time: Option<Duration>,
     /// Extra request header, `name: value` (repeatable).
     #[arg(short = 'H', long = "header")]
     headers: Vec<String>,
@@ -54,8 +58,11 @@ pub struct LoadArgs {
     #[arg(long, group = "proto")]
     h3: bool,
     /// ALPN to offer, comma-separated (h2, http/1.1, h3); an alternative to --h1/--h2/--h3.
-    #[arg(long, group = "proto", value_name = "LIST")]
+    #[arg(long, visible_alias = "npn-list", group = "proto", value_name = "LIST")]
     alpn_list: Option<String>,
+    /// For http:// URLs: h2c or http/1.1 (default http/1.1; h2load's -p, whose default is h2c).
+    #[arg(short = 'p', long, value_name = "PROTOID")]
+    no_tls_proto: Option<String>,
     /// Do not verify the server certificate.
     #[arg(short = 'k', long)]
     insecure: bool,
@@ -81,8 +88,8 @@ pub struct LoadArgs {
     /// latency is also reported from the intended send time (coordinated omission corrected).
     #[arg(long, conflicts_with = "rate_per_conn")]
     rate: Option<f64>,
-    /// Open loop: requests per second per connection.
-    #[arg(long)]
+    /// Open loop: requests per second per connection (h2load's --rps).
+    #[arg(long, visible_alias = "rps")]
     rate_per_conn: Option<f64>,
     /// Give up on a request (or connection attempt) after this long.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
@@ -111,6 +118,8 @@ pub struct LoadArgs {
     /// before it, so that shards on several machines measure the same window.
     #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
     start_at: Option<SystemTime>,
+    #[command(flatten)]
+    h2load: crate::h2load::H2loadFlags,
 }
 
 /// One shard of a run: `index` in `0..count`.
@@ -226,6 +235,7 @@ fn parse_cpus(s: &str) -> Result<Vec<usize>> {
 }
 
 fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
+    let clear = a.urls.first().is_some_and(|u| u.starts_with("http://"));
     Ok(if a.h1 {
         Some(Proto::H1)
     } else if a.h2 {
@@ -244,6 +254,14 @@ fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
                 other.unwrap_or("")
             ),
         }
+    } else if let Some(p) = a.no_tls_proto.as_deref() {
+        // As h2load: it chooses for http:// URLs only.
+        let p = match p {
+            "h2c" => Proto::H2c,
+            "http/1.1" => Proto::H1,
+            other => bail!("-p: unsupported protocol '{other}' (use h2c or http/1.1)"),
+        };
+        clear.then_some(p)
     } else {
         None
     })
@@ -281,6 +299,48 @@ fn split(slots: &[u64], parts: usize, requests: Option<u64>) -> Vec<(Vec<u64>, O
         .collect()
 }
 
+/// Arguments as a shell line, quoted where needed, to paste and run again.
+fn shell_line(args: impl Iterator<Item = std::ffi::OsString>) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c);
+    args.map(|a| {
+        let a = a.to_string_lossy().into_owned();
+        if !a.is_empty() && a.chars().all(plain) {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+/// What ends a run, for the progress line.
+#[derive(Debug, Clone, Copy)]
+enum Goal {
+    /// -n: this many requests (this process's share).
+    Requests(u64),
+    /// -D: this long from the first send, warm-up included.
+    Time(Duration),
+}
+
+/// The live progress line: elapsed time, the last second's rate, and how far along the run
+/// is, with an estimate of the time left (for -n: at the average rate so far).
+fn progress_line(elapsed: Duration, done: u64, last_s: u64, errors: u64, goal: Goal) -> String {
+    let secs = elapsed.as_secs_f64();
+    let (of, eta) = match goal {
+        Goal::Requests(n) => {
+            let eta = (done > 0 && done < n).then(|| (n - done) as f64 * secs / done as f64);
+            (format!("{done}/{n} done"), eta)
+        }
+        Goal::Time(d) => (
+            format!("{done} done"),
+            Some(d.as_secs_f64() - secs).filter(|s| *s > 0.0),
+        ),
+    };
+    let eta = eta.map_or(String::new(), |s| format!("  ETA {s:.0}s"));
+    format!("{secs:>6.1}s  {last_s:>8} req/s  {of}  {errors} errors{eta}")
+}
+
 /// Invalid options: the binary prints it as clap prints its own and exits with status 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -290,7 +350,21 @@ fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
     UsageError(msg.to_string()).into()
 }
 
-pub fn run(a: LoadArgs) -> Result<()> {
+pub fn run(mut a: LoadArgs) -> Result<()> {
+    if let Some(why) = a.h2load.refused() {
+        return Err(usage_error(why));
+    }
+    if let Some(path) = &a.input_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("-i: cannot read {}", path.display()))
+            .map_err(|e| usage_error(format!("{e:#}")))?;
+        a.urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
     if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
         return Err(usage_error("-c, -m and -t must be at least 1"));
     }
@@ -348,6 +422,11 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
     let requests = match (a.requests, a.duration) {
         (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
+        (_, None) if a.warm_up_time.is_some() => {
+            return Err(usage_error(
+                "--warm-up-time needs -D (as in h2load): a -n run measures every request",
+            ))
+        }
         (n, None) => Some(n.unwrap_or(1000)),
         (None, Some(_)) => None,
     };
@@ -362,6 +441,24 @@ pub fn run(a: LoadArgs) -> Result<()> {
         .swap_remove(s.index),
         None => ((0..a.connections as u64).collect(), requests),
     };
+    // The outputs are opened now, so that a path that cannot be written is refused before
+    // the run rather than after it.
+    let json = a
+        .json
+        .as_deref()
+        .map(JsonOut::open)
+        .transpose()
+        .map_err(|e| usage_error(format!("--json: {e:#}")))?;
+    let hdr_log = a
+        .hdr_log
+        .as_deref()
+        .map(|p| {
+            std::fs::File::create(p)
+                .with_context(|| format!("cannot create {}", p.display()))
+                .map(|f| (f, p))
+        })
+        .transpose()
+        .map_err(|e| usage_error(format!("--hdr-log: {e:#}")))?;
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = a
         .threads
@@ -372,11 +469,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
     let pace = pace(rate_per_conn, a.connections);
     let interactive = !a.quiet && std::io::stderr().is_terminal();
     let progress = interactive.then(|| Arc::new(Progress::default()));
-    let warm = if a.duration.is_some() {
-        a.warm_up_time
-    } else {
-        Duration::ZERO
-    };
+    let warm = a.warm_up_time.unwrap_or_default();
     let now = (SystemTime::now(), Instant::now());
     let (t0, from, late) = start_times(now, a.start_at, warm);
     if a.start_at.is_some() && late > Duration::from_millis(1) {
@@ -386,6 +479,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         );
     }
     let until = a.duration.map(|d| from + d);
+    let stop = signals()?;
     // The slots this process runs (its shard's, when sharded).
     let startup = Arc::new(Startup::new(slots.len()));
     let mut handles = Vec::new();
@@ -404,27 +498,34 @@ pub fn run(a: LoadArgs) -> Result<()> {
                 progress: progress.clone(),
                 cpu: cpus.as_ref().map(|c| c[i % c.len()]),
                 startup: startup.clone(),
+                stop: stop.clone(),
             },
         )?);
     }
     let ticker = progress.clone().map(|p| {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s2 = stop.clone();
+        let total = a
+            .duration
+            .map_or(Goal::Requests(requests.unwrap_or(0)), |d| {
+                Goal::Time(warm + d)
+            });
         let h = std::thread::spawn(move || {
             let mut last = 0;
             while !s2.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));
                 let done = p.done.load(Ordering::Relaxed);
-                eprint!(
-                    "\r{:>6.1}s  {:>10} req/s  {:>10} done  {:>6} errors   ",
-                    t0.elapsed().as_secs_f64(),
-                    done - last,
+                let line = progress_line(
+                    t0.elapsed(),
                     done,
-                    p.errors.load(Ordering::Relaxed)
+                    done - last,
+                    p.errors.load(Ordering::Relaxed),
+                    total,
                 );
+                eprint!("\r{line}   ");
                 last = done;
             }
-            eprint!("\r{:80}\r", "");
+            eprint!("\r{:100}\r", "");
         });
         (stop, h)
     });
@@ -443,15 +544,21 @@ pub fn run(a: LoadArgs) -> Result<()> {
         let _ = h.join();
     }
     let total = total.expect("at least one worker");
-    let duration_s = match (until, total.first_done, total.last_done) {
-        (Some(end), _, _) => end.duration_since(from).as_secs_f64(),
-        (None, Some(_), Some(last)) => last.duration_since(t0).as_secs_f64(),
-        _ => t0.elapsed().as_secs_f64(),
-    };
+    let interrupted = *stop.borrow();
+    let duration_s = match (until, interrupted, total.first_done, total.last_done) {
+        // Interrupted: the window ended then (at once, when it came during the warm-up).
+        (Some(end), Some(at), _, _) => end.min(at).saturating_duration_since(from),
+        (Some(end), None, _, _) => end.duration_since(from),
+        (None, Some(at), _, _) => at.saturating_duration_since(t0),
+        (None, None, Some(_), Some(last)) => last.duration_since(t0),
+        _ => t0.elapsed(),
+    }
+    .as_secs_f64();
     let rep = report::build(
         &total,
         RunInfo {
-            protocol: setup.proto.name().to_owned(),
+            command: Some(shell_line(std::env::args_os().skip(1))),
+            protocol: setup.proto.used(total.alpn).to_owned(),
             urls: a.urls.clone(),
             connections: slots.len(),
             threads,
@@ -468,12 +575,18 @@ pub fn run(a: LoadArgs) -> Result<()> {
                 start_at_unix_s: a.start_at.map(unix_s),
                 late_s: late.as_secs_f64(),
             },
+            interrupted: interrupted.is_some(),
         },
     );
-    if let Some(path) = &a.hdr_log {
-        report::write_hdr_log(&total, wall_clock(now, t0), path)?;
+    if let Some((mut file, path)) = hdr_log {
+        use std::io::Write;
+        file.write_all(&report::hdr_log(&total, wall_clock(now, t0))?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    emit(&rep, a.json.as_deref(), a.quiet)?;
+    emit(&rep, json, a.quiet)?;
+    if interrupted.is_some() {
+        return Err(Interrupted.into());
+    }
     if total.completed == 0 && total.errors.total() > 0 {
         let e = &total.errors;
         let first = total
@@ -499,20 +612,82 @@ pub fn run(a: LoadArgs) -> Result<()> {
     Ok(())
 }
 
-/// The text summary on stdout (unless quiet or the JSON goes there) and the JSON where asked
-/// (`-`: stdout).
-pub(crate) fn emit(rep: &report::Report, json: Option<&str>, quiet: bool) -> Result<()> {
-    let to_stdout = json == Some("-");
+/// The run was stopped by SIGINT; its results were reported. The binary exits with status
+/// 130 (128 + SIGINT), as a shell reports a command killed by it.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
+/// SIGINT ends the run early, with its results (the workers watch the returned receiver: the
+/// instant of the interrupt); a second SIGINT kills the process as usual. SIGUSR1 is ignored:
+/// `kill -USR1 $(pidof loadterm)`, meant for the server's statistics, reaches load clients too,
+/// and its default action would kill them. One thread with its own runtime for the signals.
+fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (mut int, mut usr1) = {
+        let _in_rt = rt.enter();
+        (
+            signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?,
+        )
+    };
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    std::thread::Builder::new()
+        .name("load-signals".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                loop {
+                    tokio::select! {
+                        Some(()) = int.recv() => break,
+                        Some(()) = usr1.recv() => {}
+                        else => return,
+                    }
+                }
+                let _ = tx.send(Some(Instant::now()));
+                // SAFETY: plain sigaction call; the default action back, so that a second
+                // SIGINT kills a run whose summary the user will not wait for.
+                unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+                while usr1.recv().await.is_some() {}
+            })
+        })
+        .context("cannot start the signal thread")?;
+    Ok(rx)
+}
+
+/// Where the JSON report goes: stdout, or a file created before the run.
+pub(crate) enum JsonOut {
+    Stdout,
+    File(std::fs::File, String),
+}
+
+impl JsonOut {
+    /// `-` is stdout; any other path is created (truncated) now.
+    pub(crate) fn open(path: &str) -> Result<JsonOut> {
+        if path == "-" {
+            return Ok(JsonOut::Stdout);
+        }
+        let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
+        Ok(JsonOut::File(f, path.to_owned()))
+    }
+}
+
+/// The text summary on stdout (unless quiet or the JSON goes there) and the JSON where asked.
+pub(crate) fn emit(rep: &report::Report, json: Option<JsonOut>, quiet: bool) -> Result<()> {
+    use std::io::Write;
+    let to_stdout = matches!(json, Some(JsonOut::Stdout));
     if !(quiet || to_stdout) {
         stdout(&report::text(rep))?;
     }
-    if let Some(j) = json {
-        let doc = serde_json::to_string_pretty(rep)? + "\n";
-        if to_stdout {
-            stdout(&doc)?;
-        } else {
-            std::fs::write(j, doc).with_context(|| format!("cannot write {j}"))?;
-        }
+    let doc = || -> Result<String> { Ok(serde_json::to_string_pretty(rep)? + "\n") };
+    match json {
+        None => {}
+        Some(JsonOut::Stdout) => stdout(&doc()?)?,
+        Some(JsonOut::File(mut f, path)) => f
+            .write_all(doc()?.as_bytes())
+            .with_context(|| format!("cannot write {path}"))?,
     }
     Ok(())
 }
@@ -541,6 +716,33 @@ mod tests {
             threads,
             requests,
         )
+    }
+
+    #[test]
+    fn command_lines_paste_back() {
+        let line = shell_line(
+            ["load", "-n", "5", "http://h/?s=1k&t=5", "-H", "x: it's", ""]
+                .into_iter()
+                .map(Into::into),
+        );
+        assert_eq!(line, r"load -n 5 'http://h/?s=1k&t=5' -H 'x: it'\''s' ''");
+    }
+
+    #[test]
+    fn progress_lines() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            progress_line(s(2), 400, 200, 0, Goal::Requests(1000)),
+            "   2.0s       200 req/s  400/1000 done  0 errors  ETA 3s"
+        );
+        assert_eq!(
+            progress_line(s(3), 1000, 10, 1, Goal::Requests(1000)),
+            "   3.0s        10 req/s  1000/1000 done  1 errors"
+        );
+        assert_eq!(
+            progress_line(s(4), 50, 10, 0, Goal::Time(s(10))),
+            "   4.0s        10 req/s  50 done  0 errors  ETA 6s"
+        );
     }
 
     #[test]
@@ -612,6 +814,8 @@ mod tests {
             &["ftp://127.0.0.1:9/"],
             &["--cpus", "3-1", "http://127.0.0.1:9/"],
             &["-n", "1", "-D", "1s", "http://127.0.0.1:9/"],
+            &["-n", "1", "--warm-up-time", "1s", "http://127.0.0.1:9/"],
+            &["--json", "/nonexistent/x.json", "http://127.0.0.1:9/"],
         ] {
             let e = run(args(argv).unwrap()).unwrap_err();
             assert!(e.downcast_ref::<UsageError>().is_some(), "{argv:?}: {e:#}");

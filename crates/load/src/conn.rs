@@ -2,7 +2,7 @@
 //! as needed, each connection handed to the client of its protocol (`h1`, `h2`, `h3`).
 
 use crate::inflight::End;
-use crate::record::{ErrorKind, Failure};
+use crate::record::{ErrorKind, Failure, ALPN_H1, ALPN_H2};
 use crate::sched::Schedules;
 use crate::setup::Proto;
 use crate::shared::WorkerRef;
@@ -64,7 +64,11 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Fa
             .await
             .map_err(|_| crate::tls::failure(&name, "handshake timed out"))?
             .map_err(|e| crate::tls::failure(&name, &e.to_string()))?;
-            if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            if setup.proto == Proto::Alpn {
+                w.rec.borrow_mut().alpn |= if h2 { ALPN_H2 } else { ALPN_H1 };
+            }
+            if h2 {
                 w.startup.connected();
                 Ok(crate::h2::connection(w, tls, &mut scheds.streams).await)
             } else if setup.proto == Proto::H2 {

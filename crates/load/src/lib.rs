@@ -5,11 +5,12 @@
 //! `h1`, `h2`, `h3` → `inflight` (requests in flight and their outcomes), with `shared` (a
 //! worker's state), `sched` (pacing), `record`, `timer` and `setup` (with `request`, `tls`)
 //! beneath. `merge` (sans-I/O) combines the reports and interval logs of several runs;
-//! `merge_cmd` is its command line.
+//! `merge_cmd` is its command line; `h2load` the h2load flags `cli` refuses or takes as is.
 pub mod cli;
 mod conn;
 mod h1;
 mod h2;
+mod h2load;
 mod h3;
 mod inflight;
 pub mod merge;
@@ -20,6 +21,8 @@ mod request;
 mod sched;
 mod setup;
 mod shared;
-mod timer;
 mod tls;
 mod worker;
+
+// The worker threads' precise timer, shared with the server.
+use loadterm_runtime::timer;

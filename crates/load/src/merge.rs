@@ -174,6 +174,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     Ok(Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        command: None,
         protocol: protocols.join("+"),
         urls,
         connections: all().map(|r| r.connections).sum(),
@@ -210,6 +211,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
         },
         open_loop,
         timeseries,
+        interrupted: all().any(|r| r.interrupted),
         runs: all().map(|r| r.runs).sum(),
         shard: None,
         clock: Clock {
@@ -360,6 +362,7 @@ mod tests {
         build(
             &r,
             RunInfo {
+                command: None,
                 protocol: "h1".into(),
                 urls: vec!["http://127.0.0.1:1/".into()],
                 connections: 2,
@@ -374,6 +377,7 @@ mod tests {
                     start_at_unix_s: Some(1e9),
                     late_s: shift_s,
                 },
+                interrupted: false,
             },
         )
     }
@@ -535,19 +539,7 @@ mod tests {
     fn log(origin: f64, hists: &[Histogram<u64>]) -> Vec<u8> {
         let mut r = Recorder::new(Instant::now(), Instant::now(), None, true);
         r.intervals = Some(hists.to_vec());
-        let dir = std::env::temp_dir().join(format!(
-            "loadterm-merge-test-{}-{origin}",
-            std::process::id()
-        ));
-        report::write_hdr_log(
-            &r,
-            SystemTime::UNIX_EPOCH + Duration::from_secs_f64(origin),
-            &dir,
-        )
-        .unwrap();
-        let bytes = std::fs::read(&dir).unwrap();
-        std::fs::remove_file(&dir).unwrap();
-        bytes
+        report::hdr_log(&r, SystemTime::UNIX_EPOCH + Duration::from_secs_f64(origin)).unwrap()
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `loadterm merge` command line: reads the files, hands them to `merge`, writes the results.
 
-use crate::cli::{emit, UsageError};
+use crate::cli::{emit, JsonOut, UsageError};
 use crate::merge;
 use crate::report::Report;
 use anyhow::{Context, Result};
@@ -71,7 +71,8 @@ pub fn run(a: MergeArgs) -> Result<()> {
         std::fs::write(path, log).with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(r) = &report {
-        emit(r, a.json.as_deref(), a.quiet)?;
+        let json = a.json.as_deref().map(JsonOut::open).transpose()?;
+        emit(r, json, a.quiet)?;
     }
     Ok(())
 }

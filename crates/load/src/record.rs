@@ -120,7 +120,12 @@ pub struct Recorder {
     pub series: Vec<(u64, u64)>,
     /// Per-second latency histograms, when an interval log was asked for.
     pub intervals: Option<Vec<Histogram<u64>>>,
+    /// With ALPN: the protocols servers picked, `ALPN_H1` and `ALPN_H2` bits.
+    pub alpn: u8,
 }
+
+pub const ALPN_H1: u8 = 1;
+pub const ALPN_H2: u8 = 2;
 
 fn us(d: Duration) -> u64 {
     (d.as_micros() as u64).clamp(1, MAX_US)
@@ -150,6 +155,7 @@ impl Recorder {
             last_done: None,
             series: Vec::new(),
             intervals: intervals.then(Vec::new),
+            alpn: 0,
         }
     }
 
@@ -248,6 +254,7 @@ impl Recorder {
             *self.status.entry(*k).or_default() += v;
         }
         self.interim += o.interim;
+        self.alpn |= o.alpn;
         self.errors.add(&o.errors);
         for (kind, (at, reason)) in &o.first_reasons {
             match self.first_reasons.get(kind) {

@@ -90,6 +90,10 @@ pub struct Second {
 pub struct Report {
     pub tool: String,
     pub version: String,
+    /// The command line, shell-quoted (`load -n 1000 'http://…'`); none in a merged report.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The protocol used: with ALPN, the one servers picked (`h1+h2` if both were).
     pub protocol: String,
     pub urls: Vec<String>,
     pub connections: usize,
@@ -109,6 +113,10 @@ pub struct Report {
     pub latency_corrected_us: Option<Percentiles>,
     pub open_loop: Option<OpenLoop>,
     pub timeseries: Vec<Second>,
+    /// The run was stopped by SIGINT before its end: the figures cover the window up to then.
+    /// Absent from reports of versions before it: false.
+    #[serde(default)]
+    pub interrupted: bool,
     /// How many runs this report stands for: 1, or the number `loadterm merge` combined.
     pub runs: usize,
     pub shard: Option<ShardInfo>,
@@ -169,6 +177,7 @@ pub(crate) fn decode(s: &str) -> anyhow::Result<Histogram<u64>> {
 }
 
 pub struct RunInfo {
+    pub command: Option<String>,
     pub protocol: String,
     pub urls: Vec<String>,
     pub connections: usize,
@@ -179,6 +188,8 @@ pub struct RunInfo {
     pub rate: Option<f64>,
     pub shard: Option<ShardInfo>,
     pub clock: Clock,
+    /// Stopped by SIGINT.
+    pub interrupted: bool,
 }
 
 pub fn build(r: &Recorder, info: RunInfo) -> Report {
@@ -204,6 +215,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
     Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        command: info.command,
         protocol: info.protocol,
         urls: info.urls,
         connections: info.connections,
@@ -253,6 +265,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
                 errors: *e,
             })
             .collect(),
+        interrupted: info.interrupted,
         runs: 1,
         shard: info.shard,
         clock: info.clock,
@@ -283,16 +296,60 @@ fn size(b: f64) -> String {
     }
 }
 
-/// The h2load-like text summary.
+/// h2load's name for a protocol (its "Application protocol:" line).
+fn application_protocol(p: &str) -> String {
+    p.split('+')
+        .map(|p| match p {
+            "h1" => "http/1.1",
+            "alpn" => "none negotiated",
+            p => p,
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The latency table's columns, the header right-aligned over its values.
+const COLUMNS: [(&str, usize); 8] = [
+    ("min", 9),
+    ("mean", 10),
+    ("sd", 9),
+    ("max", 10),
+    ("p50", 9),
+    ("p90", 9),
+    ("p99", 9),
+    ("p99.9", 9),
+];
+
+/// One row of the latency table: a 16-character name, then the columns.
+fn row(name: &str, cells: [String; 8]) -> String {
+    let mut line = format!("{name:16}");
+    for ((_, width), cell) in COLUMNS.iter().zip(cells) {
+        line += &format!(" {cell:>width$}");
+    }
+    line + "\n"
+}
+
+/// The h2load-like text summary: what was run first, so that it can be pasted as it is.
 pub fn text(r: &Report) -> String {
     let mut s = String::new();
     let e = &r.errors.transport;
+    s += &match &r.command {
+        Some(c) => format!("{} {}: {c}\n", r.tool, r.version),
+        None => format!("{} {}\n", r.tool, r.version),
+    };
+    s += &format!(
+        "Application protocol: {}\n",
+        application_protocol(&r.protocol)
+    );
     s += &format!(
         "finished in {:.2}s, {:.2} req/s, {}/s\n",
         r.duration_s,
         r.rps,
         size(r.bytes_per_s)
     );
+    if r.interrupted {
+        s += "interrupted (SIGINT): the figures cover the run up to then\n";
+    }
     if let Some(sh) = &r.shard {
         s += &format!("shard {}/{}\n", sh.index, sh.count);
     }
@@ -354,23 +411,25 @@ pub fn text(r: &Report) -> String {
             o.rate, o.sent, o.late, o.missed
         );
     }
-    s += "                  min       mean        sd        max       p50       p90       p99     p99.9\n";
+    s += &row("", COLUMNS.map(|(name, _)| name.to_owned()));
     for (name, p) in [
         ("time for request", &r.latency_us),
         ("  corrected (CO)", &r.latency_corrected_us),
         ("time to 1st byte", &r.ttfb_us),
     ] {
         if let Some(p) = p {
-            s += &format!(
-                "{name} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-                ms(p.min as f64),
-                ms(p.mean),
-                ms(p.stdev),
-                ms(p.max as f64),
-                ms(p.p50 as f64),
-                ms(p.p90 as f64),
-                ms(p.p99 as f64),
-                ms(p.p99_9 as f64)
+            s += &row(
+                name,
+                [
+                    ms(p.min as f64),
+                    ms(p.mean),
+                    ms(p.stdev),
+                    ms(p.max as f64),
+                    ms(p.p50 as f64),
+                    ms(p.p90 as f64),
+                    ms(p.p99 as f64),
+                    ms(p.p99_9 as f64),
+                ],
             );
         }
     }
@@ -379,11 +438,7 @@ pub fn text(r: &Report) -> String {
 
 /// HdrHistogram interval log (one interval per second, request latency in microseconds);
 /// `start` is the wall-clock time of second 0, so that logs of several runs can be aligned.
-pub fn write_hdr_log(
-    r: &Recorder,
-    start: std::time::SystemTime,
-    path: &std::path::Path,
-) -> anyhow::Result<()> {
+pub fn hdr_log(r: &Recorder, start: std::time::SystemTime) -> anyhow::Result<Vec<u8>> {
     use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
     use hdrhistogram::serialization::V2DeflateSerializer;
     let mut out = Vec::new();
@@ -404,7 +459,7 @@ pub fn write_hdr_log(
         .map_err(|e| anyhow::anyhow!("interval log: {e:?}"))?;
     }
     drop(w);
-    std::fs::write(path, out).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -415,6 +470,7 @@ mod tests {
 
     fn info(rate: Option<f64>) -> RunInfo {
         RunInfo {
+            command: Some("load -n 15 'http://127.0.0.1/?s=1k&t=5'".into()),
             protocol: "h1".into(),
             urls: vec!["http://127.0.0.1/".into()],
             connections: 2,
@@ -429,6 +485,7 @@ mod tests {
                 start_at_unix_s: None,
                 late_s: 0.0,
             },
+            interrupted: false,
         }
     }
 
@@ -506,6 +563,38 @@ mod tests {
         // Sending more than the rate asked for is not a negative miss.
         let rep = build(&recorder(), info(Some(5.0)));
         assert_eq!(rep.open_loop.unwrap().missed, 0);
+    }
+
+    #[test]
+    fn summary_starts_with_what_was_run_and_lines_up() {
+        let text = text(&build(&recorder(), info(None)));
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some(concat!(
+                "loadterm ",
+                env!("CARGO_PKG_VERSION"),
+                ": load -n 15 'http://127.0.0.1/?s=1k&t=5'"
+            ))
+        );
+        assert_eq!(lines.next(), Some("Application protocol: http/1.1"));
+        // Each header ends where the values under it end.
+        let header = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("min"))
+            .unwrap();
+        let values = text.lines().find(|l| l.starts_with("time for")).unwrap();
+        assert_eq!(header.len(), values.len(), "{header}\n{values}");
+        for (name, _) in COLUMNS {
+            let end = header.find(name).unwrap() + name.len();
+            assert_ne!(&values[end - 1..end], " ", "{name}:\n{header}\n{values}");
+            assert!(
+                end == values.len() || &values[end..end + 1] == " ",
+                "{name}:\n{header}\n{values}"
+            );
+        }
+        assert_eq!(application_protocol("h1+h2"), "http/1.1, h2");
+        assert_eq!(application_protocol("alpn"), "none negotiated");
     }
 
     #[test]

@@ -20,6 +20,18 @@ pub enum Proto {
 }
 
 impl Proto {
+    /// The protocol used: the one asked for, or with ALPN the ones servers picked
+    /// (`record::ALPN_*` bits; none yet: `alpn`).
+    pub fn used(self, alpn: u8) -> &'static str {
+        use crate::record::{ALPN_H1, ALPN_H2};
+        match (self, alpn) {
+            (Proto::Alpn, ALPN_H1) => "h1",
+            (Proto::Alpn, ALPN_H2) => "h2",
+            (Proto::Alpn, a) if a == ALPN_H1 | ALPN_H2 => "h1+h2",
+            (p, _) => p.name(),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Proto::H1 => "h1",
@@ -70,6 +82,26 @@ pub struct Options<'a> {
     pub timeout: Duration,
 }
 
+/// The URL's port, or `default` when it names none (or an empty one, RFC 3986 §3.2.3). http's
+/// `port_u16` reads a port that is not a number below 65536 as none, which silently dialled
+/// the default port (`:99999`, `:abc` went to 80): that is refused here.
+fn url_port(u: &http::Uri, default: u16) -> Result<u16> {
+    let authority = u.authority().map_or("", |a| a.as_str());
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = match host_port.rsplit_once(':') {
+        // `[v6]` alone: that colon is the address's.
+        Some((_, p)) if !p.contains(']') => p,
+        _ => return Ok(default),
+    };
+    if port.is_empty() {
+        return Ok(default);
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
+        _ => bail!("invalid port '{port}' in URL '{u}' (a number from 1 to 65535)"),
+    }
+}
+
 impl Setup {
     pub fn new(o: &Options<'_>) -> Result<Setup> {
         let uris: Vec<http::Uri> = o
@@ -91,12 +123,14 @@ impl Setup {
             s => bail!("unsupported scheme '{s}' (use http or https)"),
         };
         let host = first.host().context("URL needs a host")?.to_owned();
-        let port = first.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        for u in &uris[1..] {
-            if u.scheme_str() != Some(&scheme)
-                || u.host() != Some(&host)
-                || u.port_u16().unwrap_or(if tls { 443 } else { 80 }) != port
-            {
+        let default_port = if tls { 443 } else { 80 };
+        let ports = uris
+            .iter()
+            .map(|u| url_port(u, default_port))
+            .collect::<Result<Vec<u16>>>()?;
+        let port = ports[0];
+        for (u, &p) in uris.iter().zip(&ports).skip(1) {
+            if u.scheme_str() != Some(&scheme) || u.host() != Some(&host) || p != port {
                 bail!("all URLs must share scheme, host and port ({u} differs from {first})");
             }
         }
@@ -109,13 +143,18 @@ impl Setup {
             (Some(Proto::H2c), true) => bail!("--h2c needs an http URL"),
             (Some(p), _) => p,
         };
-        let dial = o.connect_to.map(str::to_owned).unwrap_or_else(|| {
+        // h2load's --connect-to may leave the port out: the URL's then.
+        let connect_to = o.connect_to.map(|c| match c.rsplit_once(':') {
+            Some((_, p)) if !p.contains(']') => c.to_owned(),
+            _ => format!("{c}:{port}"),
+        });
+        let dial = connect_to.clone().unwrap_or_else(|| {
             format!(
                 "{}:{port}",
                 host.trim_start_matches('[').trim_end_matches(']')
             )
         });
-        let dial = if o.connect_to.is_some() || !host.contains(':') {
+        let dial = if connect_to.is_some() || !host.contains(':') {
             dial
         } else {
             format!(
@@ -134,7 +173,6 @@ impl Setup {
             .to_owned();
         let server_name = ServerName::try_from(sni.clone())
             .with_context(|| format!("invalid TLS server name '{sni}'"))?;
-        let default_port = if tls { 443 } else { 80 };
         let authority = if port == default_port {
             host.clone()
         } else {
@@ -318,6 +356,32 @@ mod tests {
     }
 
     #[test]
+    fn bad_ports_are_refused() {
+        for url in [
+            "http://127.0.0.1:99999/",
+            "http://127.0.0.1:65536/",
+            "http://127.0.0.1:abc/",
+            "http://127.0.0.1:0/",
+            "http://127.0.0.1:+80/",
+            "https://127.0.0.1:70000/",
+            "https://[::1]:70000/",
+        ] {
+            let e = setup(&[url], |_| {}).err().map(|e| format!("{e:#}"));
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("invalid port")),
+                "{url}: {e:?}"
+            );
+        }
+        // In a second URL too.
+        assert!(setup(&["http://127.0.0.1:1/", "http://127.0.0.1:99999/"], |_| {}).is_err());
+        // An empty port is the scheme's default.
+        let s = setup(&["http://127.0.0.1:/"], |_| {}).unwrap();
+        assert_eq!(s.addr.port(), 80);
+        let s = setup(&["https://[::1]:65535/"], |_| {}).unwrap();
+        assert_eq!(s.addr.port(), 65535);
+    }
+
+    #[test]
     fn ipv6_literals() {
         let s = setup(&["https://[::1]:8443/"], |_| {}).unwrap();
         assert_eq!(s.addr, "[::1]:8443".parse().unwrap());
@@ -339,6 +403,12 @@ mod tests {
         assert!(head(&s).contains("\r\nHost: example.com:8443\r\n"));
         assert_eq!(s.server_name, ServerName::try_from("example.com").unwrap());
         assert_eq!(field(&s, 0, ":authority"), "example.com:8443");
+        // As h2load's: without a port, the URL's.
+        let s = setup(&["https://example.com:8443/x"], |o| {
+            o.connect_to = Some("127.0.0.2")
+        })
+        .unwrap();
+        assert_eq!(s.addr, "127.0.0.2:8443".parse().unwrap());
         // --sni changes only the TLS server name.
         let s = setup(&["https://127.0.0.1:8443/"], |o| o.sni = Some("alt.test")).unwrap();
         assert_eq!(s.server_name, ServerName::try_from("alt.test").unwrap());

@@ -28,6 +28,8 @@ pub struct Startup {
     failed: AtomicU64,
     connected: AtomicBool,
     stopped: AtomicBool,
+    /// The warning that the rate cannot be carried was printed (by one worker, once).
+    rate_warned: AtomicBool,
 }
 
 impl Startup {
@@ -37,7 +39,13 @@ impl Startup {
             failed: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            rate_warned: AtomicBool::new(false),
         }
+    }
+
+    /// True the first time only: whether to print the warning that the rate cannot be carried.
+    pub fn first_rate_warning(&self) -> bool {
+        !self.rate_warned.swap(true, Ordering::Relaxed)
     }
 
     /// A connection was made (TCP, TLS and ALPN done, or QUIC handshake done).
@@ -45,6 +53,11 @@ impl Startup {
         if !self.connected.load(Ordering::Relaxed) {
             self.connected.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a connection was ever made.
+    pub fn any_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
     }
 
     /// A slot's first attempt failed.

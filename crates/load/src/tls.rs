@@ -68,21 +68,36 @@ fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
         .with_context(|| format!("{}: malformed PEM", path.display()))
 }
 
-fn add_all(
-    roots: &mut rustls::RootCertStore,
+/// The trusted certificates: as trust anchors, and as they are (see [`Verifier`]).
+#[derive(Debug)]
+struct Roots {
+    store: rustls::RootCertStore,
     certs: Vec<CertificateDer<'static>>,
-    path: &Path,
-) -> Result<()> {
+}
+
+impl Roots {
+    fn add(&mut self, c: CertificateDer<'static>) -> Result<(), rustls::Error> {
+        self.store.add(c.clone())?;
+        self.certs.push(c);
+        Ok(())
+    }
+}
+
+fn add_all(roots: &mut Roots, certs: Vec<CertificateDer<'static>>, path: &Path) -> Result<()> {
     for c in certs {
         roots
             .add(c)
+            .map_err(|e| anyhow::anyhow!("{}", readable(&e.to_string())))
             .with_context(|| format!("{}: unusable certificate", path.display()))?;
     }
     Ok(())
 }
 
-fn load_roots(sources: &[Trust]) -> Result<rustls::RootCertStore> {
-    let mut roots = rustls::RootCertStore::empty();
+fn load_roots(sources: &[Trust]) -> Result<Roots> {
+    let mut roots = Roots {
+        store: rustls::RootCertStore::empty(),
+        certs: Vec::new(),
+    };
     for source in sources {
         match source {
             Trust::File { path, from } => {
@@ -117,7 +132,7 @@ fn load_roots(sources: &[Trust]) -> Result<rustls::RootCertStore> {
             }
         }
     }
-    if roots.is_empty() {
+    if roots.certs.is_empty() {
         bail!(
             "no trusted CA certificate found (looked in {}): use --cacert, SSL_CERT_FILE, \
              SSL_CERT_DIR or -k",
@@ -135,9 +150,63 @@ fn load_roots(sources: &[Trust]) -> Result<rustls::RootCertStore> {
     Ok(roots)
 }
 
+/// rustls's message in words: rustls and webpki print many of their errors with Debug
+/// (`Other(OtherError(CaUsedAsEndEntity))`, `received fatal alert: HandshakeFailure`); the
+/// wrappers go and each CamelCase name becomes lower-case words. (QUIC handshake errors reach
+/// us as quinn's copy of that text only, so the text is what is rewritten.)
+pub fn readable(rustls_message: &str) -> String {
+    let mut m = rustls_message.to_owned();
+    while let Some(start) = m.find("Other(OtherError(") {
+        let inner = start + "Other(OtherError(".len();
+        match m[inner..].find("))") {
+            Some(end) => {
+                m = format!(
+                    "{}{}{}",
+                    &m[..start],
+                    &m[inner..inner + end],
+                    &m[inner + end + 2..]
+                )
+            }
+            None => break,
+        }
+    }
+    let mut out = String::with_capacity(m.len() + 8);
+    for (i, word) in m.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let name = word.trim_end_matches([',', ';', ':', '.', ')']);
+        let camel = name.len() > 1
+            && name.starts_with(|c: char| c.is_ascii_uppercase())
+            && name.chars().all(|c| c.is_ascii_alphanumeric())
+            && name.chars().any(|c| c.is_ascii_lowercase())
+            && name.chars().skip(1).any(|c| c.is_ascii_uppercase());
+        if !camel {
+            out.push_str(word);
+            continue;
+        }
+        // webpki checks this before the issuer: what it means here is a self-signed
+        // certificate (`openssl req -x509` sets CA:TRUE) that is not one of the trusted ones.
+        if name == "CaUsedAsEndEntity" {
+            out.push_str("self-signed or CA certificate (CA:TRUE) that is not itself trusted");
+            out.push_str(&word[name.len()..]);
+            continue;
+        }
+        for (k, c) in name.chars().enumerate() {
+            if c.is_ascii_uppercase() && k > 0 {
+                out.push(' ');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out.push_str(&word[name.len()..]);
+    }
+    out
+}
+
 /// A failed TLS (or QUIC) handshake with `name`, from rustls's message; a certificate the
 /// client does not trust says how to fix it.
 pub fn failure(name: &str, rustls_message: &str) -> Failure {
+    let rustls_message = readable(rustls_message);
     let reason = match rustls_message.strip_prefix("invalid peer certificate: ") {
         Some(why) => format!(
             "certificate verify failed for {name}: {why} (use --cacert, SSL_CERT_FILE or -k)"
@@ -187,6 +256,133 @@ impl ServerCertVerifier for Insecure {
     }
 }
 
+/// webpki's verification, and also what OpenSSL (curl, h2load) trusts and webpki does not: a
+/// server certificate that is exactly one of the trusted certificates. `openssl req -x509`
+/// makes self-signed certificates with CA:TRUE, which webpki refuses as a server's own
+/// (`CaUsedAsEndEntity`) even when given with `--cacert`. Such a certificate must still be
+/// valid now and for the server name, as OpenSSL and curl require.
+#[derive(Debug)]
+struct Verifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    trusted: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if !self.trusted.iter().any(|c| c == end_entity) {
+            return self.webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            );
+        }
+        use rustls::CertificateError as E;
+        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| E::BadEncoding)?;
+        cert.verify_is_valid_for_subject_name(server_name)
+            .map_err(|_| E::NotValidForNameContext {
+                expected: server_name.to_owned(),
+                presented: cert.valid_dns_names().map(str::to_owned).collect(),
+            })?;
+        let (not_before, not_after) = validity(end_entity).ok_or(E::BadEncoding)?;
+        if now.as_secs() < not_before {
+            return Err(E::NotValidYetContext {
+                time: now,
+                not_before: UnixTime::since_unix_epoch(std::time::Duration::from_secs(not_before)),
+            }
+            .into());
+        }
+        if now.as_secs() > not_after {
+            return Err(E::ExpiredContext {
+                time: now,
+                not_after: UnixTime::since_unix_epoch(std::time::Duration::from_secs(not_after)),
+            }
+            .into());
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// A certificate's validity (notBefore, notAfter) in Unix seconds, read from its DER (RFC 5280
+/// §4.1: Certificate = SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL, serial,
+/// signature, issuer, validity SEQUENCE { Time, Time }, ... }, ... }); webpki keeps it private.
+fn validity(der: &[u8]) -> Option<(u64, u64)> {
+    /// One DER element: (tag, contents, rest).
+    fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, b) = b.split_first()?;
+        let (&first, mut b) = b.split_first()?;
+        let len = match first {
+            n if n < 0x80 => n as usize,
+            0x81..=0x84 => {
+                let k = (first & 0x7f) as usize;
+                let (bytes, rest) = b.split_at_checked(k)?;
+                b = rest;
+                bytes.iter().fold(0usize, |a, &x| (a << 8) | x as usize)
+            }
+            _ => return None,
+        };
+        let (value, rest) = b.split_at_checked(len)?;
+        Some((tag, value, rest))
+    }
+    /// UTCTime (`YYMMDDHHMMSSZ`, years 1950-2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+    fn time(tag: u8, v: &[u8]) -> Option<u64> {
+        let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+        let (year, rest) = match (tag, s.len()) {
+            (0x17, 12) => {
+                let yy: i32 = s[..2].parse().ok()?;
+                (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &s[2..])
+            }
+            (0x18, 14) => (s[..4].parse().ok()?, &s[4..]),
+            _ => return None,
+        };
+        let n = |r: std::ops::Range<usize>| rest.get(r)?.parse::<u8>().ok();
+        let date =
+            time::Date::from_calendar_date(year, n(0..2)?.try_into().ok()?, n(2..4)?).ok()?;
+        let t = time::Time::from_hms(n(4..6)?, n(6..8)?, n(8..10)?).ok()?;
+        u64::try_from(date.with_time(t).assume_utc().unix_timestamp()).ok()
+    }
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2;
+    }
+    for _ in 0..3 {
+        rest = tlv(rest)?.2; // serial, signature algorithm, issuer
+    }
+    let (_, validity, _) = tlv(rest)?;
+    let (t1, v1, rest) = tlv(validity)?;
+    let (t2, v2, _) = tlv(rest)?;
+    Some((time(t1, v1)?, time(t2, v2)?))
+}
+
 pub fn client_config(
     insecure: bool,
     cacert: Option<&Path>,
@@ -205,8 +401,19 @@ pub fn client_config(
             std::env::var_os("SSL_CERT_FILE"),
             std::env::var_os("SSL_CERT_DIR"),
         );
+        let roots = load_roots(&sources)?;
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots.store),
+            provider(),
+        )
+        .build()
+        .context("certificate verifier")?;
         builder
-            .with_root_certificates(load_roots(&sources)?)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Verifier {
+                webpki,
+                trusted: roots.certs,
+            }))
             .with_no_client_auth()
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -289,17 +496,65 @@ mod tests {
     }
 
     #[test]
+    fn messages_carry_no_debug_text() {
+        assert_eq!(
+            readable("invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))"),
+            "invalid peer certificate: self-signed or CA certificate (CA:TRUE) that is not \
+             itself trusted"
+        );
+        assert_eq!(
+            readable("received fatal alert: HandshakeFailure"),
+            "received fatal alert: handshake failure"
+        );
+        assert_eq!(
+            readable("invalid peer certificate: UnknownIssuer"),
+            "invalid peer certificate: unknown issuer"
+        );
+        // Words and names that are not CamelCase stay.
+        assert_eq!(
+            readable("peer is incompatible: TLS 1.3 with X25519 (QUIC)"),
+            "peer is incompatible: TLS 1.3 with X25519 (QUIC)"
+        );
+    }
+
+    #[test]
+    fn validity_of_a_certificate() {
+        // `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1
+        // -subj /CN=bench.local`: valid from 2026-11-26 09:07:50 UTC for a day (UTCTime).
+        const PEM: &str = "\
+-----BEGIN CERTIFICATE-----
+MIIBmDCCAT+gAwIBAgIUeR/mEW35E/rLDqGd+7QBCKKaouMwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLYmVuY2gubG9jYWwwHhcNMjYxMTI2MDkwNzUwWhcNMjYxMTI3
+MDkwNzUwWjAWMRQwEgYDVQQDDAtiZW5jaC5sb2NhbDBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABEUcG3OPVT0D216JrP0KGWGM12qU5rJcq8fuR8XGIIcW68hNGBts
+IrQDyhIxwiRcMeAaqqAPUUTMVcstGXhtc4WjazBpMB0GA1UdDgQWBBQbOiBCKjHz
+XobcKt3AUjk/SIoJojAfBgNVHSMEGDAWgBQbOiBCKjHzXobcKt3AUjk/SIoJojAP
+BgNVHRMBAf8EBTADAQH/MBYGA1UdEQQPMA2CC2JlbmNoLmxvY2FsMAoGCCqGSM49
+BAMCA0cAMEQCIGRHPgFhfExWK7MxTY/Q0oGR/5t0Ad49q4B/VLyXUAxLAiB4LNdO
+VNMFiGbTDNReCZd5lUQZS6GqIwZDsaXuT3uHfw==
+-----END CERTIFICATE-----";
+        let der = rustls_pemfile::certs(&mut PEM.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        let not_before = 1_795_684_070;
+        assert_eq!(validity(&der), Some((not_before, not_before + 86_400)));
+        assert_eq!(validity(&der[..40]), None);
+        assert_eq!(validity(b"\x30\x80"), None);
+    }
+
+    #[test]
     fn failures_say_why_and_what_to_do() {
         let f = failure("bench.local", "invalid peer certificate: UnknownIssuer");
         assert_eq!(f.kind, ErrorKind::Tls);
         assert_eq!(
             f.reason,
-            "tls: certificate verify failed for bench.local: UnknownIssuer \
+            "tls: certificate verify failed for bench.local: unknown issuer \
              (use --cacert, SSL_CERT_FILE or -k)"
         );
         assert_eq!(
             failure("x", "received fatal alert: HandshakeFailure").reason,
-            "tls: handshake with x failed: received fatal alert: HandshakeFailure"
+            "tls: handshake with x failed: received fatal alert: handshake failure"
         );
     }
 }

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What one worker thread is given.
 pub struct Job {
@@ -31,6 +31,8 @@ pub struct Job {
     pub cpu: Option<usize>,
     /// Shared by every worker: stops the run when no connection can be made.
     pub startup: Arc<Startup>,
+    /// Set (to when) once the run is interrupted: the worker stops and returns what it has.
+    pub stop: tokio::sync::watch::Receiver<Option<Instant>>,
 }
 
 /// Start worker thread `i`.
@@ -69,27 +71,73 @@ async fn run(job: Job) -> Result<Recorder> {
         startup: job.startup,
         retries: RefCell::default(),
     });
-    tokio::time::sleep_until(job.t0.into()).await;
-    let tasks: Vec<_> = job
-        .conns
-        .iter()
-        .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
-        .collect();
-    let all = futures::future::join_all(tasks);
-    match job.until {
-        Some(end) => {
-            tokio::select! {
-                _ = all => {}
-                _ = tokio::time::sleep_until(end.into()) => {}
-            }
+    if let Pace::Open {
+        interval,
+        connections,
+    } = job.pace
+    {
+        tokio::task::spawn_local(check_rate(w.clone(), job.from, interval, connections));
+    }
+    let all = async {
+        tokio::time::sleep_until(job.t0.into()).await;
+        let tasks: Vec<_> = job
+            .conns
+            .iter()
+            .map(|&c| tokio::task::spawn_local(crate::conn::run(w.clone(), c)))
+            .collect();
+        futures::future::join_all(tasks).await
+    };
+    let end = async {
+        match job.until {
+            Some(end) => tokio::time::sleep_until(end.into()).await,
+            None => std::future::pending().await,
         }
-        None => {
-            all.await;
-        }
+    };
+    let mut stop = job.stop;
+    tokio::select! {
+        _ = all => {}
+        _ = end => {}
+        // A sender gone means no interrupt will come: wait for the rest.
+        Ok(_) = stop.wait_for(Option::is_some) => {}
     }
     if let Some(e) = &w.endpoint {
         e.close(0u32.into(), b"done");
     }
     let rec = w.rec.borrow().clone();
     Ok(rec)
+}
+
+/// Open loop: once a second of the measured window has answers, warn (one worker, once) if a
+/// connection cannot carry its share of the rate at the latency seen: `-m` requests in flight
+/// for `latency` each give at most `-m / latency` per second, and the rest would be sent late
+/// and counted missed. Read from this worker's recorder, off the request path.
+async fn check_rate(w: Rc<Worker>, from: Instant, interval: Duration, connections: u64) {
+    let mut at = from;
+    for _ in 0..10 {
+        at += Duration::from_secs(1);
+        tokio::time::sleep_until(at.into()).await;
+        let (completed, mean_us) = {
+            let rec = w.rec.borrow();
+            (rec.completed, rec.latency.mean())
+        };
+        if completed == 0 {
+            continue;
+        }
+        let streams = w.setup.streams as f64;
+        let latency = mean_us / 1e6;
+        let wanted = 1.0 / interval.as_secs_f64();
+        let carried = streams / latency;
+        if wanted > carried && w.startup.first_rate_warning() {
+            let needed = (wanted * connections as f64 * latency / streams).ceil();
+            eprintln!(
+                "loadterm: warning: the rate needs {wanted:.0} req/s per connection, but at the \
+                 latency seen ({:.2} ms mean) one connection carries at most {carried:.0} \
+                 (-m {} / latency): sends will fall behind (counted late and missed); use \
+                 -c {needed} or more, or a larger -m",
+                latency * 1e3,
+                w.setup.streams,
+            );
+        }
+        return;
+    }
 }

@@ -1,6 +1,10 @@
 //! Worker threads, as the server and the load generator both run them: one current-thread tokio
 //! runtime per thread (nothing on the request path is shared or locked), with a `LocalSet` so
-//! that tasks may hold `Rc` state, optionally pinned to one CPU.
+//! that tasks may hold `Rc` state, optionally pinned to one CPU; and their precise timer
+//! (`timer`: a timerfd per thread, where tokio's timer rounds up to the next millisecond).
+
+#[allow(unsafe_code)] // timerfd system calls
+pub mod timer;
 
 use std::future::Future;
 use std::io;

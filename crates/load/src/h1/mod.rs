@@ -49,6 +49,10 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
             queued.push((i, intended, again));
         }
         if !out.is_empty() {
+            // A request's time starts when its first byte is written, as on HTTP/2 and 3: an
+            // upload's transfer is part of it (taken after the write, a 20 MB upload measured
+            // 0.88 ms instead of 12).
+            let sent = now;
             if tokio::time::timeout(setup.timeout, io.write_all(&out))
                 .await
                 .map(|r| r.is_ok())
@@ -62,7 +66,6 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
             }
             let _ = io.flush().await;
             out.clear();
-            let sent = Instant::now();
             let mut rec = w.rec.borrow_mut();
             for (index, intended, again) in queued {
                 if !again {

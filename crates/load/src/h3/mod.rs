@@ -29,8 +29,23 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
     let connecting = endpoint
         .connect_with(config, setup.addr, &name)
         .map_err(|e| connect_failed(&e))?;
-    let conn = tokio::time::timeout(setup.timeout, connecting)
-        .await
+    let handshake = tokio::time::timeout(setup.timeout, connecting);
+    // Until a connection was made, a UDP port nothing listens on (a server without QUIC) is
+    // told by the ICMP port unreachable it answers with; quinn ignores it and would wait for
+    // the whole --timeout.
+    let conn = if w.startup.any_connected() {
+        handshake.await
+    } else {
+        tokio::select! {
+            r = handshake => r,
+            () = udp_refused(setup.addr) => {
+                return Err(connect_failed(
+                    &"nothing listens on this UDP port (ICMP port unreachable): no HTTP/3 there",
+                ))
+            }
+        }
+    };
+    let conn = conn
         .map_err(|_| connect_failed(&"timed out"))?
         .map_err(|e| match e {
             // The handshake failed on our side (e.g. certificate verification): rustls's
@@ -66,6 +81,32 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
     } else {
         End::Reconnect
     })
+}
+
+/// Returns if a datagram to `addr` is refused (ICMP port unreachable, reported on a connected
+/// UDP socket); never otherwise. The datagram is empty: a QUIC server drops it unread.
+async fn udp_refused(addr: std::net::SocketAddr) {
+    let refused = async {
+        let any: std::net::SocketAddr = if addr.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let sock = tokio::net::UdpSocket::bind(any).await.ok()?;
+        sock.connect(addr).await.ok()?;
+        sock.send(&[]).await.ok()?;
+        let mut buf = [0u8; 1];
+        loop {
+            match sock.recv(&mut buf).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Some(()),
+                Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    if refused.await.is_none() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The server's unidirectional streams: its control stream (watched for GOAWAY, whose stream

@@ -649,12 +649,12 @@ impl<IO: ByteStream> Conn<'_, IO> {
                 }
                 Step::WaitUntil(t) => {
                     self.flush().await?;
-                    Box::pin(tokio::time::sleep_until(t.into())).await;
+                    loadterm_runtime::timer::sleep_until(t).await;
                     now = Instant::now();
                 }
                 Step::Pause(d) => {
                     self.flush().await?;
-                    Box::pin(tokio::time::sleep(d)).await;
+                    loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
                     now = Instant::now();
                 }
                 Step::Head(h) => {

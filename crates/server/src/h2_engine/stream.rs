@@ -230,11 +230,11 @@ impl Stream {
                     self.now = Instant::now();
                 }
                 Step::WaitUntil(t) => {
-                    tokio::time::sleep_until(t.into()).await;
+                    loadterm_runtime::timer::sleep_until(t).await;
                     self.now = Instant::now();
                 }
                 Step::Pause(d) => {
-                    tokio::time::sleep(d).await;
+                    loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
                     self.now = Instant::now();
                 }
                 Step::Body(Body::Generated {

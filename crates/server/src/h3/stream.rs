@@ -403,12 +403,12 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
                 now = Instant::now();
             }
             Step::WaitUntil(t) => {
-                tokio::time::sleep_until(t.into()).await;
+                loadterm_runtime::timer::sleep_until(t).await;
                 now = Instant::now();
             }
             Step::Pause(d) => {
                 s.flush().await?;
-                tokio::time::sleep(d).await;
+                loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
                 now = Instant::now();
             }
             Step::Head(head) => s.response_head(&head),

@@ -1,7 +1,8 @@
-//! Precise wake-ups for open-loop sends. Tokio's timer has 1 ms resolution and rounds up, so a
-//! send waited for with it left on average ~0.75 ms after its intended time, and the
-//! coordinated-omission-corrected latency included that lag (measured at 200 req/s against a
-//! 65 µs server: corrected p50 809 µs). Here each worker thread has one timerfd armed at the
+//! Precise wake-ups: the load generator's open-loop sends and the server's delays (`t=`, `P=`).
+//! Tokio's timer has 1 ms resolution and rounds up, so a send waited for with it left on
+//! average ~0.75 ms after its intended time, and the coordinated-omission-corrected latency
+//! included that lag (measured at 200 req/s against a 65 µs server: corrected p50 809 µs); a
+//! server delay of `t=1` took 2.2 ms at the p50. Here each worker thread has one timerfd armed at the
 //! earliest pending deadline (absolute CLOCK_MONOTONIC, the clock behind `Instant`), with the
 //! thread's timer slack lowered, so wakes come within microseconds.
 

@@ -1,0 +1,212 @@
+//! h2load's flags that `loadterm load` does not run as its own: accepted where the value asks
+//! for what loadterm does anyway (`-w 30`, `-f 16K`), otherwise refused with what to use
+//! instead, so that an h2load command line either runs with h2load's meaning or says why not.
+//! The flags loadterm runs as h2load does (`-n -c -t -m -H -d -D --warm-up-time --connect-to
+//! --h1 -i -p --npn-list --rps`) are `cli::LoadArgs`'s own. Table: docs/COMPATIBILITY.md.
+
+/// Hidden: they are here for h2load's command lines, not to be offered.
+#[derive(Debug, Default, clap::Args)]
+pub struct H2loadFlags {
+    #[arg(short = 'f', long = "max-frame-size", hide = true)]
+    max_frame_size: Option<String>,
+    #[arg(short = 'w', long = "window-bits", hide = true)]
+    window_bits: Option<String>,
+    #[arg(short = 'W', long = "connection-window-bits", hide = true)]
+    connection_window_bits: Option<String>,
+    #[arg(long = "header-table-size", hide = true)]
+    header_table_size: Option<String>,
+    /// Any value: the request encoder never inserts into the dynamic table, so it stays
+    /// within whatever size is asked.
+    #[arg(long = "encoder-header-table-size", hide = true)]
+    _encoder_header_table_size: Option<String>,
+    #[arg(long, hide = true)]
+    ciphers: Option<String>,
+    #[arg(long = "tls13-ciphers", hide = true)]
+    tls13_ciphers: Option<String>,
+    #[arg(long, hide = true)]
+    groups: Option<String>,
+    #[arg(short = 'r', hide = true)]
+    connection_rate: Option<String>,
+    #[arg(long = "rate-period", hide = true)]
+    rate_period: Option<String>,
+    #[arg(short = 'T', long = "connection-active-timeout", hide = true)]
+    active_timeout: Option<String>,
+    #[arg(short = 'N', long = "connection-inactivity-timeout", hide = true)]
+    inactivity_timeout: Option<String>,
+    #[arg(long = "timing-script-file", hide = true)]
+    timing_script_file: Option<String>,
+    #[arg(short = 'B', long = "base-uri", hide = true)]
+    base_uri: Option<String>,
+    #[arg(long = "log-file", hide = true)]
+    log_file: Option<String>,
+    #[arg(long = "qlog-file-base", hide = true)]
+    qlog_file_base: Option<String>,
+    #[arg(long = "no-udp-gso", hide = true)]
+    no_udp_gso: bool,
+    #[arg(long = "max-udp-payload-size", hide = true)]
+    max_udp_payload_size: Option<String>,
+    #[arg(long, hide = true)]
+    ktls: bool,
+    #[arg(short = 'v', long, hide = true)]
+    verbose: bool,
+}
+
+/// h2load's sizes: a number with an optional K, M or G (powers of 1024).
+fn size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl H2loadFlags {
+    /// The first flag given that loadterm does not run as h2load would, and why, with what to
+    /// use instead; `None` when every flag given is run (or asks for what loadterm does).
+    pub fn refused(&self) -> Option<String> {
+        let fixed = |flag: &str, v: &Option<String>, ours: u64, what: &str| {
+            v.as_deref()
+                .filter(|v| size(v) != Some(ours))
+                .map(|v| format!("{flag} {v} (h2load): loadterm's {what}, not settable"))
+        };
+        let no = |flag: &str, given: bool, instead: &str| {
+            given.then(|| format!("{flag} (h2load) is not supported: {instead}"))
+        };
+        let f = self;
+        [
+            fixed(
+                "-w",
+                &f.window_bits,
+                30,
+                "HTTP/2 stream windows are h2load's default, 2^30-1 (-w 30)",
+            ),
+            fixed(
+                "-W",
+                &f.connection_window_bits,
+                30,
+                "HTTP/2 connection window is h2load's default, 2^30-1 (-W 30)",
+            ),
+            fixed(
+                "-f",
+                &f.max_frame_size,
+                16 << 10,
+                "HTTP/2 SETTINGS_MAX_FRAME_SIZE is h2load's default, 16K",
+            ),
+            fixed(
+                "--header-table-size",
+                &f.header_table_size,
+                4 << 10,
+                "HPACK decoder table is h2load's default, 4K",
+            ),
+            no(
+                "--ciphers/--tls13-ciphers",
+                f.ciphers.is_some() || f.tls13_ciphers.is_some(),
+                "loadterm offers rustls's default suites; choose them on the server \
+                 (ssl-default-bind-ciphers, ssl-default-bind-ciphersuites)",
+            ),
+            no(
+                "--groups",
+                f.groups.is_some(),
+                "loadterm offers rustls's default groups; choose them on the server \
+                 (ssl-default-bind-curves)",
+            ),
+            no(
+                "-r",
+                f.connection_rate.is_some(),
+                "loadterm opens all -c connections at once; for a request rate use --rate \
+                 (requests per second, open loop) or --rps (per connection)",
+            ),
+            no(
+                "--rate-period",
+                f.rate_period.is_some(),
+                "loadterm opens all -c connections at once (h2load's connection rate has no \
+                 equivalent; loadterm's --rate is requests per second)",
+            ),
+            no(
+                "-T",
+                f.active_timeout.is_some(),
+                "loadterm keeps a connection as long as the server does; --timeout bounds \
+                 each request and connection attempt",
+            ),
+            no(
+                "-N",
+                f.inactivity_timeout.is_some(),
+                "use --timeout (each request and connection attempt)",
+            ),
+            no(
+                "--timing-script-file",
+                f.timing_script_file.is_some(),
+                "use --rate or --rps for scheduled sends (open loop)",
+            ),
+            no(
+                "-B",
+                f.base_uri.is_some(),
+                "use --connect-to HOST:PORT to send the URL's requests elsewhere",
+            ),
+            no(
+                "--log-file",
+                f.log_file.is_some(),
+                "use --hdr-log (per-second latency histograms) or --json (percentiles and \
+                 histograms)",
+            ),
+            no("--qlog-file-base", f.qlog_file_base.is_some(), "no qlog"),
+            no(
+                "--no-udp-gso",
+                f.no_udp_gso,
+                "loadterm's QUIC sockets always use GSO where the kernel has it",
+            ),
+            no(
+                "--max-udp-payload-size",
+                f.max_udp_payload_size.is_some(),
+                "loadterm's QUIC client discovers the path MTU (quinn)",
+            ),
+            no("--ktls", f.ktls, "no kernel TLS (rustls)"),
+            no(
+                "-v",
+                f.verbose,
+                "use --json for the details of a run (first error reasons, histograms)",
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size("16K"), Some(16_384));
+        assert_eq!(size("16384"), Some(16_384));
+        assert_eq!(size("1m"), Some(1 << 20));
+        assert_eq!(size("x"), None);
+        assert_eq!(size(""), None);
+    }
+
+    #[test]
+    fn defaults_pass_others_are_refused() {
+        let ok = H2loadFlags {
+            window_bits: Some("30".into()),
+            max_frame_size: Some("16K".into()),
+            header_table_size: Some("4096".into()),
+            _encoder_header_table_size: Some("0".into()),
+            ..H2loadFlags::default()
+        };
+        assert_eq!(ok.refused(), None);
+        let w = H2loadFlags {
+            window_bits: Some("16".into()),
+            ..H2loadFlags::default()
+        };
+        assert!(w.refused().unwrap().starts_with("-w 16 (h2load)"));
+        let log = H2loadFlags {
+            log_file: Some("x".into()),
+            ..H2loadFlags::default()
+        };
+        assert!(log.refused().unwrap().contains("--hdr-log"));
+    }
+}
