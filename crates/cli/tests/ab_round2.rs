@@ -560,8 +560,11 @@ fn sigint_stops_the_servers_and_reports_the_rounds_so_far() {
         }
     }
     assert!(seen.contains("] round 2: "), "{seen}");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{seen}{}", rest.join("\n"));

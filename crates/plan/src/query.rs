@@ -1,5 +1,5 @@
-//! The query-string grammar, with the upstream quirks fixed: the query
-//! starts at the *first* `?`, parsing never reads past the given bytes, arithmetic is
+//! The query-string grammar (haterm's: docs/COMPATIBILITY.md), with the upstream quirks fixed:
+//! the query starts at the *first* `?`, parsing never reads past the given bytes, arithmetic is
 //! 128-bit and saturating (see [`scale`]).
 
 use crate::dist::{self, DistError};

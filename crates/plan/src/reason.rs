@@ -1,5 +1,5 @@
-//! Reason phrases on HTTP/1.x status lines: HAProxy's table, so that
-//! status lines match haterm's byte for byte.
+//! Reason phrases on HTTP/1.x status lines: HAProxy's table (`http_get_reason()`, `src/http.c`),
+//! so that status lines match haterm's byte for byte.
 
 #[allow(clippy::match_overlapping_arm)] // exact codes first, then the ranges
 pub fn phrase(status: u16) -> &'static str {

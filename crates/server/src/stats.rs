@@ -166,9 +166,17 @@ impl Failure {
         match self {
             Failure::Alert(rustls::AlertDescription::Unknown(n)) => format!("alert_{n}"),
             Failure::Alert(a) => {
+                // A word starts at a capital after a small letter, or at the last capital of
+                // an acronym (`UnknownCA` is `unknown_ca`, `UnknownPSKIdentity`
+                // `unknown_psk_identity`), as the RFC 8446 names have them.
+                let name: Vec<char> = format!("{a:?}").chars().collect();
                 let mut out = String::new();
-                for (i, c) in format!("{a:?}").chars().enumerate() {
-                    if c.is_ascii_uppercase() && i > 0 {
+                for (i, &c) in name.iter().enumerate() {
+                    let starts = c.is_ascii_uppercase()
+                        && i > 0
+                        && (name[i - 1].is_ascii_lowercase()
+                            || name.get(i + 1).is_some_and(char::is_ascii_lowercase));
+                    if starts {
                         out.push('_');
                     }
                     out.push(c.to_ascii_lowercase());
@@ -593,6 +601,16 @@ mod tests {
             Failure::Alert(rustls::AlertDescription::NoApplicationProtocol).label(),
             "no_application_protocol"
         );
+        for (alert, label) in [
+            (rustls::AlertDescription::UnknownCA, "unknown_ca"),
+            (
+                rustls::AlertDescription::UnknownPSKIdentity,
+                "unknown_psk_identity",
+            ),
+            (rustls::AlertDescription::BadCertificate, "bad_certificate"),
+        ] {
+            assert_eq!(Failure::Alert(alert).label(), label);
+        }
         assert_eq!(Failure::from_index(Failure::Eof.index()), Failure::Eof);
         assert_eq!(
             (class(100), class(204), class(599), class(999)),

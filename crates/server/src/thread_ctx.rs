@@ -69,17 +69,26 @@ pub(crate) fn set_burn(percent: f64) {
     BURN_FRACTION.store((percent / 100.0).to_bits(), Relaxed);
     if percent > 0.0 {
         // Spins are counted in loop steps, not timed: a clock reading per spin (a system call
-        // of a few hundred nanoseconds, more on a busy VM) would be a cost of its own. 2 ms of
-        // steps, timed once, give the rate.
-        let steps = 1u64 << 20;
-        let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        spin(steps);
-        let ns = (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0).max(1);
+        // of a few hundred nanoseconds, more on a busy VM) would be a cost of its own. The
+        // fastest of 16 timings of 2^17 steps gives the rate: a slow timing (an interrupt, a
+        // cold start) would make every later spin shorter than counted.
+        let steps = 1u64 << 17;
+        let ns = (0..16)
+            .map(|_| {
+                let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+                spin(steps);
+                cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0
+            })
+            .min()
+            .unwrap_or(1)
+            .max(1);
         STEPS_PER_US.store((steps * 1000 / ns).max(1), Relaxed);
     }
 }
 
-/// A chain of dependent multiply-adds: a fixed cost per step, no memory traffic.
+/// A chain of dependent multiply-adds: a fixed cost per step, no memory traffic. Never inlined,
+/// so that the timed spins and the counted ones are the same code.
+#[inline(never)]
 fn spin(steps: u64) {
     let mut x = std::hint::black_box(1u64);
     for _ in 0..steps {
