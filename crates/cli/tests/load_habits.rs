@@ -127,6 +127,7 @@ fn sigint_reports_what_was_measured() {
 /// A SIGINT ignored when the client starts (a background job of a non-interactive shell,
 /// `nohup`) stays ignored: the run goes to its end.
 #[test]
+#[allow(unsafe_code)] // signal() between fork and exec
 fn an_ignored_sigint_stays_ignored() {
     use std::os::unix::process::CommandExt;
     let s = Server::start(&["-t", "1", "--no-quic"]);
