@@ -2,11 +2,12 @@
 //! its rounds, each variant once per round in random order; contaminated rounds run again;
 //! and when to stop, by a fixed round count or when the headline interval is narrow enough.
 
-use crate::compare::{self, Comparison};
+use crate::compare;
 use crate::contam;
 use crate::fixture::Backends;
 use crate::measure::{self, Run, RunSpec, Started, METRICS};
 use crate::procs;
+use crate::report::{Cell, Variant};
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;
@@ -132,18 +133,9 @@ pub struct CellPlan<'a> {
     pub rng: &'a mut rand::rngs::StdRng,
 }
 
-/// What a cell measured.
-pub struct Outcome {
-    pub runs: Vec<Run>,
-    pub aa_runs: Vec<Run>,
-    pub comparisons: Vec<Comparison>,
-    pub regime: String,
-    pub rounds: usize,
-    pub notes: Vec<String>,
-}
-
 impl CellPlan<'_> {
-    pub fn run(mut self, servers: &mut Servers) -> Result<Outcome> {
+    /// The cell measured: `variants` as reported (the A/A twin, if any, last and left out).
+    pub fn run(mut self, servers: &mut Servers, mut variants: Vec<Variant>) -> Result<Cell> {
         let (rate, regime) = self.choose_rate(servers)?;
         if let Some(r) = rate {
             for s in &mut self.specs {
@@ -215,7 +207,13 @@ impl CellPlan<'_> {
             }
             None => (Vec::new(), runs),
         };
-        Ok(Outcome {
+        if twin.is_some() {
+            variants.pop();
+        }
+        Ok(Cell {
+            proto: self.specs[0].proto.clone(),
+            url: self.specs[0].url.clone(),
+            variants,
             runs,
             aa_runs,
             comparisons,

@@ -6,7 +6,7 @@ use crate::contam;
 use crate::fixture::{Backends, Vars};
 use crate::measure::{RunSpec, Target};
 use crate::procs;
-use crate::report::{self, Cell, Report, Variant};
+use crate::report::{self, Report, Variant};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
@@ -384,6 +384,7 @@ pub fn run(a: AbArgs) -> Result<()> {
             };
             let (vs, specs) = cell_variants(&a, &variants, *size, &template);
             let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
+            let base = names[0].clone();
             // What is left of the budget, shared by the cells still to run.
             let left = a.max_time.saturating_sub(t_start.elapsed());
             let cells_left = (cell_count - cells.len()) as u32;
@@ -395,7 +396,7 @@ pub fn run(a: AbArgs) -> Result<()> {
                 eprintln!("{tag} starting {} servers", names.len());
                 Servers::kept(&specs, &names)?
             };
-            let outcome = CellPlan {
+            let cell = CellPlan {
                 tag,
                 names,
                 specs,
@@ -413,32 +414,17 @@ pub fn run(a: AbArgs) -> Result<()> {
                 backends: &mut backends,
                 rng: &mut rng,
             }
-            .run(&mut servers);
+            .run(&mut servers, vs);
             drop(servers);
-            let outcome = match outcome {
+            let mut cell = match cell {
                 Err(_) if procs::interrupted() => break,
-                o => o?,
+                c => c?,
             };
-            let mut notes = outcome.notes;
             if a.calibrate {
-                notes.extend(calibration_notes(
-                    &outcome.comparisons,
-                    &vs[0].name,
-                    &a.burn_levels,
-                ));
+                let notes = calibration_notes(&cell.comparisons, &base, &a.burn_levels);
+                cell.notes.extend(notes);
             }
-            let twin = format!("{}'", vs[0].name);
-            cells.push(Cell {
-                proto: proto.clone(),
-                url: vs[0].url.clone(),
-                variants: vs.into_iter().filter(|v| v.name != twin).collect(),
-                runs: outcome.runs,
-                aa_runs: outcome.aa_runs,
-                comparisons: outcome.comparisons,
-                regime: outcome.regime,
-                rounds: outcome.rounds,
-                notes,
-            });
+            cells.push(cell);
         }
     }
     drop(backends);
