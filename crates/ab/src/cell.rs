@@ -43,6 +43,7 @@ pub enum Servers {
 impl Servers {
     /// Kept servers, one per variant, started (and warmed up) now.
     pub fn kept(specs: &[RunSpec], names: &[String]) -> Result<Servers> {
+        // Filled in place, so that a start that fails drops (and stops) the ones started.
         let mut kept = Servers::Kept(Vec::new());
         for (spec, name) in specs.iter().zip(names) {
             let s = measure::start(spec, name)?;

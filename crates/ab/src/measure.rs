@@ -200,28 +200,29 @@ impl Started {
     }
 }
 
-/// Start a variant's server once, to be measured in windows (`window`) until `Started::stop`:
+/// Start a variant's server once, to be measured in windows (`windows`) until `Started::stop`:
 /// it proves it answers, then gets `spec.warmup` of unmeasured load.
 pub fn start(spec: &RunSpec, variant: &str) -> Result<Started> {
     let Target::Command { command, config } = &spec.target else {
         bail!("variant {variant}: a running endpoint cannot be started");
     };
     let s = start_server(spec, variant, command, config)?;
-    let url = format!("{}{}", s.base, spec.url);
-    let warm = client(spec, &url, Duration::from_millis(200), None)
-        .with_context(|| format!("variant {variant}: first request"))
-        .and_then(|_| {
-            if spec.warmup.is_zero() {
-                Ok(None)
-            } else {
-                client(spec, &url, spec.warmup, None)
-            }
-        });
-    if let Err(e) = warm {
+    if let Err(e) = prove_and_warm(spec, variant, &format!("{}{}", s.base, spec.url)) {
         s.stop();
         return Err(e);
     }
     Ok(s)
+}
+
+/// A real request through the same client proves this server answers this protocol; then
+/// `spec.warmup` of unmeasured load.
+fn prove_and_warm(spec: &RunSpec, variant: &str, url: &str) -> Result<()> {
+    client(spec, url, Duration::from_millis(200), None)
+        .with_context(|| format!("variant {variant}: first request"))?;
+    if !spec.warmup.is_zero() {
+        client(spec, url, spec.warmup, None)?;
+    }
+    Ok(())
 }
 
 /// How long a window's client warms its connections up before the window (handshakes and the
@@ -275,12 +276,9 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
         clients.push((child, json_path));
     }
     let read = |jobs: &[(&RunSpec, &str, &mut Started)], clients: &[(std::process::Child, _)]| {
-        let servers: Vec<(u64, procs::Sample)> = jobs
+        let servers: Vec<procs::Sample> = jobs
             .iter()
-            .map(|(_, _, s)| {
-                let pid = s.server.pid();
-                (procs::cpu_ns(pid), procs::sample_tree(pid))
-            })
+            .map(|(_, _, s)| procs::sample_tree(s.server.pid()))
             .collect();
         let client_ticks: Vec<u64> = clients
             .iter()
@@ -307,7 +305,7 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
         })
         .collect();
     let cpu_s: Vec<f64> = (0..jobs.len())
-        .map(|k| after.0[k].0.saturating_sub(before.0[k].0) as f64 / 1e9)
+        .map(|k| after.0[k].cpu_ns.saturating_sub(before.0[k].cpu_ns) as f64 / 1e9)
         .collect();
     // For the foreign-CPU check, every server measured in this window is "own" CPU.
     let all_ticks = (cpu_s.iter().sum::<f64>() * procs::clk_tck()).round() as u64;
@@ -318,7 +316,7 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
         let misaligned_s = report["clock"]["window_start_unix_s"]
             .as_f64()
             .map_or(0.0, |w| w - at_s);
-        let (s0, s1) = (before.0[k].1, after.0[k].1);
+        let (s0, s1) = (before.0[k], after.0[k]);
         let server = ServerReadings {
             cpu_s: cpu_s[k],
             ticks: all_ticks,
@@ -439,12 +437,7 @@ fn measured(
     url: &str,
     root: Option<u32>,
 ) -> Result<Run> {
-    // A real request through the same client proves this server answers this protocol.
-    client(spec, url, Duration::from_millis(200), None)
-        .with_context(|| format!("variant {variant}: first request"))?;
-    if !spec.warmup.is_zero() {
-        client(spec, url, spec.warmup, None)?;
-    }
+    prove_and_warm(spec, variant, url)?;
     let json_path = report_path(variant, round);
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = root.map(|tree_root| {

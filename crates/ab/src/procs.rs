@@ -76,6 +76,11 @@ pub struct ServerProc {
 pub struct Sample {
     /// utime + stime, clock ticks.
     pub cpu_ticks: u64,
+    /// The same CPU time from the scheduler's own account of every thread
+    /// (`/proc/PID/task/TID/schedstat`, first field), nanoseconds. Unlike the ticks, a
+    /// one-second window reads it to the microsecond; but threads that exit between two
+    /// readings take their time with them, so it is for long-lived servers.
+    pub cpu_ns: u64,
     pub rss_kib: u64,
     pub ctx_switches: u64,
 }
@@ -199,35 +204,14 @@ pub fn sample_tree(root: u32) -> Sample {
                     s.ctx_switches += status_value(&st, "voluntary_ctxt_switches:")
                         + status_value(&st, "nonvoluntary_ctxt_switches:");
                 }
+                s.cpu_ns += std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|st| st.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or(0);
             }
         }
     }
     s
-}
-
-/// CPU time of the tree rooted at `root`, nanoseconds: the sum over its threads of the
-/// scheduler's own account (`/proc/PID/task/TID/schedstat`, first field). Unlike the 10 ms ticks
-/// of `/proc/PID/stat`, a one-second window reads it to the microsecond. Threads that exit
-/// between two readings take their time with them, so it is for long-lived servers whose
-/// threads outlive the window.
-pub fn cpu_ns(root: u32) -> u64 {
-    tree(root)
-        .into_iter()
-        .flat_map(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/task"))
-                .into_iter()
-                .flatten()
-                .flatten()
-        })
-        .filter_map(|t| {
-            std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
