@@ -540,3 +540,55 @@ fn a_1_ms_delay_lasts_1_ms() {
         assert!(shares.len() < 5, "{proto}: under 1.5 ms: {shares:?}");
     }
 }
+
+/// HEAD announces the length the GET would have (RFC 9110 §9.3.2; haterm does): `HEAD /?s=1k`
+/// said `content-length: 0`. curl on HTTP/1.1, h2c and HTTP/2 over TLS, then our own client on
+/// HTTP/1.1, h2c, HTTP/2 and HTTP/3 (no body bytes expected, no protocol error counted).
+#[test]
+fn head_announces_the_length_of_the_get() {
+    if !common::have_tool("curl") {
+        eprintln!("skipped: curl is missing");
+        return;
+    }
+    let s = Server::start(&["-t", "1"]);
+    let clear = format!("http://127.0.0.1:{}/?s=1k", s.clear_port);
+    let tls = format!("https://127.0.0.1:{}/?s=1k", s.tls_port);
+    for args in [
+        &["--http1.1", &clear][..],
+        &["--http2-prior-knowledge", &clear],
+        &["-k", "--http2", &tls],
+    ] {
+        let out = Command::new("curl")
+            .args(["-sS", "-I", "--max-time", "10"])
+            .args(args)
+            .output()
+            .unwrap();
+        let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        assert!(out.status.success(), "curl {args:?}: {}", stderr(&out));
+        assert!(
+            head.contains("content-length: 1024\r\n") && head.contains("size=1024"),
+            "curl {args:?}: {head}"
+        );
+    }
+    // Two HEADs and a GET on one HTTP/1.1 connection: nothing follows the HEAD's head.
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-o", "/dev/null"])
+        .args(["-w", "%{num_connects} %{size_download}\n"])
+        .args(["--http1.1", "-I", &clear, &clear])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 0\n0 0\n");
+    for (proto, url) in [
+        ("--h1", &clear),
+        ("--h2c", &clear),
+        ("--h2", &tls),
+        ("--h3", &tls),
+    ] {
+        let out = common::load_cmd(&[proto, "-k", "--method", "HEAD", "-n", "20", "-c", "2", url])
+            .output()
+            .unwrap();
+        let r = common::report(out);
+        assert_eq!(r["requests"]["succeeded"], 20, "{proto}: {r}");
+        assert_eq!(r["bytes"]["body"], 0, "{proto}: {r}");
+    }
+}

@@ -83,8 +83,16 @@ fn haterm_vector_and_headers() {
 #[test]
 fn bodyless_responses() {
     let s = server();
-    let r = get(s.clear_port, "HEAD /?s=100 HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert_eq!(r.header("content-length"), Some("0"));
+    // HEAD: the GET's length (RFC 9110 §9.3.2), no body: the next response follows at once.
+    let mut c = connect(s.clear_port);
+    c.write_all(b"HEAD /?s=100 HTTP/1.1\r\nHost: x\r\n\r\nGET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut c, &mut buf, true);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("100")));
+    assert!(r.body.is_empty());
+    let r = read_response(&mut c, &mut buf, false);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b".12"[..]));
     for code in [204, 304] {
         let mut c = connect(s.clear_port);
         c.write_all(

@@ -87,8 +87,8 @@ fn aioquic_client_sees_the_vocabulary() {
     assert_eq!(r[13]["informational"], serde_json::json!([100]));
     assert_eq!((status(13), len(13)), (200, 3));
     assert_eq!((status(14), len(14)), (200, 0));
-    // HEAD: as on HTTP/1.1 and HTTP/2, the plan's size is 0.
-    assert_eq!(header(14, "content-length").as_deref(), Some("0"));
+    // HEAD: as on HTTP/1.1 and HTTP/2, the GET's length (RFC 9110 §9.3.2) and no body.
+    assert_eq!(header(14, "content-length").as_deref(), Some("1000"));
 }
 
 /// QPACK field sections above `--h3-max-header-list` get 431; the connection goes on serving.

@@ -62,8 +62,9 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
     let forced = plan
         .length
         .filter(|_| !plan.chunked && plan.has_length_header());
-    let content_length =
-        forced.or((!plan.chunked && want_ka && plan.has_length_header()).then_some(plan.size));
+    let content_length = forced
+        .or((!plan.chunked && want_ka && plan.has_length_header())
+            .then_some(plan.announced_length()));
     // A length that lies breaks the connection's framing for the client: close after it, so
     // the lie shows as a truncated (or overlong) response and not as a garbled next one.
     let lying = !plan.is_head && forced.is_some_and(|b| b != plan.size);
@@ -193,7 +194,8 @@ mod tests {
             is_head: true,
             ..H1Request::HTTP11
         };
-        assert_eq!(frame("/?s=10", head), f(true, Some(0), false, None, true));
+        // HEAD announces the GET's length (RFC 9110 §9.3.2), and keeps the connection.
+        assert_eq!(frame("/?s=10", head), f(true, Some(10), false, None, true));
         assert_eq!(frame("/?s=10&k=1", head), f(true, None, false, None, true));
     }
 

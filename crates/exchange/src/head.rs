@@ -129,7 +129,8 @@ impl From<&Plan> for Reported {
             status: p.status,
             cacheable: p.cacheable,
             chunked: p.chunked,
-            size: p.size,
+            // As content-length: a HEAD reports the GET's size.
+            size: p.announced_length(),
             delay_ms: p.delay_ms,
         }
     }

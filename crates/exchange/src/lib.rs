@@ -575,7 +575,9 @@ impl Exchange {
                 let length = plan.has_length_header() && !plan.chunked;
                 let content_length = match plan.length {
                     Some(b) if length => Some(b),
-                    _ => (length && plan.conn != ConnForce::Close).then_some(plan.size),
+                    _ => {
+                        (length && plan.conn != ConnForce::Close).then_some(plan.announced_length())
+                    }
                 };
                 ResponseHead {
                     status: plan.status,
@@ -659,6 +661,7 @@ fn conditional(plan: &mut Plan, req: &Request<'_>) {
     };
     plan.status = status;
     plan.size = 0;
+    plan.get_size = 0;
     plan.length = None;
 }
 

@@ -197,8 +197,13 @@ fn dummy_responses_on_every_protocol() {
         // Bodiless statuses and HEAD.
         (row(H11, "/?r=204&s=5"), &format!("head 1.1 204 {} (last); KeepAlive", x("204, cache=1, size=0, time=0 ms (0 real)"))),
         (row(H2, "/?r=304&s=5"), &format!("head 304 {} (last); KeepAlive", x("304, cache=1, size=0, time=0 ms (0 real)"))),
-        (Row { method: "HEAD", ..row(H11, "/?s=10") }, &format!("head 1.1 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
-        (Row { method: "HEAD", ..row(H3, "/?s=10") }, &format!("head 200 content-length=0 {} (last); KeepAlive", x("200, cache=1, size=0, time=0 ms (0 real)"))),
+        // HEAD: the GET's length, no body (RFC 9110 §9.3.2), on every protocol.
+        (Row { method: "HEAD", ..row(H11, "/?s=10") }, &format!("head 1.1 200 content-length=10 {} (last); KeepAlive", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H2, "/?s=1k") }, &format!("head 200 content-length=1024 {} (last); KeepAlive", x("200, cache=1, size=1024, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H3, "/?s=10") }, &format!("head 200 content-length=10 {} (last); KeepAlive", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H10, "/?s=10&K=1") }, &format!("head 1.0 200 content-length=10 {} (last); Close", x("200, cache=1, size=10, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H11, "/?s=10&k=1") }, &format!("head 1.1 200 {} (last); KeepAlive", x("200, cache=1, chunked, size=10, time=0 ms (0 real)"))),
+        (Row { method: "HEAD", ..row(H11, "/?s=10&r=204") }, &format!("head 1.1 204 {} (last); KeepAlive", x("204, cache=1, size=0, time=0 ms (0 real)"))),
     ]);
 }
 

@@ -53,6 +53,10 @@ pub struct Plan {
     pub status: u16,
     /// Body bytes to send (already 0 for HEAD and for statuses that forbid a body).
     pub size: u64,
+    /// The size of the body a GET would get: what `content-length` announces, `size` but for
+    /// HEAD, whose response carries the GET's length and no body (RFC 9110 §9.3.2). Every
+    /// engine's length comes from here ([`Plan::announced_length`]).
+    pub get_size: u64,
     /// Milliseconds to wait before responding (after the request body unless `drain_after`).
     pub delay_ms: u64,
     pub cacheable: bool,
@@ -127,6 +131,7 @@ impl Plan {
         let mut plan = Plan {
             status,
             size,
+            get_size: size,
             delay_ms,
             cacheable: p.cacheable,
             drain_after: p.drain_after,
@@ -149,6 +154,9 @@ impl Plan {
             etag: extra.etag,
             pieces: extra.pieces,
         };
+        if !status_allows_body(status) {
+            plan.get_size = 0;
+        }
         if is_head || !status_allows_body(status) {
             plan.size = 0;
         }
@@ -164,6 +172,12 @@ impl Plan {
     /// Whether a content-length header belongs on this response (framing aside).
     pub fn has_length_header(&self) -> bool {
         status_allows_body(self.status) && self.status != 304
+    }
+
+    /// The true `content-length` of this response, framing aside: the body's size, or for
+    /// HEAD the size the GET's body would have (RFC 9110 §9.3.2), on every protocol.
+    pub fn announced_length(&self) -> u64 {
+        self.get_size
     }
 }
 
@@ -290,7 +304,11 @@ mod tests {
             panic!()
         };
         assert_eq!(p.size, 0);
+        // The response announces the GET's length (RFC 9110 §9.3.2).
+        assert_eq!(p.announced_length(), 100);
+        assert_eq!(ok("/?s=100").announced_length(), 100);
         assert_eq!(ok("/?r=204&s=5").size, 0);
+        assert_eq!(ok("/?r=204&s=5").announced_length(), 0);
         assert_eq!(ok("/?r=304&s=5").size, 0);
         assert_eq!(ok("/?r=103&s=5").size, 0);
         assert_eq!(ok("/?r=404&s=5").size, 5);
