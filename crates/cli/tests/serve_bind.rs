@@ -333,3 +333,103 @@ fn ssl_default_bind_lines_restrict_tls() {
     assert_eq!(err.matches("warning").count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `serve -C` prints the configuration, one `name  value` line per setting, defaults included,
+/// with what -L, -G and -F lines set; it printed Rust internals (`RwLock(PhantomData<…>`,
+/// `Notify`, `LinkedList`). It binds nothing and writes no file.
+#[test]
+fn dump_config_prints_the_configuration() {
+    let dir = temp_dir("dump-config");
+    let cert_out = dir.join("cert.pem");
+    let out = Command::new(common::bin())
+        .args(["serve", "-C"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let value = |text: &str, key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .filter(|rest| rest.starts_with("  "))
+            .map(|rest| rest.trim().to_owned())
+            .collect()
+    };
+    assert!(text.starts_with("# loadterm "), "{text}");
+    assert_eq!(
+        value(&text, "listen"),
+        [
+            "http://127.0.0.1:8888  HTTP/1.1, h2c  (default: no -L given)",
+            "https://127.0.0.1:8889  TLS, ALPN h2,http/1.1,http/1.0  (default: no -L given)",
+            "https://127.0.0.1:8889  QUIC (UDP): HTTP/3  (default: no -L given)",
+        ],
+        "{text}"
+    );
+    for (key, want) in [
+        ("timeout", "25s"),
+        ("maxconn", "100000"),
+        ("quic", "on"),
+        ("h2-max-streams", "256"),
+        ("quic-window", "8388608"),
+        ("ssl-default-bind-curves", "rustls defaults"),
+    ] {
+        assert_eq!(value(&text, key), [want], "{key}: {text}");
+    }
+    assert!(value(&text, "certificate")[0].starts_with("generated: ECDSA P-256 and RSA 2048"));
+    let out = Command::new(common::bin())
+        .args([
+            "serve",
+            "-C",
+            "-L",
+            "127.0.0.1:1:2",
+            "--no-quic",
+            "--timeout",
+            "3s",
+        ])
+        .args([
+            "-G",
+            "nbthread 2",
+            "-G",
+            "cpu-map auto:1/1-2 0-1",
+            "-G",
+            "maxconn 50",
+        ])
+        .args([
+            "-F",
+            "bind 127.0.0.1:3 ssl alpn h2",
+            "--seed",
+            "7",
+            "--h2-emit",
+            "gather",
+        ])
+        .arg("--cert-out")
+        .arg(&cert_out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        value(&text, "listen"),
+        [
+            "http://127.0.0.1:1  HTTP/1.1, h2c",
+            "https://127.0.0.1:2  TLS, ALPN h2,http/1.1,http/1.0",
+            "https://127.0.0.1:3  TLS, ALPN h2",
+        ],
+        "{text}"
+    );
+    for (key, want) in [
+        ("threads", "2"),
+        ("cpu-map", "threads 1-2 on CPUs 0,1, one each (auto:)"),
+        ("timeout", "3s"),
+        ("maxconn", "50"),
+        ("quic", "off"),
+        ("seed", "7"),
+        ("h2-emit", "gather"),
+    ] {
+        assert_eq!(value(&text, key), [want], "{key}: {text}");
+    }
+    for internal in ["PhantomData", "RwLock", "Notify", "Some(", "{", "["] {
+        assert!(!text.contains(internal), "{internal}: {text}");
+    }
+    assert!(!cert_out.exists(), "-C wrote the certificate");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -270,7 +270,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         h2: a.h2,
         h3: a.h3,
     };
-    let lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
+    let mut lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
     cfg.threads = lines.threads.or(a.threads).unwrap_or_else(cpus_available);
     for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
         if set {
@@ -293,7 +293,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         a.listen
     };
     let mut listeners = listen::from_specs(&specs, cfg.quic);
-    listeners.extend(lines.binds);
+    listeners.extend(std::mem::take(&mut lines.binds));
     listen::check_unique(&listeners).map_err(|e| usage_error(format!("{e:#}")))?;
     let source = match a.cert {
         Some(path) => CertSource::Files(vec![path]),
@@ -309,9 +309,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
     };
     if a.dump_config {
-        println!(
-            "{cfg:#?}\nlisteners: {listeners:#?}\ncertificate: {source:?}\ntls: {:?}\ncpu-map: {:?}",
-            lines.policy, lines.cpu_maps
+        let extra = Extra {
+            burn: a.burn,
+            metrics: a.metrics,
+            cert_out: a.cert_out.as_deref(),
+        };
+        print!(
+            "{}",
+            describe(&cfg, &listeners, &source, &lines, defaulted, &extra)
         );
         return Ok(());
     }
@@ -360,6 +365,159 @@ pub fn run(a: ServeArgs) -> Result<()> {
         eprint!("{}", stats.report());
     }
     r
+}
+
+/// Settings of the command line that `Config` does not keep, for [`describe`].
+struct Extra<'a> {
+    burn: f64,
+    metrics: Option<std::net::SocketAddr>,
+    cert_out: Option<&'a std::path::Path>,
+}
+
+/// `-C`: the effective configuration, one setting a line as `name  value`, named after the
+/// option that sets it (haterm's `-G` line where there is one), defaults included.
+fn describe(
+    cfg: &Config,
+    listeners: &[Listener],
+    source: &CertSource,
+    lines: &Lines,
+    defaulted: bool,
+    extra: &Extra<'_>,
+) -> String {
+    use std::fmt::Write;
+    let on = |b: bool| if b { "on" } else { "off" };
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut row = |k: &str, v: String| rows.push((k.to_owned(), v));
+    for l in listeners {
+        let crt = if l.crt.is_empty() {
+            String::new()
+        } else {
+            let files: Vec<_> = l.crt.iter().map(|p| p.display().to_string()).collect();
+            format!(", crt {}", files.join(" "))
+        };
+        let what = match l.kind {
+            Kind::Clear => format!("http://{}  HTTP/1.1, h2c", l.addr),
+            Kind::Tls => format!("https://{}  TLS, ALPN {}{crt}", l.addr, l.alpn.join(",")),
+            Kind::Quic => format!("https://{}  QUIC (UDP): HTTP/3{crt}", l.addr),
+        };
+        let note = if defaulted {
+            "  (default: no -L given)"
+        } else {
+            ""
+        };
+        row("listen", format!("{what}{note}"));
+    }
+    row(
+        "certificate",
+        match source {
+            CertSource::Generate {
+                rsa_bits,
+                curve,
+                names,
+                ips,
+            } => {
+                let curve = match curve {
+                    tls::Curve::P256 => "P-256",
+                    tls::Curve::P384 => "P-384",
+                };
+                let ips: Vec<_> = ips.iter().map(|ip| ip.to_string()).collect();
+                format!(
+                    "generated: ECDSA {curve} and RSA {rsa_bits}, for {}, {}",
+                    names.join(", "),
+                    ips.join(", ")
+                )
+            }
+            CertSource::Files(files) => {
+                let files: Vec<_> = files.iter().map(|p| p.display().to_string()).collect();
+                files.join(" ")
+            }
+        },
+    );
+    if let Some(out) = extra.cert_out {
+        row("cert-out", out.display().to_string());
+    }
+    row("threads", cfg.threads.to_string());
+    let cpu_map = if lines.cpu_maps.is_empty() {
+        "none (threads float)".to_owned()
+    } else {
+        let maps: Vec<_> = lines
+            .cpu_maps
+            .iter()
+            .map(|m| {
+                let threads = match m.threads {
+                    None => "all".to_owned(),
+                    Some((a, b)) if a == b => a.to_string(),
+                    Some((a, b)) => format!("{a}-{b}"),
+                };
+                let cpus: Vec<_> = m.cpus.iter().map(|c| c.to_string()).collect();
+                let auto = if m.auto { ", one each (auto:)" } else { "" };
+                format!("threads {threads} on CPUs {}{auto}", cpus.join(","))
+            })
+            .collect();
+        maps.join("; ")
+    };
+    row("cpu-map", cpu_map);
+    row("maxconn", cfg.maxconn.to_string());
+    row("timeout", format!("{:?}", cfg.timeout));
+    row("grace", format!("{:?}", cfg.grace));
+    row("quic", on(cfg.quic).to_owned());
+    row("alt-svc", on(cfg.alt_svc).to_owned());
+    row("splice", on(cfg.splice).to_owned());
+    row("tune.pipesize", cfg.pipe_size.to_string());
+    row("lenient", on(cfg.lenient).to_owned());
+    row("date", on(cfg.date).to_owned());
+    row(
+        "seed",
+        cfg.seed
+            .map_or("none (from entropy)".to_owned(), |s| s.to_string()),
+    );
+    row("ja4", on(cfg.ja4.is_some()).to_owned());
+    row(
+        "metrics",
+        extra
+            .metrics
+            .map_or("off".to_owned(), |a| format!("http://{a}/metrics")),
+    );
+    if extra.burn > 0.0 {
+        row("burn", format!("{}%", extra.burn));
+    }
+    let policy = |v: &Option<String>| v.clone().unwrap_or_else(|| "rustls defaults".to_owned());
+    row(
+        "ssl-default-bind-ciphersuites",
+        policy(&lines.policy.ciphersuites),
+    );
+    row("ssl-default-bind-ciphers", policy(&lines.policy.ciphers));
+    row("ssl-default-bind-curves", policy(&lines.policy.curves));
+    let h2 = &cfg.h2;
+    row("h2-max-streams", h2.max_streams.to_string());
+    row("h2-stream-window", h2.stream_window.to_string());
+    row("h2-conn-window", h2.conn_window.to_string());
+    row("h2-max-frame-size", h2.max_frame_size.to_string());
+    row("h2-max-header-list", h2.max_header_list.to_string());
+    row(
+        "h2-emit",
+        match h2.emit {
+            None => "drain (default; HTTP/1.1 over TLS: its own rule)",
+            Some(crate::config::EmitMode::Drain) => "drain",
+            Some(crate::config::EmitMode::Gather) => "gather",
+            Some(crate::config::EmitMode::Hybrid) => "hybrid",
+        }
+        .to_owned(),
+    );
+    row("h2-emit-threshold", h2.emit_threshold.to_string());
+    let h3 = &cfg.h3;
+    row("h3-max-streams", h3.h3_max_streams.to_string());
+    row("quic-window", h3.quic_window.to_string());
+    row("h3-max-header-list", h3.h3_max_header_list.to_string());
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = format!(
+        "# loadterm {} serve: effective configuration\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for (k, v) in rows {
+        let _ = writeln!(out, "{k:width$}  {v}");
+    }
+    out
 }
 
 fn announce(
