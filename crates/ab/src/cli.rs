@@ -63,6 +63,10 @@ pub struct AbArgs {
     /// Address the servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Ports of every server and backend ab starts, FIRST-LAST (inclusive; two per server:
+    /// {clear_port}, {tls_port}), e.g. to stay inside a firewall's opening.
+    #[arg(long, value_name = "FIRST-LAST", default_value_t = procs::PortRange::DEFAULT)]
+    ports: procs::PortRange,
     /// Client connections.
     #[arg(short = 'c', long, visible_alias = "clients", default_value_t = 50)]
     connections: usize,
@@ -325,7 +329,7 @@ pub fn run(a: AbArgs) -> Result<()> {
     }));
     let mut vars = Vars::default();
     vars.set("host", &a.host);
-    let mut backends = Backends::start(&a.backends, &a.host, &a.backend_cpus, &mut vars)?;
+    let mut backends = Backends::start(&a.backends, &a.host, a.ports, &a.backend_cpus, &mut vars)?;
     if !endpoint_mode {
         // ab wakes up at every window's edge: on the client's cores, not the server's (pinned
         // once the backends, which it must not pin, are started).
@@ -372,6 +376,7 @@ pub fn run(a: AbArgs) -> Result<()> {
                 target: variants[0].1.clone(),
                 proto: proto.clone(),
                 host: a.host.clone(),
+                ports: a.ports,
                 url: a.url.clone(),
                 server_cpus: a.server_cpus.clone(),
                 client_cpus: a.client_cpus.clone(),
@@ -628,6 +633,61 @@ mod tests {
             Target::Command { command, .. } => assert_eq!(command, "serve --burn 5"),
             Target::Endpoint(_) => panic!("a command"),
         }
+    }
+
+    /// `--ports FIRST-LAST` keeps every listener ab starts in a range; a bad range is a usage
+    /// error (clap's: exit 2, the reason given).
+    #[test]
+    fn ports_range_is_parsed_and_checked() {
+        use procs::PortRange;
+        assert_eq!(args(&["--a", "x"]).ports, PortRange::DEFAULT);
+        assert_eq!(
+            args(&["--a", "x", "--ports", "20000-20100"]).ports,
+            PortRange {
+                first: 20000,
+                last: 20100
+            }
+        );
+        #[derive(clap::Parser, Debug)]
+        struct Line {
+            #[command(flatten)]
+            ab: AbArgs,
+        }
+        for (bad, why) in [
+            ("20000", "not a range"),
+            ("20100-20000", "at least two ports"),
+            ("20000-20000", "at least two ports"),
+            ("0-10", "'0' is not a port"),
+            ("20000-70000", "'70000' is not a port"),
+            ("a-b", "'a' is not a port"),
+        ] {
+            let e = <Line as clap::Parser>::try_parse_from(["ab", "--a", "x", "--ports", bad])
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+    }
+
+    /// Free ports come from the range only, each port of it tried before giving up.
+    #[test]
+    fn free_ports_stay_in_the_range() {
+        // Two neighbours, the first of them held: the second is the only answer.
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let first = held.local_addr().unwrap().port();
+        let Some(last) = first.checked_add(1) else {
+            return;
+        };
+        let range = procs::PortRange { first, last };
+        match procs::free_port("127.0.0.1", range, &[]) {
+            Ok(port) => assert_eq!(port, last),
+            // The neighbour is someone else's right now: then nothing in the range is free.
+            Err(e) => assert!(e.to_string().contains("--ports"), "{e}"),
+        }
+        let e = procs::free_port("127.0.0.1", range, &[last]).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("no free port in {range}")),
+            "{e}"
+        );
     }
 
     #[test]

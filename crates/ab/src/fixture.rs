@@ -85,22 +85,23 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Start every backend on `cpus` with its own two ports (substituted in its own command as
+    /// Start every backend on `cpus` with its own two ports of `ports` (substituted in its own command as
     /// `{backend_port}` / `{backend_tls_port}`), wait until each listens on its first port, and
     /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
     /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
     pub fn start(
         commands: &[String],
         host: &str,
+        ports: procs::PortRange,
         cpus: &[usize],
         vars: &mut Vars,
     ) -> Result<Backends> {
         let mut procs = Vec::new();
         let mut taken = Vec::new();
         for (i, command) in commands.iter().enumerate() {
-            let clear = procs::free_port(host, &taken)?;
+            let clear = procs::free_port(host, ports, &taken)?;
             taken.push(clear);
-            let tls = procs::free_port(host, &taken)?;
+            let tls = procs::free_port(host, ports, &taken)?;
             taken.push(tls);
             let scratch = Scratch::new(&format!("backend{}", i + 1))?;
             let mut own = vars.clone();

@@ -36,6 +36,8 @@ pub struct RunSpec {
     pub target: Target,
     pub proto: String,
     pub host: String,
+    /// The ports the servers may listen on (`--ports`).
+    pub ports: procs::PortRange,
     pub url: String,
     pub server_cpus: Vec<usize>,
     pub client_cpus: Vec<usize>,
@@ -376,8 +378,8 @@ fn start_server(
     command: &str,
     config: &Option<(String, String)>,
 ) -> Result<Started> {
-    let clear = procs::free_port(&spec.host, &[])?;
-    let tls = procs::free_port(&spec.host, &[clear])?;
+    let clear = procs::free_port(&spec.host, spec.ports, &[])?;
+    let tls = procs::free_port(&spec.host, spec.ports, &[clear])?;
     let scratch = Scratch::new(variant)?;
     let mut vars = spec.vars.clone();
     vars.set("host", &spec.host);

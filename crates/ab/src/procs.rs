@@ -254,13 +254,60 @@ fn listening_inodes(port: u16) -> Vec<String> {
     out
 }
 
-/// A TCP+UDP port free on `host` right now, below 32768 (outside the ephemeral range).
-pub fn free_port(host: &str, avoid: &[u16]) -> Result<u16> {
+/// The ports ab may give the servers and backends it starts (`--ports FIRST-LAST`, inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Below 32768: outside Linux's default ephemeral range, so that no client connection
+    /// holds one of them by chance.
+    pub const DEFAULT: PortRange = PortRange {
+        first: 20000,
+        last: 31999,
+    };
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+
+    /// `FIRST-LAST`: ports 1 to 65535, at least two (every server needs a clear and a TLS port).
+    fn from_str(s: &str) -> Result<PortRange, String> {
+        let port = |p: &str| match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("'{s}': '{p}' is not a port from 1 to 65535")),
+        };
+        let (first, last) = s
+            .split_once('-')
+            .ok_or_else(|| format!("'{s}' is not a range: give FIRST-LAST, e.g. 20000-20100"))?;
+        let (first, last) = (port(first)?, port(last)?);
+        if last <= first {
+            return Err(format!(
+                "'{s}': the range must hold at least two ports (FIRST < LAST): each server needs a clear and a TLS port"
+            ));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+/// A TCP+UDP port of `range` free on `host` right now, not in `avoid`: every port of the range
+/// is tried once, from a starting point drawn from the clock.
+pub fn free_port(host: &str, range: PortRange, avoid: &[u16]) -> Result<u16> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos()) as u64;
-    for i in 0..2000u64 {
-        let port = 20000 + ((seed.wrapping_mul(2654435761).wrapping_add(i * 7919)) % 12000) as u16;
+    let len = u64::from(range.last - range.first) + 1;
+    let start = seed.wrapping_mul(2654435761) % len;
+    for i in 0..len {
+        let port = range.first + ((start + i) % len) as u16;
         if avoid.contains(&port) {
             continue;
         }
@@ -270,7 +317,7 @@ pub fn free_port(host: &str, avoid: &[u16]) -> Result<u16> {
             return Ok(port);
         }
     }
-    bail!("no free port found on {host}")
+    bail!("no free port in {range} on {host} (--ports)")
 }
 
 /// Clock ticks per second.

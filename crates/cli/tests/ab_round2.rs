@@ -579,3 +579,49 @@ fn sigint_stops_the_servers_and_reports_the_rounds_so_far() {
         .count();
     assert_eq!(ours, 0, "servers left running after SIGINT");
 }
+
+/// `--ports FIRST-LAST`: every server and backend ab starts listens inside the range (ab used
+/// to pick from 20000-31999 with no say). Each command writes the ports it was given, then
+/// becomes the server. A bad range is refused before anything starts: exit 2, and why.
+#[test]
+fn ports_keep_every_listener_in_the_range() {
+    let out = ab(&["--a", "x", "--b", "x", "--ports", "30000-20000"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ports") && err.contains("FIRST < LAST"),
+        "{err}"
+    );
+
+    let dir = Dir::new("ports");
+    let log = dir.file("ports");
+    let log = log.to_str().unwrap();
+    let cmd = format!(
+        "echo {{clear_port}} {{tls_port}} >> {log}; exec {}",
+        server_cmd()
+    );
+    let backend = format!(
+        "echo {{backend_port}} {{backend_tls_port}} >> {log}; exec {} serve -t 1 -L {{host}}:{{backend_port}}:{{backend_tls_port}} --no-quic",
+        common::bin()
+    );
+    let (first, last) = (24_600, 24_639);
+    let range = format!("{first}-{last}");
+    let out = ab(&[
+        &["--a", &cmd, "--b", &cmd, "--backend", &backend][..],
+        &["--ports", &range, "--closed-loop"],
+        SHORT,
+    ]
+    .concat());
+    ok(&out);
+    let ports: Vec<u16> = std::fs::read_to_string(log)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // The backend and the two kept servers, two ports each.
+    assert!(ports.len() >= 6, "{ports:?}");
+    assert!(
+        ports.iter().all(|p| (first..=last).contains(p)),
+        "{ports:?} outside {range}"
+    );
+}
