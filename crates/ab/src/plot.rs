@@ -1,6 +1,6 @@
 //! Charts with `plotters`: per cell, the per-round values with each round's runs joined (the
 //! pairing made visible), and a forest plot of every comparison's ratio on a log axis with its
-//! 95% CI and the A/A noise band.
+//! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
 use crate::report::{Cell, Report};
@@ -254,11 +254,22 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
         .map(|k| format!("{} · {}", k.variant, short(&k.metric)))
         .collect();
     let n = rows.len().max(1) as i32;
+    // The caption names only what is drawn: no CI without enough rounds, no band without --aa.
+    let mut caption = String::from("variant / baseline: estimate");
+    let mut missing = Vec::new();
+    match rows.iter().any(|k| k.ci.is_some()) {
+        true => caption += ", 95% CI",
+        false => missing.push("CI: too few rounds"),
+    }
+    match rows.iter().any(|k| noise(k).is_some()) {
+        true => caption += ", A/A noise (grey)",
+        false => missing.push("A/A band: --aa"),
+    }
+    if !missing.is_empty() {
+        caption += &format!(" (no {})", missing.join(", no "));
+    }
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            "variant / baseline: estimate, 95% CI, A/A noise band (--aa)",
-            (FONT, 15),
-        )
+        .caption(caption, (FONT, 15))
         .margin(6)
         .x_label_area_size(38)
         .y_label_area_size(120)
@@ -327,4 +338,57 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
         )))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forest_caption(svg: &str) -> &str {
+        let at = svg
+            .find("variant / baseline")
+            .expect("the forest plot's caption");
+        svg[at..].split('<').next().unwrap().trim()
+    }
+
+    /// What the forest plot's caption names is drawn: a 95% CI line (2 px) per comparison
+    /// that has one, and an A/A noise band (grey rectangle) per comparison with a noise floor;
+    /// without --aa the caption says there is no band, with too few rounds that there is no CI.
+    #[test]
+    fn the_caption_names_what_is_drawn() {
+        let mut r = crate::report::tests::sample(0);
+        let c = &mut r.cells[0];
+        let with_ci = c.comparisons.iter().filter(|k| k.ci.is_some()).count();
+        let with_noise = c
+            .comparisons
+            .iter()
+            .filter(|k| k.noise_pct.is_some())
+            .count();
+        assert!(with_ci > 0 && with_noise > 0);
+        let svg = cell_svg(c).unwrap();
+        assert_eq!(
+            forest_caption(&svg),
+            "variant / baseline: estimate, 95% CI, A/A noise (grey)"
+        );
+        assert_eq!(svg.matches("fill=\"#E1E1E1\"").count(), with_noise);
+        assert_eq!(svg.matches("stroke-width=\"2\" points=").count(), with_ci);
+        for k in &mut c.comparisons {
+            k.noise_pct = None;
+        }
+        let svg = cell_svg(c).unwrap();
+        assert_eq!(
+            forest_caption(&svg),
+            "variant / baseline: estimate, 95% CI (no A/A band: --aa)"
+        );
+        assert_eq!(svg.matches("fill=\"#E1E1E1\"").count(), 0);
+        for k in &mut c.comparisons {
+            k.ci = None;
+        }
+        let svg = cell_svg(c).unwrap();
+        assert_eq!(
+            forest_caption(&svg),
+            "variant / baseline: estimate (no CI: too few rounds, no A/A band: --aa)"
+        );
+        assert_eq!(svg.matches("stroke-width=\"2\" points=").count(), 0);
+    }
 }

@@ -101,10 +101,13 @@ const HEADERS: [&str; 9] = [
     "peak RSS (MiB)",
 ];
 
-/// One line per flagged run: "round 3, B: foreign CPU 7.2% on the server cores; …".
+/// One line per flagged run: "round 3, B: foreign CPU 7.2% on the server cores; …". The A/A
+/// twin's runs are named as such; the baseline's, which `aa_runs` holds too, once.
 fn flag_lines(c: &Cell) -> Vec<String> {
+    let is_variant = |r: &&Run| c.variants.iter().any(|v| v.name == r.variant);
     c.aa_runs
         .iter()
+        .filter(|r| !is_variant(r))
         .map(|r| ("A/A ", r))
         .chain(c.runs.iter().map(|r| ("", r)))
         .filter(|(_, r)| !r.checks.flags.is_empty())
@@ -267,8 +270,16 @@ fn markdown_cell(r: &Report, c: &Cell) -> String {
             format!("{} run(s) flagged.", flags.len())
         }
     );
-    for f in flags {
+    // Many flags (a busy machine flags most runs) are folded, as in the HTML report.
+    let fold = flags.len() > 5;
+    if fold {
+        s += "<details><summary>Flagged runs</summary>\n\n";
+    }
+    for f in &flags {
         s += &format!("- flagged: {f}\n");
+    }
+    if fold {
+        s += "\n</details>\n";
     }
     s += "\n<details><summary>Per-run checks</summary>\n\n";
     s += &checks_table(c);
@@ -337,11 +348,16 @@ pub fn html(r: &Report, chart: impl Fn(&Cell) -> anyhow::Result<String>) -> anyh
         if flags.is_empty() {
             s += "<p>Contamination checks: no run flagged.</p>\n";
         } else {
-            s += "<p>Contamination checks:</p>\n<ul>\n";
+            // Folded: a long list (a busy machine flags most runs) would push the next cell
+            // and the environment pages down; the count says whether to open it.
+            s += &format!(
+                "<details><summary class=\"flag\">Contamination checks: {} run(s) flagged</summary>\n<ul>\n",
+                flags.len()
+            );
             for f in flags {
                 s += &format!("<li class=\"flag\">flagged: {}</li>\n", escape(&f));
             }
-            s += "</ul>\n";
+            s += "</ul>\n</details>\n";
         }
     }
     s += &format!(
@@ -349,4 +365,229 @@ pub fn html(r: &Report, chart: impl Fn(&Cell) -> anyhow::Result<String>) -> anyh
         escape(&environment_text(r))
     );
     Ok(s)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::compare::{self, tests::run};
+    use crate::measure::METRICS;
+
+    /// A report as ab writes it: 12 rounds of A, B (about 8% less CPU) and the A/A twin A'
+    /// (`--aa`), the first `flagged` runs flagged by the contamination checks.
+    pub(crate) fn sample(flagged: usize) -> Report {
+        let mut runs = Vec::new();
+        for k in 0..12 {
+            let j = 1.0 + (k as f64 * 0.37).sin() * 0.02;
+            runs.push(run("A", k, 10.0 * j));
+            runs.push(run("B", k, 9.2 * j * (1.0 + (k as f64).cos() * 0.01)));
+            runs.push(run(
+                "A'",
+                k,
+                10.0 * j * (1.0 + (k as f64 * 1.3).sin() * 0.01),
+            ));
+        }
+        for (n, r) in runs.iter_mut().take(flagged).enumerate() {
+            r.checks.flags.push(format!(
+                "foreign CPU {:.1}% on the server cores <pid {n}>",
+                5.0 + n as f64
+            ));
+        }
+        let noise = |m: &str| {
+            let (lo, hi) = compare::compare(m, "A", "A'", &runs, None)?.ci_pct?;
+            Some(lo.abs().max(hi.abs()))
+        };
+        let comparisons = METRICS
+            .iter()
+            .filter_map(|m| compare::compare(m, "A", "B", &runs, noise(m)))
+            .collect();
+        let aa_runs = runs.iter().filter(|r| r.variant != "B").cloned().collect();
+        let runs = runs.into_iter().filter(|r| r.variant != "A'").collect();
+        let variant = |name: &str| Variant {
+            name: name.to_owned(),
+            command: format!("loadterm serve -L {{host}}:{{clear_port}}:{{tls_port}} # {name}"),
+            url: "/?s=1k".to_owned(),
+        };
+        Report {
+            interrupted: false,
+            environment: Environment {
+                loadterm: "0.0.0".into(),
+                kernel: "6.1".into(),
+                cpu_model: "test CPU".into(),
+                cpus: 2,
+                governor: None,
+                boost: None,
+                thp: Some("madvise".into()),
+                load_average: "0.10 0.20 0.30 1/100 1".into(),
+                command_line: "loadterm ab --a 'serve' --b 'serve --burn 3' --aa".into(),
+            },
+            discarded_first_round: true,
+            not_measured: None,
+            cells: vec![Cell {
+                proto: "h1".into(),
+                url: "/?s=1k".into(),
+                variants: vec![variant("A"), variant("B")],
+                runs,
+                aa_runs,
+                comparisons,
+                regime: "open loop at 5000 req/s".into(),
+                rounds: 12,
+                notes: vec!["servers kept".into()],
+            }],
+        }
+    }
+
+    /// Each flagged run is listed once (the baseline's runs are in `aa_runs` too), the twin's
+    /// as A/A; the list is folded under a summary that counts it.
+    #[test]
+    fn flags_are_listed_once_and_folded() {
+        let r = sample(30);
+        let lines = flag_lines(&r.cells[0]);
+        assert_eq!(lines.len(), 30, "{lines:#?}");
+        assert_eq!(lines.iter().filter(|l| l.starts_with("A/A ")).count(), 10);
+        let page = html(&r, |_| Ok("<svg></svg>".to_owned())).unwrap();
+        assert!(
+            page.contains("<details><summary class=\"flag\">Contamination checks: 30 run(s) flagged</summary>"),
+            "{page}"
+        );
+        assert_eq!(page.matches("<li class=\"flag\">").count(), 30);
+        assert!(page.contains("&lt;pid 0&gt;"), "flags are escaped");
+        let page = html(&sample(0), |_| Ok(String::new())).unwrap();
+        assert!(
+            page.contains("Contamination checks: no run flagged.") && !page.contains("<details")
+        );
+    }
+
+    /// Debian's headless `chromium`, which the HTML test drives. Missing, the test fails, unless
+    /// LOADTERM_ALLOW_MISSING_TOOLS is set: then it says that it skipped.
+    fn chromium() -> Option<&'static str> {
+        for name in ["chromium", "chromium-browser"] {
+            let found = std::process::Command::new("sh")
+                .args(["-c", &format!("command -v {name}")])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if found {
+                return Some(name);
+            }
+        }
+        if std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_some() {
+            eprintln!("skipped: chromium is not installed (LOADTERM_ALLOW_MISSING_TOOLS is set)");
+            return None;
+        }
+        panic!(
+            "chromium is not installed (apt-get install chromium, or scripts/install-test-deps.sh); set LOADTERM_ALLOW_MISSING_TOOLS=1 to skip"
+        );
+    }
+
+    /// Open `page` in headless chromium with a script of ours appended that reads the laid-out
+    /// page: (what the script found, every console message the page produced).
+    fn browse(
+        browser: &str,
+        dir: &std::path::Path,
+        name: &str,
+        page: &str,
+    ) -> (String, Vec<String>) {
+        const PROBE: &str = r#"<script>
+(function () {
+  var svgs = [];
+  document.querySelectorAll('svg').forEach(function (s) {
+    var b = s.getBoundingClientRect();
+    svgs.push(Math.round(b.width) + 'x' + Math.round(b.height) + '/' + s.querySelectorAll('circle').length);
+  });
+  var folded = 0;
+  document.querySelectorAll('details').forEach(function (d) {
+    var list = d.querySelector('ul');
+    if (!d.open && list && !list.checkVisibility()) folded++;
+  });
+  document.body.setAttribute('data-probe', 'svgs=' + svgs.join(',') + ';folded=' + folded +
+    ';height=' + document.documentElement.scrollHeight);
+})();
+</script>"#;
+        let page = page.replace("</body>", &format!("{PROBE}</body>"));
+        let file = dir.join(name);
+        std::fs::write(&file, page).unwrap();
+        // Into files, not pipes: chromium's helper processes keep a pipe open for seconds after
+        // the browser exits, and reading it to its end would wait for them.
+        let (out, err) = (
+            dir.join(format!("{name}.dom")),
+            dir.join(format!("{name}.log")),
+        );
+        let status = std::process::Command::new(browser)
+            .args([
+                "--headless",
+                "--disable-gpu",
+                "--no-sandbox",
+                "--no-first-run",
+            ])
+            .args(["--enable-logging=stderr", "--v=0", "--window-size=1280,900"])
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .arg("--dump-dom")
+            .arg(format!("file://{}", file.display()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .status()
+            .expect("run chromium");
+        let dom = std::fs::read_to_string(&out).unwrap();
+        let err = std::fs::read_to_string(&err).unwrap();
+        assert!(status.success(), "chromium failed: {err}");
+        let probe = dom
+            .split("data-probe=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("the probe did not run: {dom}\n{err}"))
+            .to_owned();
+        let console = err
+            .lines()
+            .filter(|l| l.contains(":CONSOLE"))
+            .map(str::to_owned)
+            .collect();
+        (probe, console)
+    }
+
+    /// The HTML report in a real browser (Debian's headless chromium): no console message at
+    /// all (the page has no script; a message would be an error), the chart drawn at its size
+    /// with its points, and 30 contamination flags folded so that the page is no longer than
+    /// with none. A page with a deliberate console error first shows that errors are seen.
+    #[test]
+    fn html_report_renders_in_chromium() {
+        let Some(browser) = chromium() else { return };
+        let dir = std::env::temp_dir().join(format!("loadterm-ab-chromium-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let broken = "<!DOCTYPE html><html><body><p>x</p><script>console.error('probe-error'); undefined_function();</script></body></html>";
+        let (_, console) = browse(browser, &dir, "broken.html", broken);
+        assert!(
+            console.iter().any(|l| l.contains("probe-error"))
+                && console.iter().any(|l| l.contains("undefined_function")),
+            "chromium's console messages are not where this test looks: {console:?}"
+        );
+        let mut heights = Vec::new();
+        for flagged in [0, 30] {
+            let page = html(&sample(flagged), crate::plot::cell_svg).unwrap();
+            let (probe, console) = browse(browser, &dir, &format!("report{flagged}.html"), &page);
+            assert!(console.is_empty(), "{flagged} flags: {console:#?}");
+            let field = |key: &str| {
+                probe
+                    .split(';')
+                    .find_map(|f| f.strip_prefix(key))
+                    .unwrap_or_else(|| panic!("{key} in {probe}"))
+                    .to_owned()
+            };
+            // One chart, 1000×360 as drawn, its 24 points and 2 legend dots and 6 estimates.
+            assert_eq!(field("svgs="), "1000x360/32", "{probe}");
+            assert_eq!(
+                field("folded="),
+                if flagged > 0 { "1" } else { "0" },
+                "{probe}"
+            );
+            heights.push(field("height=").parse::<u32>().unwrap());
+        }
+        assert!(
+            heights[1] <= heights[0] + 40,
+            "30 flags lengthen the page from {} to {} px",
+            heights[0],
+            heights[1]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
