@@ -18,7 +18,7 @@ pub fn help() -> &'static str {
              before the multiplier (10kr = 0..10 KiB, in 1 KiB steps). Multipliers apply to s, r, t.\n\
              Parameters are separated by exactly one of & ; / ? , and parsing stops at anything else.\n\
              \n\
-             \x20 s=<size>    body size in bytes (HEAD always gets an empty body)     e.g. s=256k\n\
+             \x20 s=<size>    body size in bytes (HEAD: its length, no body)         e.g. s=256k\n\
              \x20 r=<code>    status code, 100..999                                   e.g. r=503\n\
              \x20 t=<ms>      wait this long before responding (after the request     e.g. t=50r\n\
              \x20             body, or after the headers with A=1; at most 1 hour)\n\
