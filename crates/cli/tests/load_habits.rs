@@ -431,10 +431,11 @@ fn summary_names_the_command_and_the_negotiated_protocol() {
 #[test]
 fn h2load_flags_without_an_equivalent_are_refused_with_one() {
     for (flag, instead) in [
-        (&["-w", "16"][..], "-w 30"),
-        (&["-W", "16"], "-W 30"),
-        (&["-f", "32K"], "16K"),
-        (&["--header-table-size", "8K"], "4K"),
+        // Run with h2load's meaning, within h2load's ranges.
+        (&["-w", "31"][..], "from 0 to 30"),
+        (&["-W", "x"], "from 0 to 30"),
+        (&["-f", "8K"], "from 16384 to 16777215"),
+        (&["--header-table-size", "4G"], "from 0 to 4294967295"),
         (&["-r", "10"], "--rate"),
         (&["--rate-period", "2s"], "--rate"),
         (&["-T", "10"], "--timeout"),
@@ -463,10 +464,12 @@ fn h2load_flags_without_an_equivalent_are_refused_with_one() {
 
 /// h2load's flags that loadterm runs, with h2load's meaning, on one h2load-style command line:
 /// `-p h2c` (HTTP/2 in clear for http:// URLs), `-i` (URLs from a file), `--rps`, `--npn-list`
-/// (HTTPS), and the windows, frame and table sizes h2load and loadterm both use by default.
+/// (HTTPS), and the windows, frame and table sizes (`-w -W -f --header-table-size`: they were
+/// accepted only at h2load's defaults), here small windows and large frames against 100 KiB
+/// bodies on h2c, h2 and h3.
 #[test]
 fn h2load_flags_with_an_equivalent_run() {
-    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let s = Server::start(&["-t", "1"]);
     let dir = Scratch::new("h2load-flags");
     let urls = dir.path("urls");
     let clear = format!("http://127.0.0.1:{}", s.clear_port);
@@ -495,6 +498,30 @@ fn h2load_flags_with_an_equivalent_run() {
         .output()
         .unwrap();
     assert_eq!(common::report(out)["protocol"], "h1");
+    let offers = [
+        "-w",
+        "12",
+        "-W",
+        "14",
+        "-f",
+        "64K",
+        "--header-table-size",
+        "16K",
+    ];
+    let big = |port: u16, scheme: &str| format!("{scheme}://127.0.0.1:{port}/?s=100k");
+    for (proto, url) in [
+        ("--h2c", big(s.clear_port, "http")),
+        ("--h2", big(s.tls_port, "https")),
+        ("--h3", big(s.tls_port, "https")),
+    ] {
+        let out = common::load_cmd(&[proto, "-k", "-n", "20", "-c", "2", "-m", "4", &url])
+            .args(offers)
+            .output()
+            .unwrap();
+        let r = common::report(out);
+        assert_eq!(r["requests"]["succeeded"], 20, "{proto}: {r}");
+        assert_eq!(r["bytes"]["body"], 20 * 102_400, "{proto}: {r}");
+    }
 }
 
 /// The share of a report's requests that took less than `us` microseconds, from its

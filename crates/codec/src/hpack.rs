@@ -160,21 +160,31 @@ pub struct Decoder {
     table: VecDeque<Entry>,
     size: usize,
     max: usize,
+    /// The largest table size update accepted: our SETTINGS_HEADER_TABLE_SIZE.
+    limit: usize,
     scratch: Vec<u8>,
 }
 
 impl Default for Decoder {
     fn default() -> Self {
-        Decoder {
-            table: VecDeque::new(),
-            size: 0,
-            max: TABLE_SIZE,
-            scratch: Vec::new(),
-        }
+        Decoder::with_limit(TABLE_SIZE)
     }
 }
 
 impl Decoder {
+    /// A decoder for a connection whose SETTINGS_HEADER_TABLE_SIZE is `limit`: the encoder may
+    /// size its table up to it with a size update (RFC 7541 §4.2, §6.3). The table starts at the
+    /// protocol's 4096 until the encoder says otherwise.
+    pub fn with_limit(limit: usize) -> Decoder {
+        Decoder {
+            table: VecDeque::new(),
+            size: 0,
+            max: TABLE_SIZE,
+            limit,
+            scratch: Vec::new(),
+        }
+    }
+
     pub fn decode(&mut self, mut block: &[u8]) -> Result<ResponseBlock, Invalid> {
         let mut head = ResponseBlock::default();
         let mut fields = 0;
@@ -188,7 +198,7 @@ impl Decoder {
                 // Dynamic table size update: only before the first field.
                 let (max, n) = int(block, 5)?;
                 block = &block[n..];
-                if fields > 0 || max > TABLE_SIZE {
+                if fields > 0 || max > self.limit {
                     return Err(Invalid);
                 }
                 self.max = max;
@@ -381,6 +391,37 @@ mod tests {
         let mut d = Decoder::default();
         assert_eq!(d.decode(&out).unwrap().field_bytes, 1 + 200 + 4);
         assert_eq!(d.size, 0);
+    }
+
+    /// A larger SETTINGS_HEADER_TABLE_SIZE (h2load's --header-table-size) lets the encoder grow
+    /// its table up to it, and no further; a smaller one bounds the updates to it.
+    #[test]
+    fn table_size_updates_up_to_the_limit() {
+        let update = |n: usize| {
+            let mut b = vec![0x20];
+            // 5-bit prefix integer (RFC 7541 §5.1).
+            if n < 31 {
+                b[0] |= n as u8;
+            } else {
+                b[0] |= 31;
+                let mut rest = n - 31;
+                while rest >= 128 {
+                    b.push((rest % 128) as u8 | 0x80);
+                    rest /= 128;
+                }
+                b.push(rest as u8);
+            }
+            b.push(0x88); // :status 200
+            b
+        };
+        let mut d = Decoder::with_limit(65_536);
+        assert_eq!(d.decode(&update(65_536)).unwrap().status, Some(200));
+        assert_eq!(d.max, 65_536);
+        assert_eq!(d.decode(&update(65_537)), Err(Invalid));
+        let mut d = Decoder::with_limit(0);
+        assert_eq!(d.decode(&update(0)).unwrap().status, Some(200));
+        assert_eq!(d.decode(&update(1)), Err(Invalid));
+        assert_eq!(Decoder::default().decode(&update(4097)), Err(Invalid));
     }
 
     #[test]

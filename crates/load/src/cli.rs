@@ -354,6 +354,7 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
     if let Some(why) = a.h2load.refused() {
         return Err(usage_error(why));
     }
+    let offer = a.h2load.offer().map_err(usage_error)?;
     if let Some(path) = &a.input_file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("-i: cannot read {}", path.display()))
@@ -411,6 +412,7 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
         data,
         streams: a.streams,
         timeout: a.timeout,
+        offer,
     })
     .map_err(|e| usage_error(format!("{e:#}")))?;
     let setup = Arc::new(setup);

@@ -1,6 +1,7 @@
-//! h2load's flags that `loadterm load` does not run as its own: accepted where the value asks
-//! for what loadterm does anyway (`-w 30`, `-f 16K`), otherwise refused with what to use
-//! instead, so that an h2load command line either runs with h2load's meaning or says why not.
+//! h2load's flags that `loadterm load` takes as h2load does but does not offer in its help
+//! (`-w`, `-W`, `-f`, `--header-table-size`: what the client offers the server, see
+//! [`crate::setup::Offer`]), and those it refuses with what to use instead, so that an h2load
+//! command line either runs with h2load's meaning or says why not.
 //! The flags loadterm runs as h2load does (`-n -c -t -m -H -d -D --warm-up-time --connect-to
 //! --h1 -i -p --npn-list --rps`) are `cli::LoadArgs`'s own. Table: docs/COMPATIBILITY.md.
 
@@ -63,43 +64,54 @@ fn size(v: &str) -> Option<u64> {
 }
 
 impl H2loadFlags {
+    /// `-w`, `-W`, `-f`, `--header-table-size` with h2load's meaning and ranges: window bits
+    /// 0 to 30, a frame size from 16K to 16M − 1, a table size up to 4G − 1.
+    pub fn offer(&self) -> Result<crate::setup::Offer, String> {
+        let bits = |flag: &str, v: &Option<String>| -> Result<Option<u8>, String> {
+            v.as_deref()
+                .map(|v| match v.parse::<u8>() {
+                    Ok(n) if n <= 30 => Ok(n),
+                    _ => Err(format!(
+                        "{flag} {v} (h2load): window bits are an integer from 0 to 30 (a window of 2^N-1 bytes)"
+                    )),
+                })
+                .transpose()
+        };
+        let sized =
+            |flag: &str, v: &Option<String>, range: std::ops::RangeInclusive<u64>, default: u32| {
+                match v.as_deref() {
+                    None => Ok(default),
+                    Some(v) => match size(v) {
+                        Some(n) if range.contains(&n) => Ok(n as u32),
+                        _ => Err(format!(
+                            "{flag} {v} (h2load): a size from {} to {} (K, M, G: powers of 1024)",
+                            range.start(),
+                            range.end()
+                        )),
+                    },
+                }
+            };
+        Ok(crate::setup::Offer {
+            stream_window_bits: bits("-w", &self.window_bits)?,
+            conn_window_bits: bits("-W", &self.connection_window_bits)?,
+            max_frame: sized("-f", &self.max_frame_size, 16_384..=16_777_215, 16_384)?,
+            header_table: sized(
+                "--header-table-size",
+                &self.header_table_size,
+                0..=u64::from(u32::MAX),
+                4096,
+            )?,
+        })
+    }
+
     /// The first flag given that loadterm does not run as h2load would, and why, with what to
     /// use instead; `None` when every flag given is run (or asks for what loadterm does).
     pub fn refused(&self) -> Option<String> {
-        let fixed = |flag: &str, v: &Option<String>, ours: u64, what: &str| {
-            v.as_deref()
-                .filter(|v| size(v) != Some(ours))
-                .map(|v| format!("{flag} {v} (h2load): loadterm's {what}, not settable"))
-        };
         let no = |flag: &str, given: bool, instead: &str| {
             given.then(|| format!("{flag} (h2load) is not supported: {instead}"))
         };
         let f = self;
         [
-            fixed(
-                "-w",
-                &f.window_bits,
-                30,
-                "HTTP/2 stream windows are h2load's default, 2^30-1 (-w 30)",
-            ),
-            fixed(
-                "-W",
-                &f.connection_window_bits,
-                30,
-                "HTTP/2 connection window is h2load's default, 2^30-1 (-W 30)",
-            ),
-            fixed(
-                "-f",
-                &f.max_frame_size,
-                16 << 10,
-                "HTTP/2 SETTINGS_MAX_FRAME_SIZE is h2load's default, 16K",
-            ),
-            fixed(
-                "--header-table-size",
-                &f.header_table_size,
-                4 << 10,
-                "HPACK decoder table is h2load's default, 4K",
-            ),
             no(
                 "--ciphers/--tls13-ciphers",
                 f.ciphers.is_some() || f.tls13_ciphers.is_some(),
@@ -189,20 +201,77 @@ mod tests {
     }
 
     #[test]
-    fn defaults_pass_others_are_refused() {
-        let ok = H2loadFlags {
-            window_bits: Some("30".into()),
-            max_frame_size: Some("16K".into()),
-            header_table_size: Some("4096".into()),
+    fn offers_are_parsed_with_h2load_ranges() {
+        let f = H2loadFlags {
+            window_bits: Some("16".into()),
+            connection_window_bits: Some("20".into()),
+            max_frame_size: Some("64K".into()),
+            header_table_size: Some("0".into()),
             _encoder_header_table_size: Some("0".into()),
             ..H2loadFlags::default()
         };
-        assert_eq!(ok.refused(), None);
-        let w = H2loadFlags {
-            window_bits: Some("16".into()),
+        assert_eq!(f.refused(), None);
+        let o = f.offer().unwrap();
+        assert_eq!(
+            (o.h2_stream_window(), o.h2_conn_window()),
+            (65_535, (1 << 20) - 1)
+        );
+        assert_eq!((o.max_frame, o.header_table), (65_536, 0));
+        assert_eq!(o.h3_windows(), (Some(65_535), Some((1 << 20) - 1)));
+        // h2load's QUIC cap: 2^26 - 1.
+        let w30 = H2loadFlags {
+            window_bits: Some("30".into()),
             ..H2loadFlags::default()
         };
-        assert!(w.refused().unwrap().starts_with("-w 16 (h2load)"));
+        let o = w30.offer().unwrap();
+        assert_eq!(o.h2_stream_window(), (1 << 30) - 1);
+        assert_eq!(o.h3_windows(), (Some((1 << 26) - 1), None));
+        let d = H2loadFlags::default().offer().unwrap();
+        assert_eq!(d, crate::setup::Offer::default());
+        assert_eq!(
+            (d.h2_stream_window(), d.h2_conn_window()),
+            ((1 << 30) - 1, (1 << 30) - 1)
+        );
+        for (f, why) in [
+            (
+                H2loadFlags {
+                    window_bits: Some("31".into()),
+                    ..Default::default()
+                },
+                "-w 31 (h2load): window bits",
+            ),
+            (
+                H2loadFlags {
+                    connection_window_bits: Some("x".into()),
+                    ..Default::default()
+                },
+                "-W x (h2load)",
+            ),
+            (
+                H2loadFlags {
+                    max_frame_size: Some("8K".into()),
+                    ..Default::default()
+                },
+                "-f 8K (h2load): a size from 16384 to 16777215",
+            ),
+            (
+                H2loadFlags {
+                    max_frame_size: Some("16M".into()),
+                    ..Default::default()
+                },
+                "-f 16M",
+            ),
+            (
+                H2loadFlags {
+                    header_table_size: Some("4G".into()),
+                    ..Default::default()
+                },
+                "--header-table-size 4G",
+            ),
+        ] {
+            let e = f.offer().unwrap_err();
+            assert!(e.starts_with(why), "{e}");
+        }
         let log = H2loadFlags {
             log_file: Some("x".into()),
             ..H2loadFlags::default()

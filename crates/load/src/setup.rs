@@ -66,6 +66,53 @@ pub struct Setup {
     pub timeout: Duration,
     pub tls_config: Option<Arc<rustls::ClientConfig>>,
     pub quic_config: Option<quinn::ClientConfig>,
+    pub offer: Offer,
+}
+
+/// What the client offers the server beyond the protocols' defaults: h2load's `-w`, `-W`,
+/// `-f` and `--header-table-size`, with h2load's meaning and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// Each stream's receive window, 2^bits − 1 (`-w`): HTTP/2's SETTINGS_INITIAL_WINDOW_SIZE
+    /// (default 30), HTTP/3's initial stream flow-control limit (bits capped at 26, as h2load
+    /// does; not given: 8 MiB).
+    pub stream_window_bits: Option<u8>,
+    /// The connection's receive window, 2^bits − 1 (`-W`), HTTP/2 (default 30) and HTTP/3
+    /// (capped at 26; not given: 32 MiB).
+    pub conn_window_bits: Option<u8>,
+    /// HTTP/2 SETTINGS_MAX_FRAME_SIZE: the largest frame accepted (`-f`, default 16384).
+    pub max_frame: u32,
+    /// HTTP/2 SETTINGS_HEADER_TABLE_SIZE: the HPACK decoder's largest table (default 4096).
+    pub header_table: u32,
+}
+
+impl Default for Offer {
+    fn default() -> Offer {
+        Offer {
+            stream_window_bits: None,
+            conn_window_bits: None,
+            max_frame: 16_384,
+            header_table: 4096,
+        }
+    }
+}
+
+impl Offer {
+    /// HTTP/2's stream window.
+    pub fn h2_stream_window(&self) -> u32 {
+        (1u32 << self.stream_window_bits.unwrap_or(30)) - 1
+    }
+
+    /// HTTP/2's connection window.
+    pub fn h2_conn_window(&self) -> u32 {
+        (1u32 << self.conn_window_bits.unwrap_or(30)) - 1
+    }
+
+    /// HTTP/3's (stream, connection) windows when given: 2^min(bits, 26) − 1.
+    pub fn h3_windows(&self) -> (Option<u32>, Option<u32>) {
+        let w = |bits: Option<u8>| bits.map(|b| (1u32 << b.min(26)) - 1);
+        (w(self.stream_window_bits), w(self.conn_window_bits))
+    }
 }
 
 pub struct Options<'a> {
@@ -80,6 +127,7 @@ pub struct Options<'a> {
     pub data: Bytes,
     pub streams: usize,
     pub timeout: Duration,
+    pub offer: Offer,
 }
 
 /// The URL's port, or `default` when it names none (or an empty one, RFC 3986 §3.2.3). http's
@@ -245,7 +293,7 @@ impl Setup {
             None
         };
         let quic_config = match (&rustls_cfg, proto) {
-            (Some(cfg), Proto::H3) => Some(crate::tls::quic_config(cfg.clone())?),
+            (Some(cfg), Proto::H3) => Some(crate::tls::quic_config(cfg.clone(), &o.offer)?),
             _ => None,
         };
         Ok(Setup {
@@ -259,6 +307,7 @@ impl Setup {
             timeout: o.timeout,
             tls_config: rustls_cfg.filter(|_| proto != Proto::H3).map(Arc::new),
             quic_config,
+            offer: o.offer,
         })
     }
 
@@ -288,6 +337,7 @@ mod tests {
             data: Bytes::new(),
             streams: 1,
             timeout: Duration::from_secs(1),
+            offer: Offer::default(),
         };
         f(&mut o);
         Setup::new(&o)

@@ -203,6 +203,7 @@ mod tests {
             data: bytes::Bytes::new(),
             streams: 1,
             timeout: Duration::from_secs(1),
+            offer: Default::default(),
         })
         .unwrap();
         let now = Instant::now();

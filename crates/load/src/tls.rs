@@ -420,15 +420,20 @@ pub fn client_config(
     Ok(cfg)
 }
 
-pub fn quic_config(tls: rustls::ClientConfig) -> Result<quinn::ClientConfig> {
+/// QUIC for HTTP/3: the receive windows of `offer` (h2load's `-w`, `-W`) when given.
+pub fn quic_config(
+    tls: rustls::ClientConfig,
+    offer: &crate::setup::Offer,
+) -> Result<quinn::ClientConfig> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS 1.3 config for QUIC")?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     // Large receive windows so 256 KiB+ bodies are not throttled by flow control.
+    let (stream, conn) = offer.h3_windows();
     transport
-        .stream_receive_window((8u32 << 20).into())
-        .receive_window((32u32 << 20).into())
+        .stream_receive_window(stream.unwrap_or(8 << 20).into())
+        .receive_window(conn.unwrap_or(32 << 20).into())
         .max_idle_timeout(Some(
             std::time::Duration::from_secs(30)
                 .try_into()

@@ -2,6 +2,7 @@
 //! read and takes the bytes to write; it reports per-request outcomes as events. It counts
 //! response bodies without copying them, and sends prebuilt request header blocks.
 
+use crate::setup::Offer;
 use bytes::Bytes;
 use loadterm_codec::h2::flag::{ACK, END_HEADERS, END_STREAM, PADDED, PRIORITY};
 use loadterm_codec::h2::setting;
@@ -13,13 +14,18 @@ use loadterm_codec::hpack;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Receive window per stream and per connection, as h2load's defaults (`-w 30 -W 30`): large
+/// Receive window per stream and per connection by default, as h2load's (`-w 30 -W 30`): large
 /// enough that window updates are rare.
+#[cfg(test)]
 pub const WINDOW: u32 = (1 << 30) - 1;
 /// RST_STREAM's error code for a request the server did not process (RFC 9113 §7).
 const REFUSED_STREAM: u32 = 0x7;
-/// Frame size we accept (the default: we do not raise SETTINGS_MAX_FRAME_SIZE).
+/// SETTINGS_MAX_FRAME_SIZE's default (RFC 9113 §6.5.2): the largest frame the server accepts
+/// until it says otherwise, and the largest we accept unless `-f` raised it.
 const MAX_FRAME: usize = 16_384;
+/// The protocol's initial windows (RFC 9113 §6.9.2) and HPACK table size (§6.5.2).
+const DEFAULT_WINDOW: u32 = 65_535;
+const DEFAULT_TABLE: u32 = 4096;
 /// Cap on one header block (HEADERS + CONTINUATION), against endless CONTINUATION.
 const MAX_BLOCK: usize = 256 * 1024;
 /// Concurrent streams assumed before the server's SETTINGS arrive (RFC 9113 §6.5.2 advises
@@ -114,8 +120,12 @@ pub struct Client {
     send_frame: usize,
     initial_send_window: i64,
     conn_send_window: i64,
-    /// Received DATA on the connection not yet acknowledged.
-    conn_unacked: u32,
+    /// Our receive windows (`-w`, `-W`) and the largest frame we accept (`-f`).
+    stream_window: u32,
+    conn_window: u32,
+    max_frame: usize,
+    /// DATA the server may still send on the connection before our next WINDOW_UPDATE.
+    conn_avail: i64,
     /// Streams with a request body waiting for window.
     blocked: Vec<u32>,
     goaway: bool,
@@ -130,7 +140,7 @@ pub struct Client {
 
 impl Default for Client {
     fn default() -> Self {
-        Self::new()
+        Self::new(&Offer::default())
     }
 }
 
@@ -140,19 +150,23 @@ impl Client {
         self.head_requests = true;
     }
 
-    /// A new connection; its preface and settings are ready in the output.
-    pub fn new() -> Client {
+    /// A new connection offering `offer` (windows, frame size, HPACK table; h2load's `-w`,
+    /// `-W`, `-f`, `--header-table-size`); its preface and settings are ready in the output.
+    pub fn new(offer: &Offer) -> Client {
         let mut c = Client {
             out: Vec::with_capacity(16 * 1024),
             events: Vec::new(),
             streams: HashMap::default(),
             next_id: 1,
-            decoder: hpack::Decoder::default(),
+            decoder: hpack::Decoder::with_limit(offer.header_table as usize),
             max_streams: ASSUMED_STREAMS,
             send_frame: MAX_FRAME,
             initial_send_window: 65_535,
             conn_send_window: 65_535,
-            conn_unacked: 0,
+            stream_window: offer.h2_stream_window(),
+            conn_window: offer.h2_conn_window(),
+            max_frame: offer.max_frame as usize,
+            conn_avail: DEFAULT_WINDOW.into(),
             blocked: Vec::new(),
             goaway: false,
             partial: Vec::new(),
@@ -161,13 +175,28 @@ impl Client {
             head_requests: false,
         };
         c.out.extend_from_slice(PREFACE);
-        frame_head(&mut c.out, 12, SETTINGS, 0, 0);
-        c.out.extend_from_slice(&setting::ENABLE_PUSH.to_be_bytes());
-        c.out.extend_from_slice(&0u32.to_be_bytes());
-        c.out
-            .extend_from_slice(&setting::INITIAL_WINDOW_SIZE.to_be_bytes());
-        c.out.extend_from_slice(&WINDOW.to_be_bytes());
-        c.window_update(0, WINDOW - 65_535);
+        // Only the settings that differ from the protocol's defaults, push first.
+        let mut settings = vec![(setting::ENABLE_PUSH, 0)];
+        if c.stream_window != DEFAULT_WINDOW {
+            settings.push((setting::INITIAL_WINDOW_SIZE, c.stream_window));
+        }
+        if c.max_frame != MAX_FRAME {
+            settings.push((setting::MAX_FRAME_SIZE, offer.max_frame));
+        }
+        if offer.header_table != DEFAULT_TABLE {
+            settings.push((setting::HEADER_TABLE_SIZE, offer.header_table));
+        }
+        frame_head(&mut c.out, 6 * settings.len(), SETTINGS, 0, 0);
+        for (id, value) in settings {
+            c.out.extend_from_slice(&id.to_be_bytes());
+            c.out.extend_from_slice(&value.to_be_bytes());
+        }
+        // A connection window above the initial one is opened at once; one below it is
+        // reached by holding back WINDOW_UPDATEs (see `data_frame`).
+        if c.conn_window > DEFAULT_WINDOW {
+            c.window_update(0, c.conn_window - DEFAULT_WINDOW);
+            c.conn_avail = c.conn_window.into();
+        }
         c
     }
 
@@ -270,7 +299,7 @@ impl Client {
             self.partial.extend_from_slice(&input[..take]);
             input = &input[take..];
             let p = &self.partial;
-            if p.len() == 9 && frame_len(p) > MAX_FRAME {
+            if p.len() == 9 && frame_len(p) > self.max_frame {
                 return Err(ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE"));
             }
             if p.len() >= 9 && (p[3] == DATA || p.len() == 9 + frame_len(p)) {
@@ -321,7 +350,7 @@ impl Client {
         let len = frame_len(frame);
         let (kind, flags) = (frame[3], frame[4]);
         let id = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
-        if len > MAX_FRAME {
+        if len > self.max_frame {
             return Err(ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE"));
         }
         if self.block.is_some() && kind != CONTINUATION {
@@ -437,16 +466,20 @@ impl Client {
             return Err(ProtocolError("DATA padding without length"));
         }
         // Flow control counts the whole payload, padding included.
-        self.conn_unacked += len as u32;
-        if self.conn_unacked >= WINDOW / 2 {
-            let n = std::mem::take(&mut self.conn_unacked);
-            self.window_update(0, n);
+        // Topped up to the window once half of it is used.
+        self.conn_avail -= len as i64;
+        if self.conn_avail <= i64::from(self.conn_window / 2) {
+            let n = i64::from(self.conn_window) - self.conn_avail;
+            if n > 0 {
+                self.window_update(0, n as u32);
+                self.conn_avail += n;
+            }
         }
         let body = len - padded as usize;
         match self.streams.get_mut(&id) {
             Some(s) if s.status.is_some() => {
                 s.unacked += len as u32;
-                if s.unacked >= WINDOW / 2 && flags & END_STREAM == 0 {
+                if s.unacked >= (self.stream_window / 2).max(1) && flags & END_STREAM == 0 {
                     let n = std::mem::take(&mut s.unacked);
                     self.window_update(id, n);
                 }
@@ -739,7 +772,7 @@ mod tests {
 
     #[test]
     fn preface_settings_and_a_request() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         let f = sent(&mut c);
         assert_eq!(f[0].0, SETTINGS);
         assert_eq!(f[0].3, [setting(2, 0), setting(4, WINDOW)].concat());
@@ -763,7 +796,7 @@ mod tests {
     #[test]
     fn responses_split_anywhere_are_counted_exactly() {
         for bytewise in [false, true] {
-            let mut c = Client::new();
+            let mut c = Client::default();
             sent(&mut c);
             c.start(b"\x82", &Bytes::new(), 0);
             c.start(b"\x82", &Bytes::new(), 1);
@@ -803,7 +836,7 @@ mod tests {
 
     #[test]
     fn interim_responses_and_trailers() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         c.start(b"\x82", &Bytes::new(), 0);
         // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
@@ -826,7 +859,7 @@ mod tests {
 
     #[test]
     fn an_interim_response_that_ends_the_stream_is_malformed() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
         c.start(b"\x83", &Bytes::from_static(b"body"), 0);
@@ -841,7 +874,7 @@ mod tests {
         assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0, 0, 0, 1])]);
         assert_eq!(c.in_flight(), 0);
         // 101 has no place in HTTP/2 (RFC 9113 §8.6).
-        let mut c = Client::new();
+        let mut c = Client::default();
         c.start(b"\x82", &Bytes::new(), 0);
         assert!(c
             .feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03101"))
@@ -850,7 +883,7 @@ mod tests {
 
     #[test]
     fn uploads_follow_the_server_windows() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         c.feed(&frame(SETTINGS, 0, 0, &setting(4, 10))).unwrap();
         sent(&mut c);
@@ -873,7 +906,7 @@ mod tests {
 
     #[test]
     fn a_response_before_the_whole_upload_stops_it() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         c.feed(&frame(SETTINGS, 0, 0, &setting(4, 0))).unwrap();
         c.start(b"\x83", &Bytes::from_static(b"body"), 0);
@@ -893,7 +926,7 @@ mod tests {
 
     #[test]
     fn resets_goaway_and_pings() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         for slot in 0..3 {
             c.start(b"\x82", &Bytes::new(), slot);
@@ -992,7 +1025,7 @@ mod tests {
             ),
         ];
         for (what, input) in cases {
-            let mut c = Client::new();
+            let mut c = Client::default();
             sent(&mut c);
             c.start(b"\x82", &Bytes::new(), 0);
             c.start(b"\x82", &Bytes::new(), 1);
@@ -1011,7 +1044,7 @@ mod tests {
             );
         }
         // A HEAD's response (and a 204's) has no DATA, whatever its content-length says.
-        let mut c = Client::new();
+        let mut c = Client::default();
         c.head_requests();
         c.start(b"\x82", &Bytes::new(), 0);
         c.feed(&frame(
@@ -1052,7 +1085,7 @@ mod tests {
             frame(PING, 0, 0, &[0; 7]),
         ];
         for (k, input) in cases.iter().enumerate() {
-            let mut c = Client::new();
+            let mut c = Client::default();
             c.start(b"\x82", &Bytes::new(), 0);
             if k == 1 {
                 assert!(c.feed(input).is_err());
@@ -1070,7 +1103,7 @@ mod tests {
 
     #[test]
     fn large_header_blocks_use_continuation() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         let block = vec![0x82; MAX_FRAME * 2 + 1];
         c.start(&block, &Bytes::new(), 0);
@@ -1088,7 +1121,7 @@ mod tests {
 
     #[test]
     fn received_data_is_returned_to_the_server() {
-        let mut c = Client::new();
+        let mut c = Client::default();
         sent(&mut c);
         c.start(b"\x82", &Bytes::new(), 0);
         sent(&mut c);
@@ -1107,6 +1140,67 @@ mod tests {
                 (WINDOW_UPDATE, 0, 1, n.to_be_bytes().to_vec())
             ]
         );
+    }
+
+    /// h2load's `-w 16 -W 15 -f 64K --header-table-size 64K`: the SETTINGS say so, no
+    /// connection WINDOW_UPDATE opens more than 2^15-1 (below the initial 65 535, reached by
+    /// holding updates back), each window is topped up once half of it is used, frames up to
+    /// 64K are taken and larger ones refused, and the server's HPACK table may grow to 64K.
+    #[test]
+    fn h2load_offers_set_settings_windows_frames_and_table() {
+        let offer = Offer {
+            stream_window_bits: Some(16),
+            conn_window_bits: Some(15),
+            max_frame: 65_536,
+            header_table: 65_536,
+        };
+        let mut c = Client::new(&offer);
+        let f = sent(&mut c);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, SETTINGS);
+        assert_eq!(
+            f[0].3,
+            // 2^16-1 is the initial window already: not sent.
+            [setting(2, 0), setting(5, 65_536), setting(1, 65_536)].concat()
+        );
+        c.start(b"\x82", &Bytes::new(), 0);
+        sent(&mut c);
+        // A table size update to 64K before the status: allowed by our HEADER_TABLE_SIZE.
+        let mut block = vec![0x3f, 0xe1, 0xff, 0x03];
+        block.extend(head_200());
+        c.feed(&frame(HEADERS, END_HEADERS, 1, &block)).unwrap();
+        // 40 000 bytes in one frame (above 16K): taken. The connection has 65 535 - 40 000
+        // left, above half its window (16 383): no update yet; the stream passed half of 65 535.
+        c.feed(&frame(DATA, 0, 1, &vec![0; 40_000])).unwrap();
+        assert_eq!(
+            sent(&mut c),
+            [(WINDOW_UPDATE, 0, 1, 40_000u32.to_be_bytes().to_vec())]
+        );
+        // 10 000 more: 15 535 left on the connection, under half: topped up to 32 767.
+        c.feed(&frame(DATA, 0, 1, &vec![0; 10_000])).unwrap();
+        assert_eq!(
+            sent(&mut c),
+            [(
+                WINDOW_UPDATE,
+                0,
+                0,
+                (32_767u32 - 15_535).to_be_bytes().to_vec()
+            )]
+        );
+        c.feed(&frame(DATA, END_STREAM, 1, b"")).unwrap();
+        assert_eq!(
+            events(&mut c),
+            [Event::Head { slot: 0 }, done(0, 200, 50_000)]
+        );
+        let mut c = Client::new(&offer);
+        assert_eq!(
+            c.feed(&frame(DATA, 0, 1, &vec![0; 65_537])),
+            Err(ProtocolError("frame larger than SETTINGS_MAX_FRAME_SIZE"))
+        );
+        // The defaults: 16K frames only, updates up to a 4K table.
+        let mut c = Client::default();
+        c.start(b"\x82", &Bytes::new(), 0);
+        assert!(c.feed(&frame(HEADERS, END_HEADERS, 1, &block)).is_err());
     }
 
     /// Random bytes, and a valid server stream with bytes flipped, cut and fed in random pieces:
@@ -1135,7 +1229,7 @@ mod tests {
                 v
             };
             input.truncate(rng.next_u32() as usize % (input.len() + 1));
-            let mut c = Client::new();
+            let mut c = Client::default();
             c.start(b"\x82", &Bytes::new(), 0);
             c.start(b"\x83", &Bytes::from_static(b"upload"), 1);
             let mut rest = &input[..];

@@ -35,7 +35,7 @@ where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
     let setup = w.setup.clone();
-    let mut c = Client::new();
+    let mut c = Client::new(&setup.offer);
     if setup.is_head {
         c.head_requests();
     }
