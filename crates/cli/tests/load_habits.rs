@@ -619,3 +619,24 @@ fn head_announces_the_length_of_the_get() {
         assert_eq!(r["bytes"]["body"], 0, "{proto}: {r}");
     }
 }
+
+/// Uploads above 64 KiB go out from the shared buffer (head and body in one vectored write, no
+/// copy per request), pipelined too: every request arrives whole, over clear TCP and TLS.
+#[test]
+fn large_pipelined_uploads_arrive_whole() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    for url in [
+        format!("http://127.0.0.1:{}/?s=10", s.clear_port),
+        format!("https://127.0.0.1:{}/?s=10", s.tls_port),
+    ] {
+        for size in ["1000", "300000"] {
+            let out = common::load_cmd(&["--h1", "-k", "-n", "12", "-c", "2", "-m", "3"])
+                .args(["--data-size", size, &url])
+                .output()
+                .unwrap();
+            let r = common::report(out);
+            assert_eq!(r["requests"]["succeeded"], 12, "{url} {size}: {r}");
+            assert_eq!(r["bytes"]["body"], 12 * 10, "{url} {size}: {r}");
+        }
+    }
+}

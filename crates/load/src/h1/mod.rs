@@ -12,6 +12,34 @@ use std::collections::VecDeque;
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Request bodies up to this size are copied behind their head, all pipelined requests in one
+/// write; larger ones go from the shared upload buffer, head and body in one vectored write:
+/// copying a 20 MB body for every request cost the client about 2 ms of a 25 ms upload.
+const COPY_BODY_UP_TO: usize = 64 * 1024;
+
+/// Write `head` and then `body`, not copied: vectored writes until both are out.
+async fn write_head_and_body<IO: AsyncWrite + Unpin>(
+    io: &mut IO,
+    mut head: &[u8],
+    mut body: &[u8],
+) -> std::io::Result<()> {
+    while !head.is_empty() || !body.is_empty() {
+        let n = if head.is_empty() {
+            io.write(body).await?
+        } else {
+            let parts = [std::io::IoSlice::new(head), std::io::IoSlice::new(body)];
+            io.write_vectored(&parts).await?
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+    }
+    Ok(())
+}
+
 /// HTTP/1.1 with up to `streams` pipelined requests; responses matched in order.
 pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
     w: &WorkerRef,
@@ -22,6 +50,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
     let mut parser = Parser::default();
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(setup.streams);
     let mut out = Vec::with_capacity(4096);
+    let copy_body = setup.data.len() <= COPY_BODY_UP_TO;
     let mut buf = vec![0u8; 64 * 1024];
     // The next open-loop send while reading; kept across reads (a new one per read would leave
     // a stale entry in the timer's heap each time), replaced when the due time changes.
@@ -44,16 +73,27 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                     (i, intended, false)
                 }
             };
-            out.extend_from_slice(&setup.target(i).h1_request);
-            out.extend_from_slice(&setup.data);
+            if copy_body {
+                out.extend_from_slice(&setup.target(i).h1_request);
+                out.extend_from_slice(&setup.data);
+            }
             queued.push((i, intended, again));
         }
-        if !out.is_empty() {
+        if !queued.is_empty() {
             // A request's time starts when its first byte is written, as on HTTP/2 and 3: an
             // upload's transfer is part of it (taken after the write, a 20 MB upload measured
             // 0.88 ms instead of 12).
             let sent = now;
-            if tokio::time::timeout(setup.timeout, io.write_all(&out))
+            let write = async {
+                if copy_body {
+                    return io.write_all(&out).await;
+                }
+                for &(i, ..) in &queued {
+                    write_head_and_body(&mut io, &setup.target(i).h1_request, &setup.data).await?;
+                }
+                Ok(())
+            };
+            if tokio::time::timeout(setup.timeout, write)
                 .await
                 .map(|r| r.is_ok())
                 != Ok(true)
