@@ -303,6 +303,13 @@ impl CellPlan<'_> {
                     let missed = p
                         .iter()
                         .any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 4.0));
+                    eprintln!(
+                        "{} pilot check at {rate:.0} req/s: server cores {:.0}% busy, clients {:.0}% of theirs{}",
+                        self.tag,
+                        server * 100.0,
+                        client * 100.0,
+                        if missed { ", sends missed" } else { "" }
+                    );
                     if server <= SERVER_BUSY_MAX && client <= CLIENT_BUSY_MAX && !missed {
                         room = true;
                         break;
