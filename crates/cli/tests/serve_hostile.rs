@@ -499,7 +499,6 @@ fn h2_large_download_with_small_windows_is_not_cut_off() {
 
 fn quic_server(extra: &[&str]) -> Option<Server> {
     if !common::have_aioquic() {
-        eprintln!("skipped: python3 with aioquic is not installed");
         return None;
     }
     let mut opts = vec!["-t", "1"];
@@ -667,7 +666,6 @@ fn quic_anti_amplification_limit_holds() {
 #[test]
 fn quic_validated_clients_are_not_held_back() {
     if !common::have_aioquic() || !common::have_tool("openssl") {
-        eprintln!("skipped: needs python3 with aioquic, and openssl");
         return;
     }
     let dir = std::env::temp_dir().join(format!("loadterm-amp-{}", std::process::id()));
