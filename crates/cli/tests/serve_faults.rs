@@ -8,7 +8,7 @@
 mod common;
 
 use common::metrics::{scrape, Metrics};
-use common::{cannot_run, free_port, have_tool, load_cmd, report, Server};
+use common::{cannot_run, free_port, have_tool, load_cmd, report, wait_until, Server};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -113,15 +113,6 @@ impl Served {
 
     fn rss_kib(&self) -> u64 {
         self.server.rss_kib()
-    }
-}
-
-/// Poll `cond` every 20 ms until it holds; fail naming `what` after `limit`.
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -134,6 +134,16 @@ pub(crate) fn wait_tcp(port: u16, limit: Duration) -> bool {
     false
 }
 
+/// Poll `cond` every 20 ms until it holds; fail naming `what` after `limit`. The limit only
+/// ends a wait for something that never comes: make it generous, a busy machine is slow.
+pub(crate) fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A test that cannot run here (`why`) fails, so CI cannot pass a test it did not run; with
 /// LOADTERM_ALLOW_MISSING_TOOLS set (a developer's machine without the tool), it says on stderr
 /// that it skips, and the caller returns.
