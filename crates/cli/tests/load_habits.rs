@@ -323,15 +323,18 @@ fn a_rate_the_connections_cannot_carry_is_warned_about() {
 /// interrupted) instead of the warm-up's figures.
 #[test]
 fn sigint_during_the_warm_up_reports_an_empty_window() {
-    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
     let client = common::load_cmd(&["-D", "5s", "--warm-up-time", "60s", &url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Started or not yet, the client is inside its 60 s warm-up.
-    std::thread::sleep(Duration::from_millis(500));
+    // Its first answers: the client runs (its SIGINT handler in place), inside its 60 s warm-up.
+    common::wait_until("answers", Duration::from_secs(30), || {
+        common::metrics::scrape(m).sum("loadterm_requests_total", &[("proto", "h1")]) >= 1
+    });
     signal(&client, "-INT");
     let out = client.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
