@@ -568,7 +568,6 @@ fn a_1_ms_delay_lasts_1_ms() {
 #[test]
 fn head_announces_the_length_of_the_get() {
     if !common::have_tool("curl") {
-        eprintln!("skipped: curl is missing");
         return;
     }
     let s = Server::start(&["-t", "1"]);
