@@ -8,7 +8,7 @@
 mod common;
 
 use common::metrics::{scrape, Metrics};
-use common::{free_port, have_tool, load_cmd, report, Server};
+use common::{cannot_run, free_port, have_tool, load_cmd, report, wait_until, Server};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -113,15 +113,6 @@ impl Served {
 
     fn rss_kib(&self) -> u64 {
         self.server.rss_kib()
-    }
-}
-
-/// Poll `cond` every 20 ms until it holds; fail naming `what` after `limit`.
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -378,13 +369,14 @@ const RTT_US: u64 = 50_000;
 const LOSSY_REQUESTS: u64 = 300;
 
 /// Run `f` on a thread of its own moved into a new network namespace (only a loopback,
-/// brought up): the processes it starts and the sockets it opens live there. `None`, with
-/// the reason printed, when there can be no namespace (not root, or unshare refused).
+/// brought up): the processes it starts and the sockets it opens live there. When there can
+/// be no namespace (not root, unshare refused, a tool missing), `common::cannot_run` fails the
+/// test, or prints the skip and this returns `None`.
 #[allow(unsafe_code)] // geteuid, unshare
 fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: a network namespace needs root");
+        cannot_run("a network namespace needs root");
         return None;
     }
     if !(have_tool("ip") && have_tool("nft") && have_tool("python3")) {
@@ -402,7 +394,9 @@ fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Op
     match t.join() {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
-            eprintln!("skipped: cannot make a network namespace: unshare(CLONE_NEWNET): {e}");
+            cannot_run(&format!(
+                "cannot make a network namespace: unshare(CLONE_NEWNET): {e}"
+            ));
             None
         }
         Err(panic) => std::panic::resume_unwind(panic),
@@ -501,7 +495,7 @@ impl Drop for DelayLine {
 /// and aborted none; and, on HTTP/3, the drop rule dropped packets of this run (its counter
 /// is not 0), so the run recovered from real loss.
 fn lossy_path(p: Proto) {
-    let ran = in_new_netns(move || {
+    in_new_netns(move || {
         let srv = Served::start(&["-t", "1"], false);
         let front = free_port();
         let to = format!("{front}=127.0.0.1:{}", p.port(&srv.server));
@@ -548,9 +542,6 @@ fn lossy_path(p: Proto) {
             );
         }
     });
-    if ran.is_none() {
-        eprintln!("{p:?} through a lossy path: not run");
-    }
 }
 
 #[test]

@@ -361,7 +361,6 @@ fn signal(pid: u32, sig: &str) {
 #[test]
 fn promtool_accepts_the_exposition() {
     if !have_tool("promtool") {
-        eprintln!("skipped: promtool is not installed (Debian package prometheus)");
         return;
     }
     let m = Metered::start(&[]);
@@ -404,7 +403,6 @@ fn promtool_accepts_the_exposition() {
 #[test]
 fn prometheus_scrapes_the_server() {
     if !have_tool("prometheus") || !have_tool("curl") {
-        eprintln!("skipped: prometheus (Debian package) or curl is not installed");
         return;
     }
     let m = Metered::start(&["--no-quic"]);

@@ -40,6 +40,10 @@ impl Reader {
     /// Get more bytes; false at the end of the stream.
     async fn fill(&mut self) -> Result<bool, ReadError> {
         while self.chunk.is_empty() {
+            // An empty slice still holds the whole datagram buffer it was cut from (several
+            // datagrams with GRO): not kept while the stream waits, for as long as the
+            // connection lasts on a control or QPACK stream.
+            self.chunk = Bytes::new();
             match self.recv.read_chunk(usize::MAX, true).await {
                 Ok(Some(c)) => self.chunk = c.bytes,
                 Ok(None) => return Ok(false),

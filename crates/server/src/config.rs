@@ -130,8 +130,10 @@ impl Default for H2Args {
 /// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct H3Args {
-    /// Concurrent request streams a client may open per QUIC connection.
-    #[arg(long = "h3-max-streams", default_value_t = 256, value_name = "N")]
+    /// Concurrent request streams a client may open per QUIC connection. quinn keeps an entry
+    /// for each from the connection's start (256: 21.5 KB a connection, 100: 6 KB; HAProxy's
+    /// default is 100 too).
+    #[arg(long = "h3-max-streams", default_value_t = 100, value_name = "N")]
     pub h3_max_streams: u32,
     /// Receive window per stream and per connection (request bodies), bytes.
     #[arg(long = "quic-window", default_value_t = 8 << 20, value_name = "BYTES")]
@@ -144,7 +146,7 @@ pub(crate) struct H3Args {
 impl Default for H3Args {
     fn default() -> Self {
         H3Args {
-            h3_max_streams: 256,
+            h3_max_streams: 100,
             quic_window: 8 << 20,
             h3_max_header_list: 64 << 10,
         }

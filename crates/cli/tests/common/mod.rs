@@ -134,8 +134,28 @@ pub(crate) fn wait_tcp(port: u16, limit: Duration) -> bool {
     false
 }
 
-/// Whether an external tool is on PATH (tests that need one fail loudly when it is missing
-/// unless LOADTERM_ALLOW_MISSING_TOOLS=1, so CI cannot silently skip them).
+/// Poll `cond` every 20 ms until it holds; fail naming `what` after `limit`. The limit only
+/// ends a wait for something that never comes: make it generous, a busy machine is slow.
+pub(crate) fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A test that cannot run here (`why`) fails, so CI cannot pass a test it did not run; with
+/// LOADTERM_ALLOW_MISSING_TOOLS set (a developer's machine without the tool), it says on stderr
+/// that it skips, and the caller returns.
+pub(crate) fn cannot_run(why: &str) {
+    if std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
+        panic!("cannot run: {why} (set LOADTERM_ALLOW_MISSING_TOOLS=1 to skip locally)");
+    }
+    eprintln!("skipped: {why} (LOADTERM_ALLOW_MISSING_TOOLS is set)");
+}
+
+/// Whether an external tool is on PATH; when it is not, `cannot_run` fails the test or prints
+/// the skip.
 pub(crate) fn have_tool(name: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
@@ -143,21 +163,23 @@ pub(crate) fn have_tool(name: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
-    if !found && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
-        panic!("{name} is not installed (set LOADTERM_ALLOW_MISSING_TOOLS=1 to skip locally)");
+    if !found {
+        cannot_run(&format!(
+            "{name} is not installed (scripts/install-test-deps.sh)"
+        ));
     }
     found
 }
 
-/// aioquic is installed (else the test fails, unless LOADTERM_ALLOW_MISSING_TOOLS is set: then
-/// the caller skips).
+/// Whether python3 can import aioquic; when it cannot, `cannot_run` fails the test or prints the
+/// skip.
 pub(crate) fn have_aioquic() -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import aioquic"])
         .status()
         .is_ok_and(|s| s.success());
-    if !ok && std::env::var_os("LOADTERM_ALLOW_MISSING_TOOLS").is_none() {
-        panic!("python3 with aioquic is not installed (pip install aioquic)");
+    if !ok {
+        cannot_run("python3 with aioquic is not installed (pip install aioquic)");
     }
     ok
 }
