@@ -1,5 +1,6 @@
 //! TLS on the second port: a certificate clients can verify (--cert-out), TLS 1.2 and 1.3, the
-//! ECDSA or RSA certificate chosen by the client's signature schemes, and a user PEM (--cert).
+//! ECDSA or RSA certificate chosen by the client's signature schemes, a user PEM (--cert), and
+//! HTTP/1.1 over TLS written the same whatever the HTTP/2 options say.
 
 mod common;
 
@@ -7,6 +8,7 @@ use common::Server;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -260,4 +262,95 @@ fn user_pem_with_chain_and_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no private key"));
+}
+
+/// A socket that keeps a copy of every byte read from it: the TLS records as they came.
+struct Recorded {
+    tcp: std::net::TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Read for Recorded {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.tcp.read(buf)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl Write for Recorded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// The lengths of the application-data records (type 23) the server sent for one HTTP/1.1
+/// request over TLS 1.2 (whose session tickets go before the handshake ends, so every such
+/// record is the response's), and the response.
+fn response_records(port: u16, store: rustls::RootCertStore, path: &str) -> (Vec<usize>, Vec<u8>) {
+    let cfg = client(store, &[&rustls::version::TLS12], &[b"http/1.1"]);
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let io = Recorded {
+        tcp,
+        seen: Vec::new(),
+    };
+    let mut tls = rustls::StreamOwned::new(conn, io);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    tls.read_to_end(&mut response).expect("the whole response");
+    let (mut records, mut raw) = (Vec::new(), &tls.sock.seen[..]);
+    while raw.len() >= 5 {
+        let len = usize::from(u16::from_be_bytes([raw[3], raw[4]]));
+        if raw[0] == 23 {
+            records.push(len);
+        }
+        raw = &raw[(5 + len).min(raw.len())..];
+    }
+    (records, response)
+}
+
+/// `--h2-emit` sets how HTTP/2 frames reach the transport; HTTP/1.1 over TLS keeps its own rule
+/// (bodies up to 16 KiB copied): the same request gets the same TLS records with or without it.
+/// A 100 000-byte body shows the difference: copied, it goes out in writes of the 64 KiB output
+/// buffer, by reference in one vectored write as large as rustls takes.
+#[test]
+fn h2_emit_leaves_http1_over_tls_alone() {
+    let pem = temp_path("emit.pem");
+    let pem_arg = pem.to_str().unwrap();
+    let path = "/?s=100000";
+    let records = |extra: &[&str]| {
+        let mut args = vec!["-t", "1", "--no-quic", "--cert-out", pem_arg];
+        args.extend_from_slice(extra);
+        let s = Server::start(&args);
+        let (records, response) = response_records(s.tls_port, roots(&pem), path);
+        assert!(response.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(
+            response.len() - head_end,
+            100_000,
+            "{extra:?}: the whole body"
+        );
+        records
+    };
+    let own = records(&[]);
+    assert!(own.len() > 2, "{own:?}");
+    for strategy in ["drain", "gather", "hybrid"] {
+        assert_eq!(
+            records(&["--h2-emit", strategy]),
+            own,
+            "--h2-emit {strategy}"
+        );
+    }
+    let _ = std::fs::remove_file(pem);
 }

@@ -69,9 +69,8 @@ pub(crate) struct H2Args {
     pub max_header_list: u32,
     /// How response frames reach the transport: copy a pass into one buffer (drain, HTTP/2's
     /// default), keep body bytes by reference and write the pass as one vectored write (gather), or
-    /// reference only body pieces of at least --h2-emit-threshold (hybrid). Given explicitly, it
-    /// also applies to HTTP/1.1 over TLS (whose default copies bodies up to 16 KiB). See
-    /// docs/PERFORMANCE.md.
+    /// reference only body pieces of at least --h2-emit-threshold (hybrid). HTTP/2 only:
+    /// HTTP/1.1 keeps `H1_COPY_UP_TO`. See docs/PERFORMANCE.md.
     #[arg(long = "h2-emit", value_enum, value_name = "STRATEGY")]
     pub emit: Option<EmitMode>,
     /// Hybrid: body pieces of this size or more go by reference.
@@ -88,7 +87,7 @@ pub(crate) enum EmitMode {
     Hybrid,
 }
 
-/// HTTP/1.1's own rule (clear, and TLS without `--h2-emit`): bodies up to 16 KiB are copied into
+/// HTTP/1.1's rule (clear and TLS; `--h2-emit` is HTTP/2's): bodies up to 16 KiB are copied into
 /// the batch of pipelined responses, larger ones written by reference (or spliced). Measured best
 /// for HTTP/1.1 over TLS in docs/PERFORMANCE.md.
 pub(crate) const H1_COPY_UP_TO: u64 = 16 * 1024;
@@ -101,14 +100,6 @@ impl H2Args {
             EmitMode::Drain => u64::MAX,
             EmitMode::Gather => 0,
             EmitMode::Hybrid => self.emit_threshold.saturating_sub(1),
-        }
-    }
-
-    /// HTTP/1.1 over TLS: `--h2-emit` when given, else HTTP/1.1's own rule.
-    pub(crate) fn h1_tls_copy_up_to(&self) -> u64 {
-        match self.emit {
-            Some(_) => self.copy_up_to(),
-            None => H1_COPY_UP_TO,
         }
     }
 }

@@ -247,7 +247,6 @@ async fn serve_h1_clear(
         h2c_upgrade: true,
         extra: Vec::new(),
         splice: cfg.splice,
-        copy_up_to: crate::config::H1_COPY_UP_TO,
     };
     // The upgrade's future is made where `up` is: held across an await, `up` would take a slot
     // in this task's future.
@@ -349,7 +348,6 @@ where
             h2c_upgrade: false,
             extra,
             splice: false,
-            copy_up_to: cfg.h2.h1_tls_copy_up_to(),
         };
         Session::H1(Box::pin(h1::serve(stream, cfg, opts, None)))
     }

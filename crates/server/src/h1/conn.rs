@@ -144,9 +144,6 @@ pub(crate) struct Options {
     pub extra: crate::config::ExtraHeaders,
     /// Send large bodies with splice() where the transport allows (off: `--no-splice`).
     pub splice: bool,
-    /// Bodies up to this size are copied into the output buffer, larger ones written by
-    /// reference (`config::H1_COPY_UP_TO`, or `H2Args::h1_tls_copy_up_to` over TLS).
-    pub copy_up_to: u64,
 }
 
 impl From<io::Error> for PeriodEnd {
@@ -170,7 +167,6 @@ struct Conn<'a, IO> {
     date: bool,
     h2c_upgrade: bool,
     splice: bool,
-    copy_up_to: u64,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: &'a [u8],
     shutdown: &'a Shutdown,
@@ -201,7 +197,6 @@ impl<IO> Drop for Conn<'_, IO> {
 struct PeriodOptions {
     h2c_upgrade: bool,
     splice: bool,
-    copy_up_to: u64,
 }
 
 /// How a connection left the HTTP/1 engine, when not closed.
@@ -231,7 +226,6 @@ pub(crate) fn serve<IO: ByteStream>(
     let period_opts = PeriodOptions {
         h2c_upgrade: opts.h2c_upgrade,
         splice: opts.splice,
-        copy_up_to: opts.copy_up_to,
     };
     // The connection's task holds this future for its whole life, idle spells included: only
     // what it needs is moved in (`Options` is not).
@@ -316,7 +310,6 @@ async fn busy<IO: ByteStream>(
         date: cfg.date,
         h2c_upgrade: period_opts.h2c_upgrade,
         splice: period_opts.splice,
-        copy_up_to: period_opts.copy_up_to,
         extra_head,
         shutdown: &cfg.shutdown,
         idle: until.map(|t| t.saturating_duration_since(Instant::now())),
@@ -772,7 +765,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
             }
             self.out.extend_from_slice(encode::LAST_CHUNK);
             Ok(())
-        } else if size <= self.copy_up_to {
+        } else if size <= crate::config::H1_COPY_UP_TO {
             for data in encode::slices(kind, 0, size) {
                 self.put(data).await?;
             }

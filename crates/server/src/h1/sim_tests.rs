@@ -5,7 +5,7 @@
 
 use super::conn::ByteStream;
 use super::{serve, Options};
-use crate::config::{self, H1_COPY_UP_TO};
+use crate::config;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -37,7 +37,6 @@ fn pair() -> Pair {
         h2c_upgrade: false,
         extra: Vec::new(),
         splice: false,
-        copy_up_to: H1_COPY_UP_TO,
     };
     let (client, server) = tokio::io::duplex(256 * 1024);
     let server = tokio::spawn(async move {
