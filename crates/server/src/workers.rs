@@ -11,10 +11,9 @@ use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use std::future::Future;
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
@@ -125,19 +124,15 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     }
     #[cfg(feature = "jemalloc")]
     tokio::spawn(crate::trim::flush_thread_cache());
-    if !sockets.clear.is_empty() {
-        let resumed = cfg.clone();
-        let resume = Rc::new(move |sock, slot, until| match TcpStream::from_std(sock) {
-            Ok(sock) => {
-                let sock = Metered::new(sock, Transport::Tcp);
-                tokio::spawn(serve_h1_clear(sock, resumed.clone(), slot, Some(until)));
-            }
-            Err(e) => eprintln!("loadterm: cannot resume a parked connection: {e}"),
-        });
-        if let Err(e) = park::start(cfg.shutdown.clone(), resume) {
-            eprintln!("loadterm: idle connections will not be parked (they close when idle): {e}");
-        }
-    }
+    // Opened before the listeners accept: idle clear HTTP/1 connections park in it.
+    let lot = match sockets.clear.is_empty() {
+        true => None,
+        false => park::Lot::open(cfg.shutdown.clone())
+            .inspect_err(|e| {
+                eprintln!("loadterm: idle connections will wait in their tasks, unparked: {e}")
+            })
+            .ok(),
+    };
     let listeners = sockets
         .clear
         .into_iter()
@@ -158,6 +153,14 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
                 eprintln!("loadterm: HTTP/3 endpoint stopped: {e:#}");
             }
         });
+    }
+    if let Some(mut lot) = lot {
+        // Parked connections that turned readable (or all, at shutdown) get tasks again.
+        while let Some(idle) = lot.woken().await {
+            if let Some((sock, slot, until)) = unparked(idle) {
+                tokio::spawn(serve_h1_clear(sock, cfg.clone(), slot, Some(until)));
+            }
+        }
     }
     std::future::pending::<()>().await;
 }
@@ -236,35 +239,57 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     }
 }
 
-/// HTTP/1 on clear TCP, from the first request or after the connection was parked.
+/// HTTP/1 on clear TCP, from the first request or after the connection was parked; once idle,
+/// it is parked (and this task ends), or, if the lot refuses it, served on here.
 async fn serve_h1_clear(
-    sock: Metered<TcpStream>,
+    mut sock: Metered<TcpStream>,
     cfg: Arc<Config>,
-    slot: ConnSlot,
-    until: Option<std::time::Instant>,
+    mut slot: ConnSlot,
+    mut until: Option<Instant>,
 ) {
-    let opts = h1::Options {
-        h2c_upgrade: true,
-        extra: Vec::new(),
-        splice: cfg.splice,
-    };
     // The upgrade's future is made where `up` is: held across an await, `up` would take a slot
     // in this task's future.
-    let upgraded = match h1::serve(sock, cfg.clone(), opts, until).await {
-        None => return,
-        Some(h1::Handover::Idle { io, until }) => {
-            match io.into_inner().into_std() {
-                Ok(sock) => park::park(sock, slot, until),
-                Err(e) => eprintln!("loadterm: cannot park an idle connection: {e}"),
+    let upgraded = loop {
+        let opts = h1::Options {
+            h2c_upgrade: true,
+            extra: Vec::new(),
+            splice: cfg.splice,
+        };
+        let idle = match h1::serve(sock, cfg.clone(), opts, until).await {
+            None => return,
+            Some(h1::Handover::Idle { io, until }) => match io.into_inner().into_std() {
+                Ok(sock) => park::Idle { sock, slot, until },
+                Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
+            },
+            Some(h1::Handover::Upgrade(up)) => {
+                break Box::pin(async move {
+                    h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
+                    drop(slot);
+                })
             }
-            return;
-        }
-        Some(h1::Handover::Upgrade(up)) => Box::pin(async move {
-            h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
-            drop(slot);
-        }),
+        };
+        let refused = match park::park(idle) {
+            park::Parking::Parked => return,
+            park::Parking::Refused(idle) => idle,
+        };
+        (sock, slot, until) = match unparked(refused) {
+            Some((sock, slot, until)) => (sock, slot, Some(until)),
+            None => return,
+        };
     };
     upgraded.await;
+}
+
+/// An idle connection back in tokio's reactor, to be served again (`None`, and said, if tokio
+/// cannot take its socket: it closes).
+fn unparked(idle: park::Idle) -> Option<(Metered<TcpStream>, ConnSlot, Instant)> {
+    match TcpStream::from_std(idle.sock) {
+        Ok(sock) => Some((Metered::new(sock, Transport::Tcp), idle.slot, idle.until)),
+        Err(e) => {
+            eprintln!("loadterm: cannot resume a parked connection: {e}");
+            None
+        }
+    }
 }
 
 // The TLS task keeps only what an established connection needs: the handshake's state (and
