@@ -104,20 +104,6 @@ impl H2Args {
     }
 }
 
-impl Default for H2Args {
-    fn default() -> Self {
-        H2Args {
-            max_streams: 256,
-            stream_window: 4 << 20,
-            conn_window: 16 << 20,
-            max_frame_size: 16384,
-            max_header_list: 64 << 10,
-            emit: None,
-            emit_threshold: 2048,
-        }
-    }
-}
-
 /// HTTP/3 and QUIC settings exposed on the command line (flattened into `loadterm serve`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct H3Args {
@@ -134,14 +120,11 @@ pub(crate) struct H3Args {
     pub h3_max_header_list: u64,
 }
 
-impl Default for H3Args {
-    fn default() -> Self {
-        H3Args {
-            h3_max_streams: 100,
-            quic_window: 8 << 20,
-            h3_max_header_list: 64 << 10,
-        }
-    }
+/// Settings at their command-line defaults, which the clap attributes state (once).
+#[cfg(test)]
+pub(crate) fn defaults<A: clap::Args + clap::FromArgMatches>() -> A {
+    let cmd = A::augment_args(clap::Command::new("defaults"));
+    A::from_arg_matches(&cmd.get_matches_from(["defaults"])).expect("the defaults parse")
 }
 
 /// Settings for the engines' simulated-pair tests: every default, `timeout` as the client
@@ -163,8 +146,8 @@ pub(crate) fn for_tests(timeout: Duration) -> (tokio::sync::watch::Sender<bool>,
         seed: Some(1),
         ja4: None,
         shutdown,
-        h2: H2Args::default(),
-        h3: H3Args::default(),
+        h2: defaults(),
+        h3: defaults(),
     };
     (stop, Arc::new(cfg))
 }

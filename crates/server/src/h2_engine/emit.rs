@@ -292,7 +292,7 @@ mod tests {
         let args = H2Args {
             emit: Some(strategy),
             emit_threshold: threshold,
-            ..H2Args::default()
+            ..crate::config::defaults()
         };
         WriteBatcher::new(Log::default(), args.copy_up_to())
     }
