@@ -9,6 +9,7 @@ mod h3;
 mod handshake_turns;
 mod haterm_cfg;
 mod ja4;
+mod layer;
 mod listen;
 mod metrics;
 mod park;

@@ -3,12 +3,11 @@
 //! only the owner writes it, with a plain load and store (no atomic read-modify-write, no lock),
 //! and a scrape or a summary sums every block. Counting is always on.
 
+use crate::layer::{Layer, Layered};
 use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::ReadBuf;
 
 /// How a connection reached us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -519,75 +518,29 @@ impl Totals {
     }
 }
 
-/// A byte stream whose bytes are counted as `transport`'s (on the wire: under TLS, the
-/// ciphertext).
-pub(crate) struct Metered<IO> {
-    io: IO,
-    transport: Transport,
-}
+/// Counts a stream's bytes as `transport`'s (on the wire: under TLS, the ciphertext).
+pub(crate) struct Meter(Transport);
+
+/// A byte stream whose bytes are counted (`Meter`).
+pub(crate) type Metered<IO> = Layered<IO, Meter>;
 
 impl<IO> Metered<IO> {
     pub(crate) fn new(io: IO, transport: Transport) -> Metered<IO> {
-        Metered { io, transport }
-    }
-
-    pub(crate) fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
-    pub(crate) fn into_inner(self) -> IO {
-        self.io
+        Layered {
+            io,
+            layer: Meter(transport),
+        }
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        bytes_in(self.transport, buf.filled().len() - before);
-        r
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = r {
-            bytes_out(self.transport, n);
-        }
-        r
+impl Layer for Meter {
+    fn have_read(&mut self, buf: &mut ReadBuf<'_>, start: usize) -> bool {
+        bytes_in(self.0, buf.filled().len() - start);
+        true
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = r {
-            bytes_out(self.transport, n);
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+    fn wrote(&mut self, n: usize) {
+        bytes_out(self.0, n);
     }
 }
 

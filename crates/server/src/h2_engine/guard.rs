@@ -5,10 +5,11 @@
 //! [`Ledger`] (sans-I/O) weigh the frames that make the server work without asking for anything
 //! against what the server has written. Past the budget it stops feeding `h2` and notifies the
 //! connection's driver, which ends the connection with GOAWAY ENHANCE_YOUR_CALM; the guard then
-//! lingers on close (see [`FloodGuard::poll_shutdown`]) so that the client gets to read it.
+//! lingers on close (see [`FloodBudget::poll_shutdown`]) so that the client gets to read it.
 
+use crate::layer::{Layer, Layered};
 use loadterm_codec::h2::{flag, CONTINUATION, PING, PREFACE, PRIORITY, SETTINGS, WINDOW_UPDATE};
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -126,8 +127,10 @@ enum State {
 /// The transport as `h2` sees it, with the [`Ledger`] kept up to date. Once flooded, reads stay
 /// pending (the read that crossed the budget is withheld from `h2`) and `flood` is notified;
 /// writes go on, so the driver can still send GOAWAY.
-pub(super) struct FloodGuard<IO> {
-    io: IO,
+pub(super) type FloodGuard<IO> = Layered<IO, FloodBudget>;
+
+/// What [`FloodGuard`] adds to the transport: the ledger, whom to tell, and where it is.
+pub(super) struct FloodBudget {
     ledger: Ledger,
     flood: Arc<Notify>,
     state: State,
@@ -135,80 +138,49 @@ pub(super) struct FloodGuard<IO> {
 
 impl<IO> FloodGuard<IO> {
     pub(super) fn new(io: IO, flood: Arc<Notify>) -> Self {
-        FloodGuard {
+        Layered {
             io,
-            ledger: Ledger::default(),
-            flood,
-            state: State::Open,
+            layer: FloodBudget {
+                ledger: Ledger::default(),
+                flood,
+                state: State::Open,
+            },
         }
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for FloodGuard<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.state != State::Open {
-            // Not woken again: the driver ends the connection.
-            return Poll::Pending;
-        }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            self.ledger.read(&buf.filled()[before..]);
-            if self.ledger.flooded() {
-                buf.set_filled(before);
-                self.state = State::Flooded;
-                self.flood.notify_one();
-                return Poll::Pending;
-            }
-        }
-        r
-    }
-}
-
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for FloodGuard<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = r {
-            self.ledger.wrote(n);
-        }
-        r
+impl Layer for FloodBudget {
+    fn before_read(&mut self, _: &mut ReadBuf<'_>) -> Option<Poll<io::Result<()>>> {
+        // Not woken again: the driver ends the connection.
+        (self.state != State::Open).then_some(Poll::Pending)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = r {
-            self.ledger.wrote(n);
+    fn have_read(&mut self, buf: &mut ReadBuf<'_>, start: usize) -> bool {
+        self.ledger.read(&buf.filled()[start..]);
+        if !self.ledger.flooded() {
+            return true;
         }
-        r
+        buf.set_filled(start);
+        self.state = State::Flooded;
+        self.flood.notify_one();
+        false
     }
 
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+    fn wrote(&mut self, n: usize) {
+        self.ledger.wrote(n);
     }
 
     /// After a flood, a lingering close: closing a socket with unread bytes resets the
     /// connection, and the client (still flooding) may then never read the GOAWAY. So once the
     /// write side is shut down (GOAWAY and FIN sent), what the client sends is read and dropped
     /// until it closes; the driver bounds how long.
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown<IO: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
         if self.state != State::Lingering {
-            ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+            ready!(Pin::new(&mut *io).poll_shutdown(cx))?;
             if self.state == State::Open {
                 return Poll::Ready(Ok(()));
             }
@@ -217,7 +189,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for FloodGuard<IO> {
         let mut scratch = [0u8; 4096];
         loop {
             let mut buf = ReadBuf::new(&mut scratch);
-            match ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf)) {
+            match ready!(Pin::new(&mut *io).poll_read(cx, &mut buf)) {
                 Ok(()) if !buf.filled().is_empty() => {}
                 // The client closed (or reset): nothing left to lose.
                 _ => return Poll::Ready(Ok(())),
