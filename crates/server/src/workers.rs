@@ -401,3 +401,7 @@ async fn is_h2_preface(sock: &TcpStream) -> bool {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+#[cfg(test)]
+#[path = "tls_sim_tests.rs"]
+mod tls_sim_tests;
