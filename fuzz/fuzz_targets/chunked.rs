@@ -4,10 +4,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loadterm_codec::chunked::Decoder;
+use loadterm_codec::chunked::ChunkedDecoder;
 
 fuzz_target!(|data: &[u8]| {
-    let mut whole = Decoder::new();
+    let mut whole = ChunkedDecoder::new();
     let once = whole.feed(data);
     if let Ok(n) = once {
         assert!(n <= data.len());
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let split = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
     let (a, b) = data.split_at(split);
-    let mut pieces = Decoder::new();
+    let mut pieces = ChunkedDecoder::new();
     let twice = pieces.feed(a).and_then(|n| match n < a.len() {
         true => Ok(n),
         false => pieces.feed(b).map(|m| n + m),

@@ -10,7 +10,7 @@ use loadterm_h3::qpack;
 fuzz_target!(|data: &[u8]| {
     let split = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
     let (a, b) = data.split_at(split);
-    let mut decoder = qpack::Decoder::default();
+    let mut decoder = qpack::QpackDecoder::default();
     for mut m in [Message::request(4096), Message::response(4096)] {
         'pieces: for (piece, fin) in [(a, false), (b, true)] {
             let mut at = 0;

@@ -101,7 +101,7 @@ enum State {
 
 /// Decodes (validates and discards) one chunked body fed in arbitrary pieces.
 #[derive(Debug, Clone)]
-pub struct Decoder {
+pub struct ChunkedDecoder {
     state: State,
     /// The chunk size being read, then the chunk data left.
     left: u64,
@@ -111,9 +111,9 @@ pub struct Decoder {
     data: u64,
 }
 
-impl Default for Decoder {
-    fn default() -> Decoder {
-        Decoder::new()
+impl Default for ChunkedDecoder {
+    fn default() -> ChunkedDecoder {
+        ChunkedDecoder::new()
     }
 }
 
@@ -146,9 +146,9 @@ fn hex(b: u8) -> Option<u64> {
     }
 }
 
-impl Decoder {
-    pub fn new() -> Decoder {
-        Decoder {
+impl ChunkedDecoder {
+    pub fn new() -> ChunkedDecoder {
+        ChunkedDecoder {
             state: State::Size,
             left: 0,
             digits: 0,
@@ -368,7 +368,7 @@ mod tests {
     fn accepts(body: &[u8], data: u64) {
         let all = [body, NEXT].concat();
         for split in splits(all.len()) {
-            let mut d = Decoder::new();
+            let mut d = ChunkedDecoder::new();
             let (a, b) = all.split_at(split);
             let used_a = d
                 .feed(a)
@@ -385,7 +385,7 @@ mod tests {
             assert_eq!(d.feed(NEXT), Ok(0), "done decoders take nothing more");
         }
         // Byte by byte.
-        let mut d = Decoder::new();
+        let mut d = ChunkedDecoder::new();
         let used: usize = all.iter().map(|b| d.feed(&[*b]).unwrap()).sum();
         assert_eq!(used, body.len(), "{:?} byte by byte", show(body));
     }
@@ -394,7 +394,7 @@ mod tests {
     /// that reveal it).
     fn rejects(input: &[u8], want: ChunkError, why: &str) {
         for split in splits(input.len()) {
-            let mut d = Decoder::new();
+            let mut d = ChunkedDecoder::new();
             let (a, b) = input.split_at(split);
             let got = d.feed(a).and_then(|_| d.feed(b));
             assert_eq!(got, Err(want), "{why}: {:?} split {split}", show(input));
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn sizes_at_the_bound() {
         // 16 digits is the most; the value is whatever fits.
-        let mut d = Decoder::new();
+        let mut d = ChunkedDecoder::new();
         assert_eq!(d.feed(b"FFFFFFFFFFFFFFFF\r\nab"), Ok(20));
         assert!(!d.is_done());
         assert_eq!(d.data_bytes(), 2);
@@ -495,7 +495,7 @@ mod tests {
         let mut long = b"5;a=".to_vec();
         long.resize(MAX_EXTENSIONS + 1, b'b');
         long.extend_from_slice(b"\r\nhello\r\n0\r\n\r\n");
-        let mut d = Decoder::new();
+        let mut d = ChunkedDecoder::new();
         assert_eq!(
             d.feed(&long[..MAX_EXTENSIONS + 1]),
             Ok(MAX_EXTENSIONS + 1),
@@ -575,7 +575,7 @@ mod tests {
         let mut big = b"0\r\nT: ".to_vec();
         big.resize(3 + MAX_TRAILERS - 2, b'v');
         let ok = [big.as_slice(), b"\r\n"].concat();
-        let mut d = Decoder::new();
+        let mut d = ChunkedDecoder::new();
         assert_eq!(
             d.feed(&ok),
             Ok(ok.len()),
@@ -619,7 +619,7 @@ mod tests {
 
     /// Feed `input` in random pieces; the outcome must not depend on the pieces.
     fn feed_pieces(input: &[u8], rng: &mut Rng) -> Result<(usize, bool, u64), ChunkError> {
-        let mut d = Decoder::new();
+        let mut d = ChunkedDecoder::new();
         let (mut at, mut used) = (0, 0);
         while at < input.len() {
             let n = 1 + rng.below(input.len() - at);
@@ -683,7 +683,7 @@ mod tests {
                     }
                 }
             }
-            let mut d = Decoder::new();
+            let mut d = ChunkedDecoder::new();
             let once = d.feed(&m).map(|u| (u, d.is_done(), d.data_bytes()));
             assert_eq!(
                 once,

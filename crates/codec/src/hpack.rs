@@ -156,7 +156,7 @@ pub struct ResponseBlock {
 }
 
 #[derive(Debug)]
-pub struct Decoder {
+pub struct HpackDecoder {
     table: VecDeque<Entry>,
     size: usize,
     max: usize,
@@ -165,18 +165,18 @@ pub struct Decoder {
     scratch: Vec<u8>,
 }
 
-impl Default for Decoder {
+impl Default for HpackDecoder {
     fn default() -> Self {
-        Decoder::with_limit(TABLE_SIZE)
+        HpackDecoder::with_limit(TABLE_SIZE)
     }
 }
 
-impl Decoder {
+impl HpackDecoder {
     /// A decoder for a connection whose SETTINGS_HEADER_TABLE_SIZE is `limit`: the encoder may
     /// size its table up to it with a size update (RFC 7541 §4.2, §6.3). The table starts at the
     /// protocol's 4096 until the encoder says otherwise.
-    pub fn with_limit(limit: usize) -> Decoder {
-        Decoder {
+    pub fn with_limit(limit: usize) -> HpackDecoder {
+        HpackDecoder {
             table: VecDeque::new(),
             size: 0,
             max: TABLE_SIZE,
@@ -330,7 +330,7 @@ mod tests {
     fn rfc7541_response_examples_keep_the_table_in_step() {
         // Appendix C.6: three responses with Huffman coding and a 256-byte table, where the
         // third refers back to fields the first two inserted and evicted.
-        let mut d = Decoder::default();
+        let mut d = HpackDecoder::default();
         d.decode(&hex("3fe1 01")).unwrap(); // size update to 256 (C.5 uses a 256-byte table)
         let r1 = d
             .decode(&hex(
@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(block[0], 0x82); // :method GET, fully indexed
                                     // :path with the static name (index 4), 6 raw bytes.
         assert_eq!(block[1..3], [0x04, 0x06]);
-        let head = Decoder::default().decode(&block).unwrap();
+        let head = HpackDecoder::default().decode(&block).unwrap();
         assert_eq!(head.field_bytes, (10 + 8 + 4) + (8 + 1 + 4));
         assert_eq!(head.status, None);
     }
@@ -388,7 +388,7 @@ mod tests {
         assert_eq!(out[..5], [0x00, 0x01, b'x', 0x7f, 200 - 127]);
         assert_eq!(out.len(), 5 + 200);
         // Decoded as a field of these sizes, not entered in the table.
-        let mut d = Decoder::default();
+        let mut d = HpackDecoder::default();
         assert_eq!(d.decode(&out).unwrap().field_bytes, 1 + 200 + 4);
         assert_eq!(d.size, 0);
     }
@@ -414,19 +414,19 @@ mod tests {
             b.push(0x88); // :status 200
             b
         };
-        let mut d = Decoder::with_limit(65_536);
+        let mut d = HpackDecoder::with_limit(65_536);
         assert_eq!(d.decode(&update(65_536)).unwrap().status, Some(200));
         assert_eq!(d.max, 65_536);
         assert_eq!(d.decode(&update(65_537)), Err(Invalid));
-        let mut d = Decoder::with_limit(0);
+        let mut d = HpackDecoder::with_limit(0);
         assert_eq!(d.decode(&update(0)).unwrap().status, Some(200));
         assert_eq!(d.decode(&update(1)), Err(Invalid));
-        assert_eq!(Decoder::default().decode(&update(4097)), Err(Invalid));
+        assert_eq!(HpackDecoder::default().decode(&update(4097)), Err(Invalid));
     }
 
     #[test]
     fn malformed_blocks_are_errors_not_panics() {
-        let mut d = Decoder::default();
+        let mut d = HpackDecoder::default();
         for bad in [
             &[0x80][..],               // index 0
             &[0xbf, 0x10],             // index beyond both tables

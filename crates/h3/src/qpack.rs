@@ -132,12 +132,12 @@ pub enum QpackError {
 
 /// Decodes field sections; its buffers are reused from section to section.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub struct QpackDecoder {
     name: Vec<u8>,
     value: Vec<u8>,
 }
 
-impl Decoder {
+impl QpackDecoder {
     /// Decode a field section, calling `f(name, value)` per field line; its decoded size
     /// (RFC 9114 §4.2.2: name + value + 32 per field) may not exceed `max_size`.
     pub fn decode(
@@ -393,7 +393,7 @@ mod tests {
 
     fn fields(section: &[u8], max: u64) -> Result<Vec<(String, String)>, QpackError> {
         let mut out = Vec::new();
-        Decoder::default().decode(section, max, |n, v| {
+        QpackDecoder::default().decode(section, max, |n, v| {
             out.push((
                 String::from_utf8_lossy(n).into_owned(),
                 String::from_utf8_lossy(v).into_owned(),
@@ -574,7 +574,7 @@ mod tests {
         put_int(&mut valid, 0x50 | 0x20, 4, 1);
         put_int(&mut valid, 0x80, 7, huff.len());
         valid.extend(&huff);
-        let mut d = Decoder::default();
+        let mut d = QpackDecoder::default();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             x ^= x << 13;

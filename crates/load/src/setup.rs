@@ -351,7 +351,7 @@ mod tests {
         let (len, b) = frame::get_varint(&f[a..]).unwrap();
         assert_eq!(ty, frame::HEADERS);
         let mut out = Vec::new();
-        qpack::Decoder::default()
+        qpack::QpackDecoder::default()
             .decode(&f[a + b..a + b + len as usize], u64::MAX, |n, v| {
                 out.push((
                     String::from_utf8(n.to_vec()).unwrap(),

@@ -31,7 +31,7 @@ pub struct ParseError;
 #[derive(Debug)]
 enum Body {
     Length(u64),
-    Chunked(chunked::Decoder),
+    Chunked(chunked::ChunkedDecoder),
     /// Until the connection closes.
     Eof,
 }
@@ -197,7 +197,7 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
     let body = if head_request || status < 200 || status == 204 || status == 304 {
         Body::Length(0)
     } else if chunked {
-        Body::Chunked(chunked::Decoder::new())
+        Body::Chunked(chunked::ChunkedDecoder::new())
     } else if encoded {
         Body::Eof
     } else if let Some(n) = length {

@@ -114,7 +114,7 @@ pub struct Client {
     events: Vec<Event>,
     streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
     next_id: u32,
-    decoder: hpack::Decoder,
+    decoder: hpack::HpackDecoder,
     /// Server settings.
     max_streams: usize,
     send_frame: usize,
@@ -158,7 +158,7 @@ impl Client {
             events: Vec::new(),
             streams: HashMap::default(),
             next_id: 1,
-            decoder: hpack::Decoder::with_limit(offer.header_table as usize),
+            decoder: hpack::HpackDecoder::with_limit(offer.header_table as usize),
             max_streams: ASSUMED_STREAMS,
             send_frame: MAX_FRAME,
             initial_send_window: 65_535,

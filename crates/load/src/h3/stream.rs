@@ -56,7 +56,7 @@ pub(super) async fn stream_loop(
     progressed: &Cell<bool>,
 ) -> End {
     let setup = w.setup.clone();
-    let mut decoder = qpack::Decoder::default();
+    let mut decoder = qpack::QpackDecoder::default();
     let mut fields = ResponseFields::default();
     loop {
         if goaway.get().is_some() {
@@ -140,7 +140,7 @@ async fn exchange(
     conn: &quinn::Connection,
     request: bytes::Bytes,
     goaway: &Cell<Option<u64>>,
-    decoder: &mut qpack::Decoder,
+    decoder: &mut qpack::QpackDecoder,
     fields: &mut ResponseFields,
 ) -> Result<Response, Fail> {
     let (id, result) = match conn.open_bi().await {
@@ -167,7 +167,7 @@ async fn send_and_read(
     mut send: quinn::SendStream,
     recv: quinn::RecvStream,
     request: bytes::Bytes,
-    decoder: &mut qpack::Decoder,
+    decoder: &mut qpack::QpackDecoder,
     fields: &mut ResponseFields,
 ) -> Result<Response, Fail> {
     let data = &w.setup.data;
@@ -199,7 +199,7 @@ fn unprocessed_stream(id: u64, code: Option<u64>, goaway: Option<u64>) -> bool {
 async fn read_response(
     w: &WorkerRef,
     r: &mut Reader,
-    decoder: &mut qpack::Decoder,
+    decoder: &mut qpack::QpackDecoder,
     fields: &mut ResponseFields,
 ) -> Result<Response, Fail> {
     // When the final head began to arrive (an interim one's arrival is not the answer's).

@@ -8,7 +8,7 @@ use loadterm_codec::chunked::{self, ChunkError};
 #[derive(Debug, Clone)]
 pub enum RequestBody {
     Length(u64),
-    Chunked(chunked::Decoder),
+    Chunked(chunked::ChunkedDecoder),
     Done,
 }
 
@@ -17,7 +17,7 @@ impl RequestBody {
         match framing {
             BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
             BodyFraming::Length(n) => RequestBody::Length(n),
-            BodyFraming::Chunked => RequestBody::Chunked(chunked::Decoder::new()),
+            BodyFraming::Chunked => RequestBody::Chunked(chunked::ChunkedDecoder::new()),
         }
     }
 

@@ -268,7 +268,7 @@ mod tests {
 
     /// Decode what the encoder wrote with the strict decoder the load client uses.
     fn decoded(body: &[u8]) -> u64 {
-        let mut d = chunked::Decoder::new();
+        let mut d = chunked::ChunkedDecoder::new();
         assert_eq!(d.feed(body), Ok(body.len()));
         assert!(d.is_done());
         d.data_bytes()

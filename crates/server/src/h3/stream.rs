@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// What the server takes from a request's field section.
 #[derive(Default)]
 struct RequestHead {
-    decoder: qpack::Decoder,
+    decoder: qpack::QpackDecoder,
     fields: RequestFields,
     method: Vec<u8>,
     path: Vec<u8>,
