@@ -10,8 +10,8 @@ use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
 use std::io::IsTerminal;
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -351,6 +351,164 @@ fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
 }
 
 pub fn run(mut a: LoadArgs) -> Result<()> {
+    let Checked { data, shard, offer } = checked(&mut a)?;
+    let proto = proto(&a).map_err(usage_error)?;
+    let setup = Setup::new(&Options {
+        urls: &a.urls,
+        proto,
+        connect_to: a.connect_to.as_deref(),
+        sni: a.sni.as_deref(),
+        insecure: a.insecure,
+        cacert: a.cacert.as_deref(),
+        method: a.method.as_deref(),
+        headers: &a.headers,
+        data,
+        streams: a.streams,
+        timeout: a.timeout,
+        offer,
+    })
+    .map_err(|e| usage_error(format!("{e:#}")))?;
+    let setup = Arc::new(setup);
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(parse_cpus)
+        .transpose()
+        .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
+    let requests = match (a.requests, a.duration) {
+        (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
+        (_, None) if a.warm_up_time.is_some() => {
+            return Err(usage_error(
+                "--warm-up-time needs -D (as in h2load): a -n run measures every request",
+            ))
+        }
+        (n, None) => Some(n.unwrap_or(1000)),
+        (None, Some(_)) => None,
+    };
+    // This process's connection slots (their numbers in the whole run, so that open-loop
+    // schedules stay phased across shards) and its share of -n.
+    let (slots, requests) = match shard {
+        Some(s) => split(
+            &(0..a.connections as u64).collect::<Vec<_>>(),
+            s.count,
+            requests,
+        )
+        .swap_remove(s.index),
+        None => ((0..a.connections as u64).collect(), requests),
+    };
+    let outputs = outputs(&a)?;
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = a
+        .threads
+        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
+        .min(slots.len())
+        .max(1);
+    let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
+    let pace = pace(rate_per_conn, a.connections);
+    let interactive = !a.quiet && std::io::stderr().is_terminal();
+    let progress = interactive.then(|| Arc::new(Progress::default()));
+    let warm = a.warm_up_time.unwrap_or_default();
+    let now = (SystemTime::now(), Instant::now());
+    let (t0, from, late) = start_times(now, a.start_at, warm);
+    if a.start_at.is_some() && late > Duration::from_millis(1) {
+        eprintln!(
+            "loadterm: started late: the measured window begins {:.3}s after --start-at",
+            late.as_secs_f64()
+        );
+    }
+    let until = a.duration.map(|d| from + d);
+    let stop = signals()?;
+    // The slots this process runs (its shard's, when sharded).
+    let startup = Arc::new(Startup::new(slots.len()));
+    let mut handles = Vec::new();
+    for (i, (conns, share)) in split(&slots, threads, requests).into_iter().enumerate() {
+        handles.push(worker::spawn(
+            i,
+            Job {
+                setup: setup.clone(),
+                conns,
+                share,
+                pace,
+                t0,
+                from,
+                until,
+                hdr_log: a.hdr_log.is_some(),
+                progress: progress.clone(),
+                cpu: cpus.as_ref().map(|c| c[i % c.len()]),
+                startup: startup.clone(),
+                stop: stop.clone(),
+            },
+        )?);
+    }
+    let goal = a
+        .duration
+        .map_or(Goal::Requests(requests.unwrap_or(0)), |d| {
+            Goal::Time(warm + d)
+        });
+    let ticker = progress.map(|p| Ticker::start(p, t0, goal));
+    let total = joined(handles);
+    if let Some(ticker) = ticker {
+        ticker.stop();
+    }
+    let total = total?;
+    let interrupted = *stop.borrow();
+    let duration_s = match (until, interrupted, total.first_done, total.last_done) {
+        // Interrupted: the window ended then (at once, when it came during the warm-up).
+        (Some(end), Some(at), _, _) => end.min(at).saturating_duration_since(from),
+        (Some(end), None, _, _) => end.duration_since(from),
+        (None, Some(at), _, _) => at.saturating_duration_since(t0),
+        (None, None, Some(_), Some(last)) => last.duration_since(t0),
+        _ => t0.elapsed(),
+    }
+    .as_secs_f64();
+    let rep = report::build(
+        &total,
+        RunInfo {
+            command: Some(shell_line(std::env::args_os().skip(1))),
+            protocol: setup.proto.used(total.alpn).to_owned(),
+            urls: a.urls.clone(),
+            connections: slots.len(),
+            threads,
+            streams: a.streams,
+            duration_s,
+            rate: rate_per_conn.map(|r| r * slots.len() as f64),
+            shard: shard.map(|s| report::ShardInfo {
+                index: s.index,
+                count: s.count,
+            }),
+            clock: report::Clock {
+                origin_unix_s: unix_s(wall_clock(now, t0)),
+                window_start_unix_s: unix_s(wall_clock(now, from)),
+                start_at_unix_s: a.start_at.map(unix_s),
+                late_s: late.as_secs_f64(),
+            },
+            interrupted: interrupted.is_some(),
+        },
+    );
+    if let Some((mut file, path)) = outputs.hdr_log {
+        use std::io::Write;
+        file.write_all(&report::hdr_log(&total, wall_clock(now, t0))?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    emit(&rep, outputs.json, a.quiet)?;
+    if interrupted.is_some() {
+        return Err(Interrupted.into());
+    }
+    all_failed(&total, &startup, setup.addr)
+}
+
+/// What the options come to once checked against each other (`-i` read into the URLs).
+struct Checked {
+    /// The request body to send.
+    data: bytes::Bytes,
+    /// This process's shard.
+    shard: Option<Shard>,
+    /// h2load's `-w`, `-W`, `-f`, `--header-table-size`.
+    offer: crate::setup::Offer,
+}
+
+/// The options checked against each other before anything starts.
+fn checked(a: &mut LoadArgs) -> Result<Checked> {
     if let Some(why) = a.h2load.refused() {
         return Err(usage_error(why));
     }
@@ -399,52 +557,18 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
             "-c must be at least the shard count (each shard needs a connection)",
         ));
     }
-    let proto = proto(&a).map_err(usage_error)?;
-    let setup = Setup::new(&Options {
-        urls: &a.urls,
-        proto,
-        connect_to: a.connect_to.as_deref(),
-        sni: a.sni.as_deref(),
-        insecure: a.insecure,
-        cacert: a.cacert.as_deref(),
-        method: a.method.as_deref(),
-        headers: &a.headers,
-        data,
-        streams: a.streams,
-        timeout: a.timeout,
-        offer,
-    })
-    .map_err(|e| usage_error(format!("{e:#}")))?;
-    let setup = Arc::new(setup);
-    let cpus = a
-        .cpus
-        .as_deref()
-        .map(parse_cpus)
-        .transpose()
-        .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
-    let requests = match (a.requests, a.duration) {
-        (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
-        (_, None) if a.warm_up_time.is_some() => {
-            return Err(usage_error(
-                "--warm-up-time needs -D (as in h2load): a -n run measures every request",
-            ))
-        }
-        (n, None) => Some(n.unwrap_or(1000)),
-        (None, Some(_)) => None,
-    };
-    // This process's connection slots (their numbers in the whole run, so that open-loop
-    // schedules stay phased across shards) and its share of -n.
-    let (slots, requests) = match shard {
-        Some(s) => split(
-            &(0..a.connections as u64).collect::<Vec<_>>(),
-            s.count,
-            requests,
-        )
-        .swap_remove(s.index),
-        None => ((0..a.connections as u64).collect(), requests),
-    };
-    // The outputs are opened now, so that a path that cannot be written is refused before
-    // the run rather than after it.
+    Ok(Checked { data, shard, offer })
+}
+
+/// Where the results go besides the summary: `--json`, and `--hdr-log` with its path.
+struct Outputs<'a> {
+    json: Option<JsonOut>,
+    hdr_log: Option<(std::fs::File, &'a Path)>,
+}
+
+/// The outputs, opened now, so that a path that cannot be written is refused before the run
+/// rather than after it.
+fn outputs(a: &LoadArgs) -> Result<Outputs<'_>> {
     let json = a
         .json
         .as_deref()
@@ -461,76 +585,43 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
         })
         .transpose()
         .map_err(|e| usage_error(format!("--hdr-log: {e:#}")))?;
-    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = a
-        .threads
-        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
-        .min(slots.len())
-        .max(1);
-    let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
-    let pace = pace(rate_per_conn, a.connections);
-    let interactive = !a.quiet && std::io::stderr().is_terminal();
-    let progress = interactive.then(|| Arc::new(Progress::default()));
-    let warm = a.warm_up_time.unwrap_or_default();
-    let now = (SystemTime::now(), Instant::now());
-    let (t0, from, late) = start_times(now, a.start_at, warm);
-    if a.start_at.is_some() && late > Duration::from_millis(1) {
-        eprintln!(
-            "loadterm: started late: the measured window begins {:.3}s after --start-at",
-            late.as_secs_f64()
-        );
-    }
-    let until = a.duration.map(|d| from + d);
-    let stop = signals()?;
-    // The slots this process runs (its shard's, when sharded).
-    let startup = Arc::new(Startup::new(slots.len()));
-    let mut handles = Vec::new();
-    for (i, (conns, share)) in split(&slots, threads, requests).into_iter().enumerate() {
-        handles.push(worker::spawn(
-            i,
-            Job {
-                setup: setup.clone(),
-                conns,
-                share,
-                pace,
-                t0,
-                from,
-                until,
-                hdr_log: a.hdr_log.is_some(),
-                progress: progress.clone(),
-                cpu: cpus.as_ref().map(|c| c[i % c.len()]),
-                startup: startup.clone(),
-                stop: stop.clone(),
-            },
-        )?);
-    }
-    let ticker = progress.clone().map(|p| {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
-        let total = a
-            .duration
-            .map_or(Goal::Requests(requests.unwrap_or(0)), |d| {
-                Goal::Time(warm + d)
-            });
-        let h = std::thread::spawn(move || {
+    Ok(Outputs { json, hdr_log })
+}
+
+/// The progress line on an interactive terminal, rewritten every second by a thread of its own.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Ticker {
+    fn start(p: Arc<Progress>, t0: Instant, goal: Goal) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
             let mut last = 0;
-            while !s2.load(Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));
                 let done = p.done.load(Ordering::Relaxed);
-                let line = progress_line(
-                    t0.elapsed(),
-                    done,
-                    done - last,
-                    p.errors.load(Ordering::Relaxed),
-                    total,
-                );
+                let errors = p.errors.load(Ordering::Relaxed);
+                let line = progress_line(t0.elapsed(), done, done - last, errors, goal);
                 eprint!("\r{line}   ");
                 last = done;
             }
             eprint!("\r{:100}\r", "");
         });
-        (stop, h)
-    });
+        Ticker { stop, thread }
+    }
+
+    /// Stop, and clear the line.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// The workers' results, merged.
+fn joined(handles: Vec<std::thread::JoinHandle<Result<Recorder>>>) -> Result<Recorder> {
     let mut total: Option<Recorder> = None;
     for h in handles {
         let rec = h
@@ -541,77 +632,33 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
             None => total = Some(rec),
         }
     }
-    if let Some((stop, h)) = ticker {
-        stop.store(true, Ordering::Relaxed);
-        let _ = h.join();
+    Ok(total.expect("at least one worker"))
+}
+
+/// The run fails when no request completed and some failed: why, by kind.
+fn all_failed(total: &Recorder, startup: &Startup, addr: std::net::SocketAddr) -> Result<()> {
+    if total.completed > 0 || total.errors.total() == 0 {
+        return Ok(());
     }
-    let total = total.expect("at least one worker");
-    let interrupted = *stop.borrow();
-    let duration_s = match (until, interrupted, total.first_done, total.last_done) {
-        // Interrupted: the window ended then (at once, when it came during the warm-up).
-        (Some(end), Some(at), _, _) => end.min(at).saturating_duration_since(from),
-        (Some(end), None, _, _) => end.duration_since(from),
-        (None, Some(at), _, _) => at.saturating_duration_since(t0),
-        (None, None, Some(_), Some(last)) => last.duration_since(t0),
-        _ => t0.elapsed(),
-    }
-    .as_secs_f64();
-    let rep = report::build(
-        &total,
-        RunInfo {
-            command: Some(shell_line(std::env::args_os().skip(1))),
-            protocol: setup.proto.used(total.alpn).to_owned(),
-            urls: a.urls.clone(),
-            connections: slots.len(),
-            threads,
-            streams: a.streams,
-            duration_s,
-            rate: rate_per_conn.map(|r| r * slots.len() as f64),
-            shard: shard.map(|s| report::ShardInfo {
-                index: s.index,
-                count: s.count,
-            }),
-            clock: report::Clock {
-                origin_unix_s: unix_s(wall_clock(now, t0)),
-                window_start_unix_s: unix_s(wall_clock(now, from)),
-                start_at_unix_s: a.start_at.map(unix_s),
-                late_s: late.as_secs_f64(),
-            },
-            interrupted: interrupted.is_some(),
-        },
-    );
-    if let Some((mut file, path)) = hdr_log {
-        use std::io::Write;
-        file.write_all(&report::hdr_log(&total, wall_clock(now, t0))?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    emit(&rep, json, a.quiet)?;
-    if interrupted.is_some() {
-        return Err(Interrupted.into());
-    }
-    if total.completed == 0 && total.errors.total() > 0 {
-        let e = &total.errors;
-        let first = total
-            .first_reasons
-            .values()
-            .min()
-            .map_or(String::new(), |(_, r)| format!("{r}; "));
-        let stopped = if startup.stopped() {
-            "stopped early, every connection failed before any was made: "
-        } else {
-            "no request completed: "
-        };
-        bail!(
-            "{stopped}{first}{} connect, {} TLS, {} timeout, {} reset, {} protocol errors (server at {})",
-            e.connect,
-            e.tls,
-            e.timeout,
-            e.reset,
-            e.protocol,
-            setup.addr
-        );
-    }
-    Ok(())
+    let e = &total.errors;
+    let first = total
+        .first_reasons
+        .values()
+        .min()
+        .map_or(String::new(), |(_, r)| format!("{r}; "));
+    let stopped = if startup.stopped() {
+        "stopped early, every connection failed before any was made: "
+    } else {
+        "no request completed: "
+    };
+    bail!(
+        "{stopped}{first}{} connect, {} TLS, {} timeout, {} reset, {} protocol errors (server at {addr})",
+        e.connect,
+        e.tls,
+        e.timeout,
+        e.reset,
+        e.protocol,
+    )
 }
 
 /// The run was stopped by SIGINT; its results were reported. The binary exits with status
