@@ -87,9 +87,14 @@ fn sigint_reports_what_was_measured() {
     let dir = Scratch::new("sigint");
     let (json, hlog) = (dir.path("run.json"), dir.path("run.hlog"));
     let url = format!("http://127.0.0.1:{}/?s=1k&t=5", s.clear_port);
-    let client = Command::new(common::bin())
-        .args(["load", "-D", "60s", "-c", "2", &url])
-        .args(["--json", p(&json), "--hdr-log", p(&hlog)])
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["load", "-D", "60s", "-c", "2", &url]).args([
+        "--json",
+        p(&json),
+        "--hdr-log",
+        p(&hlog),
+    ]);
+    let client = sigint_by_default(cmd)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -113,6 +118,22 @@ fn sigint_reports_what_was_measured() {
     assert!(d > 0.0 && d < 50.0, "window {d} s, not the 60 s asked");
     let log = std::fs::read_to_string(&hlog).unwrap();
     assert!(log.contains("#[StartTime:"), "{log}");
+}
+
+/// The client with SIGINT's default disposition, whatever this test inherited: a suite run in
+/// the background of a non-interactive shell (or under `nohup`) passes SIGINT down ignored, and
+/// the client rightly keeps it ignored (`an_ignored_sigint_stays_ignored`).
+#[allow(unsafe_code)] // signal() between fork and exec
+fn sigint_by_default(mut cmd: Command) -> Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only signal(), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// A SIGINT ignored when the client starts (a background job of a non-interactive shell,
@@ -326,11 +347,17 @@ fn sigint_during_the_warm_up_reports_an_empty_window() {
     let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
-    let client = common::load_cmd(&["-D", "5s", "--warm-up-time", "60s", &url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = sigint_by_default(common::load_cmd(&[
+        "-D",
+        "5s",
+        "--warm-up-time",
+        "60s",
+        &url,
+    ]))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     // Its first answers: the client runs (its SIGINT handler in place), inside its 60 s warm-up.
     common::wait_until("answers", Duration::from_secs(30), || {
         common::metrics::scrape(m).sum("loadterm_requests_total", &[("proto", "h1")]) >= 1
