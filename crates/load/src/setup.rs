@@ -293,7 +293,9 @@ impl Setup {
             None
         };
         let quic_config = match (&rustls_cfg, proto) {
-            (Some(cfg), Proto::H3) => Some(crate::tls::quic_config(cfg.clone(), &o.offer)?),
+            (Some(cfg), Proto::H3) => {
+                Some(crate::tls::quic_config(cfg.clone(), o.offer.h3_windows())?)
+            }
             _ => None,
         };
         Ok(Setup {

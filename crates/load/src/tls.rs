@@ -420,17 +420,17 @@ pub fn client_config(
     Ok(cfg)
 }
 
-/// QUIC for HTTP/3: the receive windows of `offer` (h2load's `-w`, `-W`) when given.
+/// QUIC for HTTP/3: the (stream, connection) receive windows when given (h2load's `-w`, `-W`,
+/// from `Offer::h3_windows`).
 pub fn quic_config(
     tls: rustls::ClientConfig,
-    offer: &crate::setup::Offer,
+    (stream, conn): (Option<u32>, Option<u32>),
 ) -> Result<quinn::ClientConfig> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS 1.3 config for QUIC")?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     // Large receive windows so 256 KiB+ bodies are not throttled by flow control.
-    let (stream, conn) = offer.h3_windows();
     transport
         .stream_receive_window(stream.unwrap_or(8 << 20).into())
         .receive_window(conn.unwrap_or(32 << 20).into())
