@@ -94,7 +94,7 @@ fn sigint_reports_what_was_measured() {
         "--hdr-log",
         p(&hlog),
     ]);
-    let client = sigint_by_default(cmd)
+    let client = with_sigint(cmd, libc::SIG_DFL)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -120,16 +120,16 @@ fn sigint_reports_what_was_measured() {
     assert!(log.contains("#[StartTime:"), "{log}");
 }
 
-/// The client with SIGINT's default disposition, whatever this test inherited: a suite run in
-/// the background of a non-interactive shell (or under `nohup`) passes SIGINT down ignored, and
-/// the client rightly keeps it ignored (`an_ignored_sigint_stays_ignored`).
+/// The client with SIGINT set to `action` (`SIG_DFL`, `SIG_IGN`) at its start, whatever this
+/// test inherited: a suite run in the background of a non-interactive shell (or under `nohup`)
+/// passes SIGINT down ignored, and the client rightly keeps it ignored.
 #[allow(unsafe_code)] // signal() between fork and exec
-fn sigint_by_default(mut cmd: Command) -> Command {
+fn with_sigint(mut cmd: Command, action: libc::sighandler_t) -> Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: only signal(), async-signal-safe, between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, action);
             Ok(())
         });
     }
@@ -139,20 +139,10 @@ fn sigint_by_default(mut cmd: Command) -> Command {
 /// A SIGINT ignored when the client starts (a background job of a non-interactive shell,
 /// `nohup`) stays ignored: the run goes to its end.
 #[test]
-#[allow(unsafe_code)] // signal() between fork and exec
 fn an_ignored_sigint_stays_ignored() {
-    use std::os::unix::process::CommandExt;
     let s = Server::start(&["-t", "1", "--no-quic"]);
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
-    let mut cmd = common::load_cmd(&["-D", "2s", &url]);
-    // SAFETY: only signal(), async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let client = cmd
+    let client = with_sigint(common::load_cmd(&["-D", "2s", &url]), libc::SIG_IGN)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -347,13 +337,10 @@ fn sigint_during_the_warm_up_reports_an_empty_window() {
     let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
-    let client = sigint_by_default(common::load_cmd(&[
-        "-D",
-        "5s",
-        "--warm-up-time",
-        "60s",
-        &url,
-    ]))
+    let client = with_sigint(
+        common::load_cmd(&["-D", "5s", "--warm-up-time", "60s", &url]),
+        libc::SIG_DFL,
+    )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
