@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -558,7 +557,7 @@ fn announce(
 /// down gracefully: return once every connection has ended, the grace period is over, or a
 /// second signal arrives (the process then exits).
 fn shut_down_on_signal(
-    stop: watch::Sender<bool>,
+    stop: crate::shutdown::Trigger,
     conns: &AtomicUsize,
     grace: Duration,
 ) -> Result<()> {
@@ -576,7 +575,7 @@ fn shut_down_on_signal(
                 _ = usr1.recv() => eprint!("{}", Totals::now().summary()),
             }
         }
-        let _ = stop.send(true);
+        stop.fire();
         let drained = async {
             while conns.load(Ordering::Relaxed) > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -130,7 +130,7 @@ pub(crate) fn defaults<A: clap::Args + clap::FromArgMatches>() -> A {
 /// Settings for the engines' simulated-pair tests: every default, `timeout` as the client
 /// timeout, no date (byte-stable heads), seeded; with the trigger of its shutdown.
 #[cfg(test)]
-pub(crate) fn for_tests(timeout: Duration) -> (tokio::sync::watch::Sender<bool>, Arc<Config>) {
+pub(crate) fn for_tests(timeout: Duration) -> (crate::shutdown::Trigger, Arc<Config>) {
     let (stop, shutdown) = crate::shutdown::Shutdown::new();
     let cfg = Config {
         timeout,

@@ -341,7 +341,7 @@ mod tests {
         let (_a, first) = idle_pair(&conns, Duration::from_secs(60));
         let (_b, second) = idle_pair(&conns, Duration::from_secs(60));
         assert!(parked(park(first)) && parked(park(second)));
-        stop.send(true).unwrap();
+        stop.fire();
         let mut given_back = 0;
         while let Some(idle) = lot.woken().await {
             drop(idle);

@@ -1,9 +1,10 @@
-//! Graceful shutdown: the signal handler flips one flag; accept loops stop, idle HTTP/1
-//! connections close, HTTP/2 and HTTP/3 connections get GOAWAY and finish their streams.
-//! A `watch` channel works across the workers' separate runtimes.
+//! Graceful shutdown: the signal handler fires one trigger; accept loops stop, HTTP/1
+//! connections waiting for a request close, HTTP/2 and HTTP/3 connections get GOAWAY and finish
+//! their streams. A `watch` channel works across the workers' separate runtimes; HTTP/1 waits use
+//! a flag and a `Notify` instead, which cost less per request.
 
 use crate::stats::{self, Transport};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::futures::Notified;
 use tokio::sync::{watch, Notify};
@@ -11,17 +12,46 @@ use tokio::sync::{watch, Notify};
 #[derive(Debug, Clone)]
 pub(crate) struct Shutdown {
     flag: watch::Receiver<bool>,
-    /// Idle HTTP/1 connections wait on this lighter signal (one `Notified` each, a third of
-    /// `wait`'s future), which the accept loops raise once shutdown has begun.
-    idle: Arc<Notify>,
+    signal: Arc<Signal>,
+}
+
+/// What waiters that must not hold a `watch` receiver read: connections waiting for a next
+/// request (idle or between requests) check `begun` at every wait and register once on `idle`.
+#[derive(Debug, Default)]
+struct Signal {
+    begun: AtomicBool,
+    idle: Notify,
+}
+
+/// Starts the shutdown (keep it alive for the life of the process).
+#[derive(Debug)]
+pub(crate) struct Trigger {
+    tx: watch::Sender<bool>,
+    signal: Arc<Signal>,
+}
+
+impl Trigger {
+    /// Begin the shutdown: every waiter, of either kind, is woken.
+    pub(crate) fn fire(&self) {
+        // The flag first: a waiter woken by `idle` reads it.
+        self.signal.begun.store(true, Ordering::Release);
+        self.tx.send_replace(true);
+        self.signal.idle.notify_waiters();
+    }
 }
 
 impl Shutdown {
-    /// The trigger (keep it alive for the life of the process) and the flag to watch.
-    pub(crate) fn new() -> (watch::Sender<bool>, Shutdown) {
+    /// The trigger and the flag to watch.
+    pub(crate) fn new() -> (Trigger, Shutdown) {
         let (tx, flag) = watch::channel(false);
-        let idle = Arc::new(Notify::new());
-        (tx, Shutdown { flag, idle })
+        let signal = Arc::new(Signal::default());
+        (
+            Trigger {
+                tx,
+                signal: signal.clone(),
+            },
+            Shutdown { flag, signal },
+        )
     }
 
     /// Resolves once shutdown has begun (at once if it already has).
@@ -33,20 +63,16 @@ impl Shutdown {
         }
     }
 
-    /// Whether shutdown has begun.
+    /// Whether shutdown has begun: one atomic load, cheap enough for every request's wait.
     pub(crate) fn begun(&self) -> bool {
-        *self.flag.borrow()
+        self.signal.begun.load(Ordering::Acquire)
     }
 
-    /// For an idle connection, lighter than `wait`: completes once `wake_idle` is called after
-    /// it was made (make it before reading `begun`, so that no wake-up falls between).
+    /// For a connection waiting for a next request, lighter than `wait`: completes once shutdown
+    /// begins after it was made (make it before reading `begun`, so that no wake-up falls
+    /// between).
     pub(crate) fn idle_signal(&self) -> Notified<'_> {
-        self.idle.notified()
-    }
-
-    /// Complete every `idle_signal` made so far (once shutdown has begun).
-    pub(crate) fn wake_idle(&self) {
-        self.idle.notify_waiters();
+        self.signal.idle.notified()
     }
 }
 

@@ -4,12 +4,12 @@
 
 use super::handshake;
 use crate::config;
+use crate::shutdown::Trigger;
 use crate::tls::{CertSource, Crypto, Curve, Identity, Policy};
 use rustls::pki_types::ServerName;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
@@ -44,12 +44,7 @@ fn identity() -> (Identity, rustls::RootCertStore) {
 
 /// The TLS engine serving one end of a duplex stream (offering h2 and http/1.1, as a TLS port
 /// does): the client's end, the shutdown trigger, and the engine's task.
-fn server() -> (
-    DuplexStream,
-    rustls::RootCertStore,
-    watch::Sender<bool>,
-    JoinHandle<()>,
-) {
+fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let (identity, roots) = identity();
     let tls = identity
         .rustls_config(&[b"h2", b"http/1.1"], false)
@@ -116,7 +111,7 @@ async fn h2_by_alpn_serves_streams() {
     }
     assert_eq!(len, 100);
     // Shutdown: GOAWAY, and the engine's task ends with the connection.
-    stop.send(true).unwrap();
+    stop.fire();
     served.await.unwrap();
     conn.await.unwrap().unwrap();
 }

@@ -192,10 +192,7 @@ async fn accept_loop(
                     continue;
                 }
             },
-            () = &mut stop => {
-                cfg.shutdown.wake_idle();
-                return;
-            }
+            () = &mut stop => return,
         };
         if conns.load(Ordering::Relaxed) >= cfg.maxconn {
             stats::protection(Protection::MaxConn);

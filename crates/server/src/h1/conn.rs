@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::futures::Notified;
-use tokio::time::timeout;
+use tokio::time::{timeout, Sleep};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Flush the output buffer once it holds this much, even if more pipelined requests wait.
@@ -153,7 +153,7 @@ impl From<io::Error> for PeriodEnd {
 }
 
 /// A busy period's state: it lives in the busy period's box, never in the connection's task.
-struct Conn<'a, IO> {
+struct Conn<'a, 'n, IO> {
     io: &'a mut IO,
     rbuf: Vec<u8>,
     start: usize,
@@ -169,7 +169,7 @@ struct Conn<'a, IO> {
     splice: bool,
     /// Extra response header lines (`alt-svc`), CRLF-terminated; usually empty.
     extra_head: &'a [u8],
-    shutdown: &'a Shutdown,
+    waits: Waits<'a, 'n>,
     /// How long to wait for the next request, when the last one set it (`w`) or an idle spell
     /// used part of the wait.
     idle: Option<Duration>,
@@ -185,7 +185,7 @@ struct Conn<'a, IO> {
     any_unsent: bool,
 }
 
-impl<IO> Drop for Conn<'_, IO> {
+impl<IO> Drop for Conn<'_, '_, IO> {
     fn drop(&mut self) {
         buffers::give(std::mem::take(&mut self.rbuf));
         buffers::give(std::mem::take(&mut self.out));
@@ -298,6 +298,10 @@ async fn busy<IO: ByteStream>(
     extra_head: &[u8],
     until: Option<Instant>,
 ) -> PeriodEnd {
+    // Armed before its first wait; until then its deadline does not matter.
+    let timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    // Made before `begun` is first read (`Waits::wait`): no wake-up falls between.
+    let stop = std::pin::pin!(cfg.shutdown.idle_signal());
     let mut c = Conn {
         io,
         rbuf: Vec::new(),
@@ -311,7 +315,12 @@ async fn busy<IO: ByteStream>(
         h2c_upgrade: period_opts.h2c_upgrade,
         splice: period_opts.splice,
         extra_head,
-        shutdown: &cfg.shutdown,
+        waits: Waits {
+            timer,
+            stop,
+            stop_registered: false,
+            shutdown: &cfg.shutdown,
+        },
         idle: until.map(|t| t.saturating_duration_since(Instant::now())),
         status: 0,
         in_request: false,
@@ -392,6 +401,75 @@ impl Future for IdleWait<'_> {
     }
 }
 
+/// The busy period's waits: one timer and one shutdown signal for all its reads and writes.
+/// Most reads and writes of a busy connection complete at once; a timer made and dropped
+/// around each, and a `watch` waiter per request, were ~10% of a request's user-space
+/// instructions.
+struct Waits<'a, 'n> {
+    /// Armed only once an operation has to wait.
+    timer: Pin<&'a mut Sleep>,
+    /// Registered (with the task's waker) at the first wait for a next request; from then on
+    /// it wakes the task at shutdown, and each wait reads `Shutdown::begun`.
+    stop: Pin<&'a mut Notified<'n>>,
+    stop_registered: bool,
+    shutdown: &'a Shutdown,
+}
+
+/// How a wait ended.
+enum Waited<T> {
+    Done(T),
+    TimedOut,
+    /// Shutdown began (only for waits for a next request).
+    Shutdown,
+}
+
+impl Waits<'_, '_> {
+    /// `op`'s output, or `None` once `limit` has passed.
+    async fn within<F: Future>(&mut self, limit: Duration, op: F) -> Option<F::Output> {
+        match self.wait(limit, false, op).await {
+            Waited::Done(v) => Some(v),
+            Waited::TimedOut | Waited::Shutdown => None,
+        }
+    }
+
+    /// `op`'s output, unless `limit` passes first or, with `until_shutdown`, shutdown begins
+    /// (checked first: a client that always has a next request ready still gets closed).
+    async fn wait<F: Future>(
+        &mut self,
+        limit: Duration,
+        until_shutdown: bool,
+        op: F,
+    ) -> Waited<F::Output> {
+        let mut op = std::pin::pin!(op);
+        let mut armed = false;
+        std::future::poll_fn(|cx| {
+            if until_shutdown {
+                if self.shutdown.begun() {
+                    return Poll::Ready(Waited::Shutdown);
+                }
+                if !self.stop_registered {
+                    if self.stop.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Waited::Shutdown);
+                    }
+                    self.stop_registered = true;
+                }
+            }
+            if let Poll::Ready(v) = op.as_mut().poll(cx) {
+                return Poll::Ready(Waited::Done(v));
+            }
+            if !armed {
+                // Later than the armed deadline (the usual case): tokio only moves it on.
+                self.timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + limit);
+                armed = true;
+            }
+            self.timer.as_mut().poll(cx).map(|()| Waited::TimedOut)
+        })
+        .await
+    }
+}
+
 /// Half-close, and discard what the client still sends for a short while.
 async fn linger<IO: ByteStream>(io: &mut IO) {
     let _ = timeout(LINGER, async {
@@ -409,7 +487,7 @@ async fn linger<IO: ByteStream>(io: &mut IO) {
     .await;
 }
 
-impl<IO: ByteStream> Conn<'_, IO> {
+impl<IO: ByteStream> Conn<'_, '_, IO> {
     fn buffered(&self) -> &[u8] {
         &self.rbuf[self.start..]
     }
@@ -439,37 +517,48 @@ impl<IO: ByteStream> Conn<'_, IO> {
         }
     }
 
-    /// Wait up to `limit` for a next request's first bytes: for `IDLE_HOLD` here, then, if the
-    /// stream has a socket to wait on, as an idle wait (`PeriodEnd::Idle`). Without one (TLS with
-    /// output pending, rare) the read goes on holding the read buffer only.
+    /// Wait up to `limit` for a next request's first bytes, or for shutdown: for `IDLE_HOLD`
+    /// here, then, if the stream has a socket to wait on, as an idle wait (`PeriodEnd::Idle`).
+    /// Without one (TLS with output pending, rare) the read goes on holding the read buffer only.
     async fn next_bytes(&mut self, limit: Duration) -> Result<(), PeriodEnd> {
         let hold = IDLE_HOLD.min(limit);
-        let r = match self.read_within(hold).await {
-            Err(None) if limit > hold && self.io.idle_socket().is_some() => {
+        let r = match self.fill(hold, true).await {
+            Waited::TimedOut if limit > hold && self.io.idle_socket().is_some() => {
                 return Err(PeriodEnd::Idle(Instant::now() + (limit - hold)))
             }
-            Err(None) if limit > hold => {
+            Waited::TimedOut if limit > hold => {
                 buffers::give(std::mem::take(&mut self.out));
-                self.read_within(limit - hold).await
+                self.fill(limit - hold, true).await
             }
             r => r,
         };
         match r {
-            Ok(0) | Err(None) => Err(PeriodEnd::Abort),
-            Err(Some(e)) => Err(e.into()),
-            Ok(_) => Ok(()),
+            Waited::Done(Ok(0)) | Waited::TimedOut => Err(PeriodEnd::Abort),
+            Waited::Done(Err(e)) => Err(e.into()),
+            Waited::Done(Ok(_)) => Ok(()),
+            Waited::Shutdown => Err(PeriodEnd::Close),
         }
     }
 
-    /// Read more request bytes (flushing pending output first: we are about to wait).
-    /// `Ok(0)` is end of stream; `Err(None)` a timeout.
-    async fn read_more(&mut self) -> Result<usize, Option<io::Error>> {
+    /// Read more request bytes within the client timeout. `Ok(0)` is end of stream; `None` a
+    /// timeout.
+    async fn read_more(&mut self) -> Option<io::Result<usize>> {
         self.read_within(self.timeout).await
     }
 
     /// [`Self::read_more`] with another time limit.
-    async fn read_within(&mut self, limit: Duration) -> Result<usize, Option<io::Error>> {
-        self.flush().await.map_err(Some)?;
+    async fn read_within(&mut self, limit: Duration) -> Option<io::Result<usize>> {
+        match self.fill(limit, false).await {
+            Waited::Done(r) => Some(r),
+            Waited::TimedOut | Waited::Shutdown => None,
+        }
+    }
+
+    /// Read more request bytes, flushing pending output first (we are about to wait).
+    async fn fill(&mut self, limit: Duration, until_shutdown: bool) -> Waited<io::Result<usize>> {
+        if let Err(e) = self.flush().await {
+            return Waited::Done(Err(e));
+        }
         if self.start > 0 {
             self.rbuf.drain(..self.start);
             self.start = 0;
@@ -479,20 +568,19 @@ impl<IO: ByteStream> Conn<'_, IO> {
         }
         self.rbuf.reserve(READ_CHUNK);
         // Cancel-safe: bytes are appended only by a read that completes.
-        match timeout(limit, self.io.read_buf(&mut self.rbuf)).await {
-            Ok(r) => r.map_err(Some),
-            Err(_) => Err(None),
-        }
+        let read = self.io.read_buf(&mut self.rbuf);
+        self.waits.wait(limit, until_shutdown, read).await
     }
 
     async fn write_timed(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match timeout(self.timeout, self.io.write_vectored(bufs)).await {
-            Ok(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client stopped reading",
-            )),
+        match self
+            .waits
+            .within(self.timeout, self.io.write_vectored(bufs))
+            .await
+        {
+            Some(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+            Some(r) => r,
+            None => Err(stopped_reading()),
         }
     }
 
@@ -517,16 +605,10 @@ impl<IO: ByteStream> Conn<'_, IO> {
             let n = n?;
             self.out.drain(..n);
         }
-        match timeout(self.timeout, self.io.flush()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "client stopped reading",
-                ))
-            }
-        }
+        self.waits
+            .within(self.timeout, self.io.flush())
+            .await
+            .unwrap_or_else(|| Err(stopped_reading()))?;
         // Every complete response is now with the transport.
         if self.any_unsent {
             stats::served_by_class(Proto::H1, &self.unsent);
@@ -563,12 +645,7 @@ impl<IO: ByteStream> Conn<'_, IO> {
         // select: a cancelled flush loses output.)
         let idle = self.idle.take().unwrap_or(self.timeout);
         if self.buffered().is_empty() {
-            self.flush().await?;
-            let stop = self.shutdown;
-            tokio::select! {
-                r = self.next_bytes(idle) => r?,
-                () = stop.wait() => return Err(PeriodEnd::Close),
-            };
+            self.next_bytes(idle).await?;
         }
         let t_first = Instant::now();
         loop {
@@ -585,10 +662,10 @@ impl<IO: ByteStream> Conn<'_, IO> {
                     .read_within(self.timeout.saturating_sub(t_first.elapsed()))
                     .await
                 {
-                    Ok(0) => return Err(PeriodEnd::Abort),
-                    Ok(_) => {}
-                    Err(None) => return Err(self.fail(ErrorPage::Timeout, t_first)),
-                    Err(Some(e)) => return Err(PeriodEnd::Failed(e)),
+                    Some(Ok(0)) => return Err(PeriodEnd::Abort),
+                    Some(Ok(_)) => {}
+                    None => return Err(self.fail(ErrorPage::Timeout, t_first)),
+                    Some(Err(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
         }
@@ -742,10 +819,10 @@ impl<IO: ByteStream> Conn<'_, IO> {
             }
             match self.read_more().await {
                 // The connection ended inside the body.
-                Ok(0) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
-                Ok(_) => {}
-                Err(None) => return (n, BodyRead::Failed(BodyFailure::Timeout)),
-                Err(Some(_)) => return (n, BodyRead::Failed(BodyFailure::Broken)),
+                Some(Ok(0)) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
+                Some(Ok(_)) => {}
+                None => return (n, BodyRead::Failed(BodyFailure::Timeout)),
+                Some(Err(_)) => return (n, BodyRead::Failed(BodyFailure::Broken)),
             }
         }
     }
@@ -830,4 +907,8 @@ impl<IO: ByteStream> Conn<'_, IO> {
         }
         Ok(())
     }
+}
+
+fn stopped_reading() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")
 }

@@ -6,11 +6,11 @@
 use super::conn::ByteStream;
 use super::{serve, Options};
 use crate::config;
+use crate::shutdown::Trigger;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -27,7 +27,7 @@ struct Pair {
     client: DuplexStream,
     /// Bytes read from the server and not yet taken as a response.
     read: Vec<u8>,
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     server: JoinHandle<()>,
 }
 
@@ -211,7 +211,7 @@ async fn shutdown_closes_an_idle_connection_at_once() {
     // Waiting for a next request: shutdown ends the wait, well before the timeout.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let t = Instant::now();
-    p.stop.send(true).unwrap();
+    p.stop.fire();
     p.closed().await;
     assert!(t.elapsed() < TIMEOUT, "closed after {:?}", t.elapsed());
 }
@@ -223,7 +223,7 @@ async fn shutdown_lets_the_request_in_progress_finish() {
     // Shutdown while the response is delayed: it is still sent in full, then the connection
     // closes instead of waiting for a next request.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    p.stop.send(true).unwrap();
+    p.stop.fire();
     dummy(&p.response().await.expect("the response in progress"), 3);
     let t = Instant::now();
     p.closed().await;

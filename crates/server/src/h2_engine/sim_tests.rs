@@ -4,22 +4,18 @@
 
 use super::{serve_connection, ConnError};
 use crate::config;
+use crate::shutdown::Trigger;
 use bytes::Bytes;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, DuplexStream};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The engine serving one end of a duplex stream: the client's end and the shutdown trigger.
-fn server() -> (
-    DuplexStream,
-    watch::Sender<bool>,
-    JoinHandle<Result<(), ConnError>>,
-) {
+fn server() -> (DuplexStream, Trigger, JoinHandle<Result<(), ConnError>>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
     let served = tokio::spawn(serve_connection(server, cfg, Vec::new()));
@@ -114,7 +110,7 @@ async fn shutdown_finishes_the_streams_in_progress() {
     let slow = tokio::spawn(async move { get(&mut s, "/?s=3&t=2000").await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
-    stop.send(true).unwrap();
+    stop.fire();
     assert_eq!(slow.await.unwrap(), (200, pattern(3)));
     drop(send);
     conn.await.unwrap();
