@@ -340,6 +340,27 @@ fn ssl_default_bind_lines_restrict_tls() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// With no `ssl-default-bind-*` line the server prefers AES-128-GCM, on TLS 1.3 and 1.2, though
+/// OpenSSL's client lists AES-256-GCM first.
+#[test]
+fn aes_128_gcm_is_preferred_by_default() {
+    if !common::have_tool("openssl") {
+        return;
+    }
+    let dir = temp_dir("aes128");
+    let s = Running::start(&dir, &["-L", "127.0.0.1:{clear}:{tls}"]);
+    let connect = format!("127.0.0.1:{}", s.tls);
+    let out = openssl(&dir, &["s_client", "-connect", &connect, "-tls1_3"]);
+    assert!(out.contains("Cipher is TLS_AES_128_GCM_SHA256"), "{out}");
+    let out = openssl(&dir, &["s_client", "-connect", &connect, "-tls1_2"]);
+    assert!(
+        out.contains("Cipher is ECDHE-RSA-AES128-GCM-SHA256")
+            || out.contains("Cipher is ECDHE-ECDSA-AES128-GCM-SHA256"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `serve -C` prints the configuration, one `name  value` line per setting, defaults included,
 /// with what -L, -G and -F lines set; it printed Rust internals (`RwLock(PhantomData<…>`,
 /// `Notify`, `LinkedList`). It binds nothing and writes no file.
