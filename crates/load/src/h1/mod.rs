@@ -7,9 +7,10 @@ use crate::inflight::{finish, lose, unprocessed, End, InFlight};
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
+use loadterm_runtime::within;
 use response::{Event, Parser};
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Request bodies up to this size are copied behind their head, all pipelined requests in one
@@ -55,10 +56,12 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
     // The next open-loop send while reading; kept across reads (a new one per read would leave
     // a stale entry in the timer's heap each time), replaced when the due time changes.
     let mut wake: Option<crate::timer::Sleep> = None;
+    // The connection's one timeout timer (`within`).
+    let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    let mut queued = Vec::with_capacity(setup.streams);
     loop {
         // Top up the pipeline: closed loop to `streams`, open loop with what is due.
         let now = Instant::now();
-        let mut queued = Vec::new();
         while inflight.len() + queued.len() < setup.streams {
             // Requests given back go first, with their intended time.
             let (i, intended, again) = match w.take_retry() {
@@ -93,10 +96,10 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 }
                 Ok(())
             };
-            if tokio::time::timeout(setup.timeout, write)
+            if within(timer.as_mut(), setup.timeout, write)
                 .await
                 .map(|r| r.is_ok())
-                != Ok(true)
+                != Some(true)
             {
                 lose(w, inflight.drain(..), ErrorKind::Reset);
                 for _ in queued {
@@ -107,7 +110,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
             let _ = io.flush().await;
             out.clear();
             let mut rec = w.rec.borrow_mut();
-            for (index, intended, again) in queued {
+            for (index, intended, again) in queued.drain(..) {
                 if !again {
                     rec.sent(intended, sent);
                 }
@@ -135,15 +138,18 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
             wake = due.map(crate::timer::sleep_until);
         }
         let read = tokio::select! {
-            r = tokio::time::timeout(setup.timeout, io.read(&mut buf)) => r,
+            // Read first: no random draw per read, and a response that is there is taken
+            // before the next send.
+            biased;
+            r = within(timer.as_mut(), setup.timeout, io.read(&mut buf)) => r,
             _ = sleep_opt(&mut wake) => continue,
         };
         let n = match read {
-            Err(_) => {
+            None => {
                 lose(w, inflight.drain(..), ErrorKind::Timeout);
                 return End::Reconnect;
             }
-            Ok(Err(_)) | Ok(Ok(0)) => {
+            Some(Err(_)) | Some(Ok(0)) => {
                 // A close-delimited body ends here (the requests behind it were not processed:
                 // sent again, as after an announced close), a response cut short is a protocol
                 // error; otherwise the requests in flight are lost (the front one too: it must
@@ -172,7 +178,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
                 }
                 return End::Reconnect;
             }
-            Ok(Ok(n)) => n,
+            Some(Ok(n)) => n,
         };
         let now = Instant::now();
         let mut rest = &buf[..n];

@@ -49,23 +49,34 @@ impl Parser {
     pub fn feed(&mut self, input: &[u8], head_request: bool) -> Result<Event, ParseError> {
         let mut used = 0;
         if self.state.is_none() {
-            // Accumulate until the end of the head.
-            let start = self.head.len().saturating_sub(3);
-            self.head.extend_from_slice(input);
-            let Some(end) = self.head[start..]
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .map(|p| start + p + 4)
-            else {
-                if self.head.len() > 64 * 1024 {
-                    return Err(ParseError);
-                }
-                return Ok(Event::More);
+            let parsed = if self.head.is_empty() {
+                // A head that arrives whole, as nearly all do, is parsed where it lies.
+                head_end(input, 0).map(|end| {
+                    used = end;
+                    parse_head(&input[..end], head_request)
+                })
+            } else {
+                None
             };
-            let before = self.head.len() - input.len();
-            used = end - before;
-            let (done, body) = parse_head(&self.head[..end], head_request)?;
-            self.head.clear();
+            let parsed = match parsed {
+                Some(p) => p,
+                // Accumulate until the end of the head.
+                None => {
+                    let start = self.head.len().saturating_sub(3);
+                    self.head.extend_from_slice(input);
+                    let Some(end) = head_end(&self.head, start) else {
+                        if self.head.len() > 64 * 1024 {
+                            return Err(ParseError);
+                        }
+                        return Ok(Event::More);
+                    };
+                    used = end - (self.head.len() - input.len());
+                    let parsed = parse_head(&self.head[..end], head_request);
+                    self.head.clear();
+                    parsed
+                }
+            };
+            let (done, body) = parsed?;
             if is_interim(done.status) {
                 return Ok(Event::Interim { consumed: used });
             }
@@ -140,19 +151,23 @@ fn is_interim(status: u16) -> bool {
     (100..200).contains(&status) && status != 101
 }
 
+/// Where the head that `buf` starts with ends (after its empty line), searching from `from`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|p| from + p + 4)
+}
+
 fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseError> {
-    let mut hs = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Response::new(&mut hs);
-    match r.parse(head) {
+    // Left uninitialised: filling 64 empty headers cost more than parsing a small head.
+    let mut hs = [const { std::mem::MaybeUninit::uninit() }; 64];
+    let mut r = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut r, head, &mut hs)
+    {
         Ok(httparse::Status::Complete(_)) => {}
         _ => return Err(ParseError),
     }
     // httparse takes a bare LF as a line end; RFC 9112 §2.2 only allows that leniency.
-    if head
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
-    {
+    if memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r') {
         return Err(ParseError);
     }
     let status = r.code.ok_or(ParseError)?;

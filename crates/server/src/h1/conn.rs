@@ -23,6 +23,7 @@ use loadterm_exchange::{
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
+use loadterm_runtime::within;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -401,10 +402,8 @@ impl Future for IdleWait<'_> {
     }
 }
 
-/// The busy period's waits: one timer and one shutdown signal for all its reads and writes.
-/// Most reads and writes of a busy connection complete at once; a timer made and dropped
-/// around each, and a `watch` waiter per request, were ~10% of a request's user-space
-/// instructions.
+/// The busy period's waits: one timer (`within`) and one shutdown signal for all its reads and
+/// writes, where a `watch` waiter per request cost as much as the timers.
 struct Waits<'a, 'n> {
     /// Armed only once an operation has to wait.
     timer: Pin<&'a mut Sleep>,
@@ -424,14 +423,6 @@ enum Waited<T> {
 }
 
 impl Waits<'_, '_> {
-    /// `op`'s output, or `None` once `limit` has passed.
-    async fn within<F: Future>(&mut self, limit: Duration, op: F) -> Option<F::Output> {
-        match self.wait(limit, false, op).await {
-            Waited::Done(v) => Some(v),
-            Waited::TimedOut | Waited::Shutdown => None,
-        }
-    }
-
     /// `op`'s output, unless `limit` passes first or, with `until_shutdown`, shutdown begins
     /// (checked first: a client that always has a next request ready still gets closed).
     async fn wait<F: Future>(
@@ -440,33 +431,28 @@ impl Waits<'_, '_> {
         until_shutdown: bool,
         op: F,
     ) -> Waited<F::Output> {
+        let (stop, registered, shutdown) =
+            (&mut self.stop, &mut self.stop_registered, self.shutdown);
         let mut op = std::pin::pin!(op);
-        let mut armed = false;
-        std::future::poll_fn(|cx| {
+        let op = std::future::poll_fn(|cx| {
             if until_shutdown {
-                if self.shutdown.begun() {
-                    return Poll::Ready(Waited::Shutdown);
+                if shutdown.begun() {
+                    return Poll::Ready(None);
                 }
-                if !self.stop_registered {
-                    if self.stop.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Waited::Shutdown);
+                if !*registered {
+                    if stop.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(None);
                     }
-                    self.stop_registered = true;
+                    *registered = true;
                 }
             }
-            if let Poll::Ready(v) = op.as_mut().poll(cx) {
-                return Poll::Ready(Waited::Done(v));
-            }
-            if !armed {
-                // Later than the armed deadline (the usual case): tokio only moves it on.
-                self.timer
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + limit);
-                armed = true;
-            }
-            self.timer.as_mut().poll(cx).map(|()| Waited::TimedOut)
-        })
-        .await
+            op.as_mut().poll(cx).map(Some)
+        });
+        match within(self.timer.as_mut(), limit, op).await {
+            Some(Some(v)) => Waited::Done(v),
+            Some(None) => Waited::Shutdown,
+            None => Waited::TimedOut,
+        }
     }
 }
 
@@ -573,10 +559,12 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
     }
 
     async fn write_timed(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self
-            .waits
-            .within(self.timeout, self.io.write_vectored(bufs))
-            .await
+        match within(
+            self.waits.timer.as_mut(),
+            self.timeout,
+            self.io.write_vectored(bufs),
+        )
+        .await
         {
             Some(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
             Some(r) => r,
@@ -605,8 +593,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             let n = n?;
             self.out.drain(..n);
         }
-        self.waits
-            .within(self.timeout, self.io.flush())
+        within(self.waits.timer.as_mut(), self.timeout, self.io.flush())
             .await
             .unwrap_or_else(|| Err(stopped_reading()))?;
         // Every complete response is now with the transport.
