@@ -3,6 +3,8 @@
 //! on its own SO_REUSEPORT UDP socket, one task per request stream.
 
 mod amplification;
+#[cfg(test)]
+mod sim_tests;
 mod socket;
 mod stream;
 
