@@ -150,7 +150,7 @@ async fn serve_endpoint(
 }
 
 /// Why an HTTP/3 connection ended before it was served to its end. Converting to it counts
-/// nothing: `run_endpoint` counts it once, with [`ConnError::count`].
+/// nothing: `serve_endpoint` counts it once, with [`ConnError::count`].
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
     #[error("QUIC handshake failed: {0}")]
