@@ -373,6 +373,47 @@ async fn a_malformed_request_is_reset_and_the_connection_serves_on() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_head_left_incomplete_gets_408_at_the_timeout() {
+    let s = server();
+    let c = connect(&s).await;
+    let t = Instant::now();
+    let (mut send, recv) = c.conn.open_bi().await.unwrap();
+    // A HEADERS frame's head announcing a section that never comes.
+    let mut head = Vec::new();
+    frame::put_frame_head(&mut head, frame::HEADERS, 100);
+    send.write_all(&head).await.unwrap();
+    let mut r = Reader::new(recv);
+    let (ty, len) = r.frame_head().await.unwrap().unwrap();
+    assert_eq!(ty, frame::HEADERS);
+    let section = r.payload(len as usize).await.unwrap();
+    assert_eq!(qpack::status(&section, &mut Vec::new()), Some(408));
+    assert!(t.elapsed() >= TIMEOUT, "answered after {:?}", t.elapsed());
+    // Before the transport's idle timeout (one grace second later) could close the connection.
+    assert!(c.conn.close_reason().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn w_closes_the_connection_when_no_request_follows() {
+    let s = server();
+    let c = connect(&s).await;
+    let t = Instant::now();
+    assert_eq!(get(&c.conn, "/?s=1&w=500").await.status, 200);
+    // No request within 500 ms: GOAWAY, then the connection closed with H3_NO_ERROR.
+    let why = c.conn.closed().await;
+    let quinn::ConnectionError::ApplicationClosed(close) = why else {
+        panic!("{why:?}");
+    };
+    assert_eq!(close.error_code, code::NO_ERROR.into());
+    assert_eq!(*c.goaway.borrow(), Some(4));
+    let elapsed = t.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(500),
+        "closed after {elapsed:?}"
+    );
+    assert!(elapsed < TIMEOUT, "closed after {elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_idle_connection_closes_at_the_idle_timeout() {
     let s = server();
     let c = connect(&s).await;
