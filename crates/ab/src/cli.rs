@@ -6,7 +6,7 @@ use crate::contam;
 use crate::fixture::{Backends, Vars};
 use crate::measure::{RunSpec, Target};
 use crate::procs;
-use crate::report::{self, Report, Variant};
+use crate::report::{self, Cell, Report, Variant};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
@@ -306,133 +306,13 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
 
 pub fn run(a: AbArgs) -> Result<()> {
     let t_start = std::time::Instant::now();
-    let mut variants = variants(&a)?;
-    validate(&a)?;
+    let variants = checked_variants(&a)?;
     let endpoint_mode = matches!(variants[0].1, Target::Endpoint(_));
-    if a.aa || a.calibrate {
-        let (name, target) = variants[0].clone();
-        variants.push((format!("{name}'"), target));
-    }
     procs::catch_interrupts();
     let environment = crate::env::capture();
-    let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
-    // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
-    let smt = if endpoint_mode {
-        Vec::new()
-    } else {
-        contam::smt_shared(&a.server_cpus, &a.client_cpus, contam::sysfs_siblings)
-    };
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    }));
-    let mut vars = Vars::default();
-    vars.set("host", &a.host);
-    let mut backends = Backends::start(&a.backends, &a.host, a.ports, &a.backend_cpus, &mut vars)?;
-    if !endpoint_mode {
-        // ab wakes up at every window's edge: on the client's cores, not the server's (pinned
-        // once the backends, which it must not pin, are started).
-        procs::pin_self(&a.client_cpus);
-    }
-    let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
-    let load_args = [
-        "-c".to_owned(),
-        a.connections.to_string(),
-        "-m".to_owned(),
-        a.streams.to_string(),
-        "-t".to_owned(),
-        threads.to_string(),
-    ];
-    let sizes: Vec<Option<&String>> = if a.size.is_empty() {
-        vec![None]
-    } else {
-        a.size.iter().map(Some).collect()
-    };
-    let fresh = a.fresh_process || endpoint_mode;
-    let duration = a
-        .duration
-        .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
-    let regime = match (a.closed_loop, a.rate) {
-        (true, _) => Regime::Closed,
-        (_, Some(r)) => Regime::Rate(r),
-        // The default regime needs the server's CPU to check its rate.
-        _ if endpoint_mode => Regime::Closed,
-        _ => Regime::RateFraction(a.rate_fraction),
-    };
-    let headline = if endpoint_mode {
-        "rps"
-    } else {
-        "cpu_us_per_req"
-    };
-    let cell_count = a.proto.len() * sizes.len();
-    let mut cells = Vec::new();
-    for proto in &a.proto {
-        for size in &sizes {
-            if procs::interrupted() {
-                break;
-            }
-            let template = RunSpec {
-                target: variants[0].1.clone(),
-                proto: proto.clone(),
-                host: a.host.clone(),
-                ports: a.ports,
-                url: a.url.clone(),
-                server_cpus: a.server_cpus.clone(),
-                client_cpus: a.client_cpus.clone(),
-                warmup: a.warmup,
-                duration,
-                load_args: load_args.to_vec(),
-                vars: vars.clone(),
-                reference: reference.clone(),
-                smt: smt.clone(),
-            };
-            let (vs, specs) = cell_variants(&a, &variants, *size, &template);
-            let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
-            let base = names[0].clone();
-            // What is left of the budget, shared by the cells still to run.
-            let left = a.max_time.saturating_sub(t_start.elapsed());
-            let cells_left = (cell_count - cells.len()) as u32;
-            let deadline = std::time::Instant::now() + left / cells_left.max(1);
-            let tag = format!("[{proto} {}]", vs[0].url);
-            let mut servers = if fresh {
-                Servers::Fresh
-            } else {
-                eprintln!("{tag} starting {} servers", names.len());
-                Servers::kept(&specs, &names)?
-            };
-            let cell = CellPlan {
-                tag,
-                names,
-                specs,
-                twin: a.aa || a.calibrate,
-                regime,
-                rounds: a.rounds,
-                // ±1/2 of the target: a change of the target's size then clears zero by about two
-                // standard errors (±2/3 would leave one run in seven not significant).
-                precision_pct: a.target_effect * 100.0 / 2.0,
-                warmup_rounds: usize::from(!a.keep_first_round),
-                deadline: Some(deadline),
-                restart_every: a.restart_every,
-                headline,
-                together: !a.alternate,
-                backends: &mut backends,
-                rng: &mut rng,
-            }
-            .run(&mut servers, vs);
-            drop(servers);
-            let mut cell = match cell {
-                Err(_) if procs::interrupted() => break,
-                c => c?,
-            };
-            if a.calibrate {
-                let notes = calibration_notes(&cell.comparisons, &base, &a.burn_levels);
-                cell.notes.extend(notes);
-            }
-            cells.push(cell);
-        }
-    }
-    drop(backends);
+    let mut bench = Bench::start(&a, &variants, endpoint_mode)?;
+    let cells = run_cells(&a, &variants, &mut bench, t_start)?;
+    drop(bench);
     let report = Report {
         interrupted: procs::interrupted(),
         environment,
@@ -443,18 +323,7 @@ pub fn run(a: AbArgs) -> Result<()> {
         cells,
     };
     print!("{}", report::terminal(&report));
-    let write = |path: &Option<PathBuf>, text: &dyn Fn() -> Result<String>| -> Result<()> {
-        if let Some(p) = path {
-            std::fs::write(p, text()?).with_context(|| format!("cannot write {}", p.display()))?;
-        }
-        Ok(())
-    };
-    write(&a.markdown, &|| Ok(report::markdown(&report)))?;
-    write(&a.json, &|| {
-        Ok(serde_json::to_string_pretty(&report)? + "\n")
-    })?;
-    write(&a.svg, &|| crate::plot::report_svg(&report))?;
-    write(&a.html, &|| report::html(&report, crate::plot::cell_svg))?;
+    write_reports(&a, &report)?;
     if report.interrupted {
         return Err(Interrupted.into());
     }
@@ -462,6 +331,213 @@ pub fn run(a: AbArgs) -> Result<()> {
         bail!("no run completed");
     }
     Ok(())
+}
+
+/// The variants once the options are checked, with the A/A twin (a second copy of the
+/// baseline) last when --aa or --calibrate asks for one.
+fn checked_variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
+    let mut variants = variants(a)?;
+    validate(a)?;
+    if a.aa || a.calibrate {
+        let (name, target) = variants[0].clone();
+        variants.push((format!("{name}'"), target));
+    }
+    Ok(variants)
+}
+
+/// What every cell of the comparison shares: the run its cells start from, how they are
+/// measured, and the state carried from cell to cell (backends, the order's random generator).
+struct Bench {
+    /// Every run's spec but the protocol (set per cell) and the variant's own parts.
+    base: RunSpec,
+    regime: Regime,
+    headline: &'static str,
+    /// A fresh server process for every run (always in endpoint mode: none is started).
+    fresh: bool,
+    backends: Backends,
+    rng: rand::rngs::StdRng,
+}
+
+impl Bench {
+    /// Read the machine's settings, start the backends and pin ab itself: before any cell.
+    fn start(a: &AbArgs, variants: &[(String, Target)], endpoint_mode: bool) -> Result<Bench> {
+        let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
+        // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
+        let smt = if endpoint_mode {
+            Vec::new()
+        } else {
+            contam::smt_shared(&a.server_cpus, &a.client_cpus, contam::sysfs_siblings)
+        };
+        let rng = rand::rngs::StdRng::seed_from_u64(a.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        }));
+        let mut vars = Vars::default();
+        vars.set("host", &a.host);
+        let backends = Backends::start(&a.backends, &a.host, a.ports, &a.backend_cpus, &mut vars)?;
+        if !endpoint_mode {
+            // ab wakes up at every window's edge: on the client's cores, not the server's
+            // (pinned once the backends, which it must not pin, are started).
+            procs::pin_self(&a.client_cpus);
+        }
+        let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
+        let load_args = [
+            "-c".to_owned(),
+            a.connections.to_string(),
+            "-m".to_owned(),
+            a.streams.to_string(),
+            "-t".to_owned(),
+            threads.to_string(),
+        ];
+        let fresh = a.fresh_process || endpoint_mode;
+        let duration = a
+            .duration
+            .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
+        let base = RunSpec {
+            target: variants[0].1.clone(),
+            proto: String::new(),
+            host: a.host.clone(),
+            ports: a.ports,
+            url: a.url.clone(),
+            server_cpus: a.server_cpus.clone(),
+            client_cpus: a.client_cpus.clone(),
+            warmup: a.warmup,
+            duration,
+            load_args: load_args.to_vec(),
+            vars,
+            reference,
+            smt,
+        };
+        Ok(Bench {
+            base,
+            regime: regime(a, endpoint_mode),
+            headline: if endpoint_mode {
+                "rps"
+            } else {
+                "cpu_us_per_req"
+            },
+            fresh,
+            backends,
+            rng,
+        })
+    }
+}
+
+/// The measuring regime: a saturating client, a fixed rate, or (the default) a fraction of the
+/// baseline's throughput.
+fn regime(a: &AbArgs, endpoint_mode: bool) -> Regime {
+    match (a.closed_loop, a.rate) {
+        (true, _) => Regime::Closed,
+        (_, Some(r)) => Regime::Rate(r),
+        // The default regime needs the server's CPU to check its rate.
+        _ if endpoint_mode => Regime::Closed,
+        _ => Regime::RateFraction(a.rate_fraction),
+    }
+}
+
+/// Every cell of the matrix (protocols × sizes) measured in turn, until an interrupt.
+fn run_cells(
+    a: &AbArgs,
+    variants: &[(String, Target)],
+    bench: &mut Bench,
+    t_start: std::time::Instant,
+) -> Result<Vec<Cell>> {
+    let sizes: Vec<Option<&String>> = if a.size.is_empty() {
+        vec![None]
+    } else {
+        a.size.iter().map(Some).collect()
+    };
+    let cell_count = a.proto.len() * sizes.len();
+    let mut cells = Vec::new();
+    for proto in &a.proto {
+        for size in &sizes {
+            if procs::interrupted() {
+                break;
+            }
+            // What is left of the budget, shared by the cells still to run.
+            let left = a.max_time.saturating_sub(t_start.elapsed());
+            let cells_left = (cell_count - cells.len()) as u32;
+            let deadline = std::time::Instant::now() + left / cells_left.max(1);
+            match run_cell(a, variants, bench, proto, *size, deadline)? {
+                Some(cell) => cells.push(cell),
+                None => break,
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// One cell measured: its servers started (unless fresh per run), its rounds run until
+/// `deadline`; `None` when an interrupt cut it short.
+fn run_cell(
+    a: &AbArgs,
+    variants: &[(String, Target)],
+    bench: &mut Bench,
+    proto: &str,
+    size: Option<&String>,
+    deadline: std::time::Instant,
+) -> Result<Option<Cell>> {
+    let template = RunSpec {
+        proto: proto.to_owned(),
+        ..bench.base.clone()
+    };
+    let (vs, specs) = cell_variants(a, variants, size, &template);
+    let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
+    let base = names[0].clone();
+    let tag = format!("[{proto} {}]", vs[0].url);
+    let mut servers = if bench.fresh {
+        Servers::Fresh
+    } else {
+        eprintln!("{tag} starting {} servers", names.len());
+        Servers::kept(&specs, &names)?
+    };
+    let cell = CellPlan {
+        tag,
+        names,
+        specs,
+        twin: a.aa || a.calibrate,
+        regime: bench.regime,
+        rounds: a.rounds,
+        // ±1/2 of the target: a change of the target's size then clears zero by about two
+        // standard errors (±2/3 would leave one run in seven not significant).
+        precision_pct: a.target_effect * 100.0 / 2.0,
+        warmup_rounds: usize::from(!a.keep_first_round),
+        deadline: Some(deadline),
+        restart_every: a.restart_every,
+        headline: bench.headline,
+        together: !a.alternate,
+        backends: &mut bench.backends,
+        rng: &mut bench.rng,
+    }
+    .run(&mut servers, vs);
+    drop(servers);
+    let mut cell = match cell {
+        Err(_) if procs::interrupted() => return Ok(None),
+        c => c?,
+    };
+    if a.calibrate {
+        let notes = calibration_notes(&cell.comparisons, &base, &a.burn_levels);
+        cell.notes.extend(notes);
+    }
+    Ok(Some(cell))
+}
+
+/// The report in the files asked for (Markdown, JSON, SVG, HTML).
+fn write_reports(a: &AbArgs, report: &Report) -> Result<()> {
+    let write = |path: &Option<PathBuf>, text: &dyn Fn() -> Result<String>| -> Result<()> {
+        if let Some(p) = path {
+            std::fs::write(p, text()?).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Ok(())
+    };
+    write(&a.markdown, &|| Ok(report::markdown(report)))?;
+    write(
+        &a.json,
+        &|| Ok(serde_json::to_string_pretty(report)? + "\n"),
+    )?;
+    write(&a.svg, &|| crate::plot::report_svg(report))?;
+    write(&a.html, &|| report::html(report, crate::plot::cell_svg))
 }
 
 /// A cell's variants as reported, and what each run of them needs (`template` with the

@@ -352,8 +352,69 @@ fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
 
 pub fn run(mut a: LoadArgs) -> Result<()> {
     let Checked { data, shard, offer } = checked(&mut a)?;
-    let proto = proto(&a).map_err(usage_error)?;
-    let setup = Setup::new(&Options {
+    let setup = Arc::new(setup(&a, data, offer)?);
+    let share = Share::new(&a, shard)?;
+    let outputs = outputs(&a)?;
+    let interactive = !a.quiet && std::io::stderr().is_terminal();
+    let progress = interactive.then(|| Arc::new(Progress::default()));
+    let window = Window::start(&a);
+    let stop = signals()?;
+    // The slots this process runs (its shard's, when sharded).
+    let startup = Arc::new(Startup::new(share.slots.len()));
+    let mut handles = Vec::new();
+    for (i, (conns, requests)) in split(&share.slots, share.threads, share.requests)
+        .into_iter()
+        .enumerate()
+    {
+        handles.push(worker::spawn(
+            i,
+            Job {
+                setup: setup.clone(),
+                conns,
+                share: requests,
+                pace: share.pace,
+                t0: window.t0,
+                from: window.from,
+                until: window.until,
+                hdr_log: a.hdr_log.is_some(),
+                progress: progress.clone(),
+                cpu: share.cpus.as_ref().map(|c| c[i % c.len()]),
+                startup: startup.clone(),
+                stop: stop.clone(),
+            },
+        )?);
+    }
+    let goal = a
+        .duration
+        .map_or(Goal::Requests(share.requests.unwrap_or(0)), |d| {
+            Goal::Time(window.warm + d)
+        });
+    let ticker = progress.map(|p| Ticker::start(p, window.t0, goal));
+    let total = joined(handles);
+    if let Some(ticker) = ticker {
+        ticker.stop();
+    }
+    let total = total?;
+    let interrupted = *stop.borrow();
+    let info = run_info(&a, &setup, &share, &window, &total, interrupted);
+    let rep = report::build(&total, info);
+    if let Some((mut file, path)) = outputs.hdr_log {
+        use std::io::Write;
+        file.write_all(&report::hdr_log(&total, wall_clock(window.now, window.t0))?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    emit(&rep, outputs.json, a.quiet)?;
+    if interrupted.is_some() {
+        return Err(Interrupted.into());
+    }
+    all_failed(&total, &startup, setup.addr)
+}
+
+/// The protocol chosen and every request prepared: a target or option that cannot work is a
+/// usage error.
+fn setup(a: &LoadArgs, data: bytes::Bytes, offer: crate::setup::Offer) -> Result<Setup> {
+    let proto = proto(a).map_err(usage_error)?;
+    Setup::new(&Options {
         urls: &a.urls,
         proto,
         connect_to: a.connect_to.as_deref(),
@@ -367,134 +428,151 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
         timeout: a.timeout,
         offer,
     })
-    .map_err(|e| usage_error(format!("{e:#}")))?;
-    let setup = Arc::new(setup);
-    let cpus = a
-        .cpus
-        .as_deref()
-        .map(parse_cpus)
-        .transpose()
-        .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
-    let requests = match (a.requests, a.duration) {
-        (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
-        (_, None) if a.warm_up_time.is_some() => {
-            return Err(usage_error(
-                "--warm-up-time needs -D (as in h2load): a -n run measures every request",
-            ))
-        }
-        (n, None) => Some(n.unwrap_or(1000)),
-        (None, Some(_)) => None,
-    };
-    // This process's connection slots (their numbers in the whole run, so that open-loop
-    // schedules stay phased across shards) and its share of -n.
-    let (slots, requests) = match shard {
-        Some(s) => split(
-            &(0..a.connections as u64).collect::<Vec<_>>(),
-            s.count,
+    .map_err(|e| usage_error(format!("{e:#}")))
+}
+
+/// This process's part of the run and how it spreads over its worker threads.
+struct Share {
+    /// This process's shard (from `--shard` or `--shard-from-env`).
+    shard: Option<Shard>,
+    /// `--cpus`, parsed.
+    cpus: Option<Vec<usize>>,
+    /// This process's share of -n (`None` with -D).
+    requests: Option<u64>,
+    /// Its connection slots: their numbers in the whole run, so that open-loop schedules
+    /// stay phased across shards.
+    slots: Vec<u64>,
+    threads: usize,
+    /// The open-loop rate per connection, if any.
+    rate_per_conn: Option<f64>,
+    pace: Pace,
+}
+
+impl Share {
+    fn new(a: &LoadArgs, shard: Option<Shard>) -> Result<Share> {
+        let cpus = a
+            .cpus
+            .as_deref()
+            .map(parse_cpus)
+            .transpose()
+            .map_err(|e| usage_error(format!("--cpus: {e:#}")))?;
+        let requests = match (a.requests, a.duration) {
+            (Some(_), Some(_)) => return Err(usage_error("use either -n or -D")),
+            (_, None) if a.warm_up_time.is_some() => {
+                return Err(usage_error(
+                    "--warm-up-time needs -D (as in h2load): a -n run measures every request",
+                ))
+            }
+            (n, None) => Some(n.unwrap_or(1000)),
+            (None, Some(_)) => None,
+        };
+        let all: Vec<u64> = (0..a.connections as u64).collect();
+        let (slots, requests) = match shard {
+            Some(s) => split(&all, s.count, requests).swap_remove(s.index),
+            None => (all, requests),
+        };
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = a
+            .threads
+            .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
+            .min(slots.len())
+            .max(1);
+        let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
+        Ok(Share {
+            shard,
+            cpus,
             requests,
-        )
-        .swap_remove(s.index),
-        None => ((0..a.connections as u64).collect(), requests),
-    };
-    let outputs = outputs(&a)?;
-    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = a
-        .threads
-        .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
-        .min(slots.len())
-        .max(1);
-    let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
-    let pace = pace(rate_per_conn, a.connections);
-    let interactive = !a.quiet && std::io::stderr().is_terminal();
-    let progress = interactive.then(|| Arc::new(Progress::default()));
-    let warm = a.warm_up_time.unwrap_or_default();
-    let now = (SystemTime::now(), Instant::now());
-    let (t0, from, late) = start_times(now, a.start_at, warm);
-    if a.start_at.is_some() && late > Duration::from_millis(1) {
-        eprintln!(
-            "loadterm: started late: the measured window begins {:.3}s after --start-at",
-            late.as_secs_f64()
-        );
-    }
-    let until = a.duration.map(|d| from + d);
-    let stop = signals()?;
-    // The slots this process runs (its shard's, when sharded).
-    let startup = Arc::new(Startup::new(slots.len()));
-    let mut handles = Vec::new();
-    for (i, (conns, share)) in split(&slots, threads, requests).into_iter().enumerate() {
-        handles.push(worker::spawn(
-            i,
-            Job {
-                setup: setup.clone(),
-                conns,
-                share,
-                pace,
-                t0,
-                from,
-                until,
-                hdr_log: a.hdr_log.is_some(),
-                progress: progress.clone(),
-                cpu: cpus.as_ref().map(|c| c[i % c.len()]),
-                startup: startup.clone(),
-                stop: stop.clone(),
-            },
-        )?);
-    }
-    let goal = a
-        .duration
-        .map_or(Goal::Requests(requests.unwrap_or(0)), |d| {
-            Goal::Time(warm + d)
-        });
-    let ticker = progress.map(|p| Ticker::start(p, t0, goal));
-    let total = joined(handles);
-    if let Some(ticker) = ticker {
-        ticker.stop();
-    }
-    let total = total?;
-    let interrupted = *stop.borrow();
-    let duration_s = match (until, interrupted, total.first_done, total.last_done) {
-        // Interrupted: the window ended then (at once, when it came during the warm-up).
-        (Some(end), Some(at), _, _) => end.min(at).saturating_duration_since(from),
-        (Some(end), None, _, _) => end.duration_since(from),
-        (None, Some(at), _, _) => at.saturating_duration_since(t0),
-        (None, None, Some(_), Some(last)) => last.duration_since(t0),
-        _ => t0.elapsed(),
-    }
-    .as_secs_f64();
-    let rep = report::build(
-        &total,
-        RunInfo {
-            command: Some(shell_line(std::env::args_os().skip(1))),
-            protocol: setup.proto.used(total.alpn).to_owned(),
-            urls: a.urls.clone(),
-            connections: slots.len(),
+            slots,
             threads,
-            streams: a.streams,
-            duration_s,
-            rate: rate_per_conn.map(|r| r * slots.len() as f64),
-            shard: shard.map(|s| report::ShardInfo {
-                index: s.index,
-                count: s.count,
-            }),
-            clock: report::Clock {
-                origin_unix_s: unix_s(wall_clock(now, t0)),
-                window_start_unix_s: unix_s(wall_clock(now, from)),
-                start_at_unix_s: a.start_at.map(unix_s),
-                late_s: late.as_secs_f64(),
-            },
-            interrupted: interrupted.is_some(),
+            rate_per_conn,
+            pace: pace(rate_per_conn, a.connections),
+        })
+    }
+}
+
+/// The run's times: when it starts sending (`t0`) and recording (`from`), and when recording
+/// ends (`until`, with -D).
+struct Window {
+    /// The wall clock and the monotonic clock read together, to convert instants.
+    now: (SystemTime, Instant),
+    t0: Instant,
+    from: Instant,
+    until: Option<Instant>,
+    /// `--warm-up-time`.
+    warm: Duration,
+    /// How late `from` is against `--start-at`.
+    late: Duration,
+}
+
+impl Window {
+    /// The times from now, with a warning when `--start-at` could not be kept.
+    fn start(a: &LoadArgs) -> Window {
+        let warm = a.warm_up_time.unwrap_or_default();
+        let now = (SystemTime::now(), Instant::now());
+        let (t0, from, late) = start_times(now, a.start_at, warm);
+        if a.start_at.is_some() && late > Duration::from_millis(1) {
+            eprintln!(
+                "loadterm: started late: the measured window begins {:.3}s after --start-at",
+                late.as_secs_f64()
+            );
+        }
+        Window {
+            now,
+            t0,
+            from,
+            until: a.duration.map(|d| from + d),
+            warm,
+            late,
+        }
+    }
+
+    /// The measured time: the window (cut short by an interrupt), or for a -n run until the
+    /// last response or the interrupt.
+    fn measured_s(&self, total: &Recorder, interrupted: Option<Instant>) -> f64 {
+        let (t0, from) = (self.t0, self.from);
+        match (self.until, interrupted, total.first_done, total.last_done) {
+            // Interrupted: the window ended then (at once, when it came during the warm-up).
+            (Some(end), Some(at), _, _) => end.min(at).saturating_duration_since(from),
+            (Some(end), None, _, _) => end.duration_since(from),
+            (None, Some(at), _, _) => at.saturating_duration_since(t0),
+            (None, None, Some(_), Some(last)) => last.duration_since(t0),
+            _ => t0.elapsed(),
+        }
+        .as_secs_f64()
+    }
+}
+
+/// What the report says about the run itself.
+fn run_info(
+    a: &LoadArgs,
+    setup: &Setup,
+    share: &Share,
+    window: &Window,
+    total: &Recorder,
+    interrupted: Option<Instant>,
+) -> RunInfo {
+    let connections = share.slots.len();
+    RunInfo {
+        command: Some(shell_line(std::env::args_os().skip(1))),
+        protocol: setup.proto.used(total.alpn).to_owned(),
+        urls: a.urls.clone(),
+        connections,
+        threads: share.threads,
+        streams: a.streams,
+        duration_s: window.measured_s(total, interrupted),
+        rate: share.rate_per_conn.map(|r| r * connections as f64),
+        shard: share.shard.map(|s| report::ShardInfo {
+            index: s.index,
+            count: s.count,
+        }),
+        clock: report::Clock {
+            origin_unix_s: unix_s(wall_clock(window.now, window.t0)),
+            window_start_unix_s: unix_s(wall_clock(window.now, window.from)),
+            start_at_unix_s: a.start_at.map(unix_s),
+            late_s: window.late.as_secs_f64(),
         },
-    );
-    if let Some((mut file, path)) = outputs.hdr_log {
-        use std::io::Write;
-        file.write_all(&report::hdr_log(&total, wall_clock(now, t0))?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        interrupted: interrupted.is_some(),
     }
-    emit(&rep, outputs.json, a.quiet)?;
-    if interrupted.is_some() {
-        return Err(Interrupted.into());
-    }
-    all_failed(&total, &startup, setup.addr)
 }
 
 /// What the options come to once checked against each other (`-i` read into the URLs).

@@ -24,8 +24,8 @@ impl crate::h1::TlsInner for DuplexStream {
 }
 
 /// The server's generated certificates (as `loadterm serve` makes them for localhost), and the
-/// roots a client trusts them by.
-fn identity() -> (Identity, rustls::RootCertStore) {
+/// roots a client trusts them by (the HTTP/3 pair tests' too).
+pub(crate) fn identity() -> (Identity, rustls::RootCertStore) {
     let (crypto, warnings): (Crypto, _) = Policy::default().crypto();
     assert!(warnings.is_empty());
     let source = CertSource::Generate {

@@ -401,4 +401,4 @@ async fn is_h2_preface(sock: &TcpStream) -> bool {
 
 #[cfg(test)]
 #[path = "tls_sim_tests.rs"]
-mod tls_sim_tests;
+pub(crate) mod tls_sim_tests;

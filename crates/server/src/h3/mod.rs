@@ -3,6 +3,8 @@
 //! on its own SO_REUSEPORT UDP socket, one task per request stream.
 
 mod amplification;
+#[cfg(test)]
+mod sim_tests;
 mod socket;
 mod stream;
 
@@ -80,13 +82,24 @@ pub(crate) async fn run_endpoint(
     conns: Arc<AtomicUsize>,
 ) -> Result<()> {
     let server = server_config(&identity, &cfg)?;
+    let socket = quinn::TokioRuntime.wrap_udp_socket(socket)?;
+    serve_endpoint(socket, server, cfg, conns).await
+}
+
+/// [`run_endpoint`] on any socket quinn can run over (the simulated-pair tests' is in memory).
+async fn serve_endpoint(
+    udp: Arc<dyn quinn::AsyncUdpSocket>,
+    server: quinn::ServerConfig,
+    cfg: Arc<crate::config::Config>,
+    conns: Arc<AtomicUsize>,
+) -> Result<()> {
     let runtime = Arc::new(quinn::TokioRuntime);
     // --ja4: client Initials are read off the socket as quinn receives them.
     let fingerprints = cfg
         .ja4
         .as_ref()
         .map(|stats| Arc::new(ja4::QuicFingerprints::new(stats.clone())));
-    let socket = socket::Socket::new(runtime.wrap_udp_socket(socket)?, fingerprints.clone());
+    let socket = socket::Socket::new(udp, fingerprints.clone());
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
         Default::default(),
         Some(server),
@@ -137,7 +150,7 @@ pub(crate) async fn run_endpoint(
 }
 
 /// Why an HTTP/3 connection ended before it was served to its end. Converting to it counts
-/// nothing: `run_endpoint` counts it once, with [`ConnError::count`].
+/// nothing: `serve_endpoint` counts it once, with [`ConnError::count`].
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
     #[error("QUIC handshake failed: {0}")]
