@@ -287,6 +287,7 @@ pub(crate) mod tests {
             rss_mean_mib: Some(10.0),
             ctx_switches_per_req: Some(0.1),
             missed_pct: None,
+            late_pct: None,
             client_cpu_util: None,
             series: Vec::new(),
             wall_s: 1.0,

@@ -79,6 +79,8 @@ pub struct Run {
     pub client_cpu_util: Option<f64>,
     /// Open loop: share of the scheduled sends the client never made, percent.
     pub missed_pct: Option<f64>,
+    /// Open loop: share of the sends made more than 1 ms after their scheduled time, percent.
+    pub late_pct: Option<f64>,
     /// Requests completed in each full second of the measured run.
     pub series: Vec<f64>,
     /// Wall time of the whole run: start-up, checks, warm-up, measurement, stop.
@@ -526,6 +528,9 @@ fn run_of(
         let missed = f(&["open_loop", "missed"]);
         missed / (sent + missed).max(1.0) * 100.0
     });
+    let late_pct = report["open_loop"]["sent"]
+        .as_f64()
+        .map(|sent| f(&["open_loop", "late"]) / sent.max(1.0) * 100.0);
     let corrected = report["latency_corrected_us"]["p99"]
         .as_f64()
         .map(|v| v / 1e3);
@@ -573,6 +578,7 @@ fn run_of(
         rss_mean_mib: server.as_ref().map(|s| s.rss_kib.1 as f64 / 1024.0),
         ctx_switches_per_req: server.as_ref().map(|s| s.ctx as f64 / requests),
         missed_pct,
+        late_pct,
         client_cpu_util: None,
         series,
         wall_s: 0.0,
