@@ -5,7 +5,7 @@
 //! parked connection costs about 100 bytes of this process's memory, where a task waiting on its
 //! socket costs its future (~640 bytes), tokio's registration (256) and the allocator's overhead:
 //! HAProxy keeps an idle connection as little more than its fd and timer. A TLS connection also
-//! keeps its session (`Session`: rustls's state, boxed), served again with its socket.
+//! keeps its session (`Resume`: rustls's state, boxed), served again with its socket.
 //!
 //! Everything here is per worker thread (`thread_local!`): the workers run current-thread
 //! runtimes, so a connection parks and resumes on the thread that accepted it.
@@ -40,12 +40,12 @@ pub(crate) struct Idle {
     pub slot: ConnSlot,
     pub until: Instant,
     /// `None` on clear TCP: the socket is all there is.
-    pub session: Option<Box<dyn Session>>,
+    pub session: Option<Box<dyn Resume>>,
 }
 
 /// What a parked connection keeps beside its socket (a TLS session: rustls's state, the fields
 /// its responses carry), and how it is served again.
-pub(crate) trait Session: Send {
+pub(crate) trait Resume: Send {
     /// Serve the connection again, on its socket back in tokio, in a task of its own.
     fn resume(
         self: Box<Self>,

@@ -472,7 +472,7 @@ struct TlsIdle<IO> {
     extra: ExtraHeaders,
 }
 
-impl<IO> park::Session for TlsIdle<IO>
+impl<IO> park::Resume for TlsIdle<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
