@@ -1,11 +1,12 @@
 //! Idle HTTP/1 connections (clear TCP and TLS), parked out of tokio. Once a connection has been
-//! idle for `PARK_AFTER`, its task ends and its socket waits in its worker's own epoll set (a `mio::Poll`
-//! that the worker awaits through `Lot::woken`), as an entry of a slab plus its deadline; a
-//! socket that turns readable is given back to the worker, which serves it in a new task. A
-//! parked connection costs about 100 bytes of this process's memory, where a task waiting on its
-//! socket costs its future (~640 bytes), tokio's registration (256) and the allocator's overhead:
-//! HAProxy keeps an idle connection as little more than its fd and timer. A TLS connection also
-//! keeps its session (`Resume`: rustls's state, boxed), served again with its socket.
+//! idle for `PARK_AFTER`, its task ends and its socket waits in its worker's own epoll set (a
+//! `mio::Poll` that the worker awaits through `Lot::woken`), as an entry of a slab plus its
+//! deadline; a socket that turns readable is given back to the worker, which serves it in a new
+//! task. A parked clear connection costs about 100 bytes of this process's memory, where a task
+//! waiting on its socket costs its future (~640 bytes), tokio's registration (256) and the
+//! allocator's overhead: HAProxy keeps an idle connection as little more than its fd and timer.
+//! A TLS connection also keeps its session (`Resume`: rustls's state, boxed, about 7 KiB),
+//! served again with its socket.
 //!
 //! Everything here is per worker thread (`thread_local!`): the workers run current-thread
 //! runtimes, so a connection parks and resumes on the thread that accepted it.
