@@ -10,6 +10,9 @@
 #   bench/instructions-per-request.sh 'target/release/loadterm serve -t 1 -L 127.0.0.1:{port}' \
 #       'target/release/loadterm load --h1 -c 10 -m 10 -t 1 -n {requests} http://127.0.0.1:{port}/?s=1k' 20000
 #
+# Over TLS, give the server a fixed certificate (`--cert FILE`): generating one at start-up
+# (an RSA key) costs a number of instructions that varies by hundreds of millions between runs.
+#
 # Needs valgrind (apt install valgrind). The client runs natively; the server is ~50x slower
 # under callgrind, so keep the client's concurrency modest and N around 10k-50k.
 set -euo pipefail

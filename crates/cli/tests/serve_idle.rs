@@ -1,9 +1,10 @@
 //! Idle HTTP/1.1 keep-alive connections (issue 16): once a connection has waited for its next
 //! request long enough to give back its buffers and its request state (the server's hold is
 //! 10 ms), what comes next is answered as on a busy connection — one request, a pipelined burst,
-//! a request arriving in pieces — on clear TCP and over TLS. On clear TCP a connection idle for
-//! a second is parked out of its task (`park.rs`): answered the same once it resumes, closed at
-//! its idle timeout and at shutdown as a connection in its task is.
+//! a request arriving in pieces — on clear TCP and over TLS. A connection idle for a second is
+//! parked out of its task (`park.rs`; over TLS, its rustls session boxed beside the socket):
+//! answered the same once it resumes, closed at its idle timeout and at shutdown as a
+//! connection in its task is.
 
 mod common;
 
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 /// Many times the server's idle hold, so that the connection has turned idle even on a loaded
 /// machine.
 const IDLE: Duration = Duration::from_millis(300);
-/// How long a clear connection may take to be parked (the server's `PARK_AFTER` is 1 s): a
+/// How long a connection may take to be parked (the server's `PARK_AFTER` is 1 s): a
 /// deadline for a busy machine, not a wait.
 const PARK_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -34,7 +35,7 @@ enum Tr {
     Tls,
 }
 
-/// An idle spell: `IDLE` long, or until the server has parked the (clear) connection.
+/// An idle spell: `IDLE` long, or until the server has parked the connection.
 #[derive(Clone, Copy)]
 enum Spell {
     Idle,
@@ -152,7 +153,14 @@ fn get(size: &str) -> String {
 
 /// One request, an idle spell, a pipelined burst in one write, another idle spell, one more.
 fn next_requests_after_idle(tr: Tr, spell: Spell) {
-    let (s, pem, metrics) = server();
+    next_requests_after_idle_on(server(), tr, spell);
+}
+
+fn next_requests_after_idle_on(
+    (s, pem, metrics): (Server, PathBuf, SocketAddr),
+    tr: Tr,
+    spell: Spell,
+) {
     let mut c = connect(&s, &pem, tr);
     let mut buf = Vec::new();
     c.write_all(get("1k").as_bytes()).unwrap();
@@ -246,6 +254,44 @@ fn parked_connection_answers_next_request_and_burst() {
 #[test]
 fn request_in_pieces_across_parking() {
     request_in_pieces_after_idle(Tr::Clear, Spell::Parked);
+}
+
+#[test]
+fn parked_tls_connection_answers_next_request_and_burst() {
+    next_requests_after_idle(Tr::Tls, Spell::Parked);
+}
+
+#[test]
+fn request_in_pieces_across_parking_tls() {
+    request_in_pieces_after_idle(Tr::Tls, Spell::Parked);
+}
+
+/// `--ja4`: TLS runs behind the replayed ClientHello, drained by the time the connection parks.
+#[test]
+fn parked_tls_connection_with_ja4_answers_next_requests() {
+    next_requests_after_idle_on(server_with(&["--ja4"]), Tr::Tls, Spell::Parked);
+}
+
+#[test]
+fn parked_tls_connection_closes_at_shutdown() {
+    let (mut s, pem, metrics) = server_with(&["--timeout", "60s"]);
+    let mut c = connect(&s, &pem, Tr::Tls);
+    let mut buf = Vec::new();
+    c.write_all(get("1k").as_bytes()).unwrap();
+    assert_eq!(response(&mut *c, &mut buf), (200, body(1024)));
+    wait_parked(metrics);
+    s.sigterm();
+    // The read timeout is 10 s: a read that ends before it saw the connection end.
+    let mut sink = [0u8; 4096];
+    let t0 = Instant::now();
+    while let Ok(1..) = c.read(&mut sink) {}
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "closed {:?} after SIGTERM",
+        t0.elapsed()
+    );
+    let status = s.child.wait().expect("wait for the server");
+    assert!(status.success(), "the server exits cleanly: {status}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
+use crate::detachable::Detachable;
 use crate::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, HelloTransport};
@@ -93,7 +94,7 @@ pub(crate) async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
     stats: &Stats,
-) -> Result<(Prefixed<TcpStream>, String), crate::stats::Failure> {
+) -> Result<(Prefixed<Detachable>, String), crate::stats::Failure> {
     use crate::stats::Failure;
     let mut buf = Vec::with_capacity(2048);
     let read = tokio::time::timeout(timeout, async {
@@ -129,7 +130,7 @@ pub(crate) async fn sniff_tcp(
         Ok(Ok(ja4)) => {
             let fp = ja4.as_str().to_string();
             stats.count(&fp);
-            Ok((Prefixed::new(buf, sock), fp))
+            Ok((Prefixed::new(buf, Detachable::new(sock)), fp))
         }
         Ok(Err(None)) => Err(Failure::Eof),
         Ok(Err(Some(description))) => {

@@ -3,6 +3,7 @@
 //! robustness tests, the fuzz target); everything else is private to the crate.
 pub mod cli;
 mod config;
+mod detachable;
 pub mod h1;
 mod h2_engine;
 mod h3;

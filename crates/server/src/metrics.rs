@@ -233,7 +233,7 @@ impl Collector for Stats {
         family(
             &mut enc,
             "loadterm_connections_parked",
-            "Idle HTTP/1 connections on clear TCP parked out of their tasks (among those open).",
+            "Idle HTTP/1 connections (clear TCP and TLS) parked out of their tasks (among those open).",
             Gauge,
             std::iter::once((Vec::new(), t.parked_now())),
         )?;

@@ -1,14 +1,17 @@
-//! Idle HTTP/1 connections on clear TCP, parked out of tokio. Once a connection has been idle for
-//! `PARK_AFTER`, its task ends and its socket waits in its worker's own epoll set (a `mio::Poll`
-//! that the worker awaits through `Lot::woken`), as an entry of a slab plus its deadline; a
-//! socket that turns readable is given back to the worker, which serves it in a new task. A
-//! parked connection costs about 100 bytes of this process's memory, where a task waiting on its
-//! socket costs its future (~640 bytes), tokio's registration (256) and the allocator's overhead:
-//! HAProxy keeps an idle connection as little more than its fd and timer.
+//! Idle HTTP/1 connections (clear TCP and TLS), parked out of tokio. Once a connection has been
+//! idle for `PARK_AFTER`, its task ends and its socket waits in its worker's own epoll set (a
+//! `mio::Poll` that the worker awaits through `Lot::woken`), as an entry of a slab plus its
+//! deadline; a socket that turns readable is given back to the worker, which serves it in a new
+//! task. A parked clear connection costs about 100 bytes of this process's memory, where a task
+//! waiting on its socket costs its future (~640 bytes), tokio's registration (256) and the
+//! allocator's overhead: HAProxy keeps an idle connection as little more than its fd and timer.
+//! A TLS connection also keeps its session (`Resume`: rustls's state, boxed, about 7 KiB),
+//! served again with its socket.
 //!
 //! Everything here is per worker thread (`thread_local!`): the workers run current-thread
 //! runtimes, so a connection parks and resumes on the thread that accepted it.
 
+use crate::config::Config;
 use crate::shutdown::{ConnSlot, Shutdown};
 use crate::stats;
 use mio::unix::SourceFd;
@@ -20,6 +23,7 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
@@ -30,12 +34,27 @@ use tokio::sync::Notify;
 /// apart stays in its task.
 pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
-/// An idle connection out of its task: its socket, its place among the open connections, and
-/// until when its next request is awaited.
+/// An idle connection out of its task: its socket, its place among the open connections,
+/// until when its next request is awaited, and, over TLS, its session.
 pub(crate) struct Idle {
     pub sock: TcpStream,
     pub slot: ConnSlot,
     pub until: Instant,
+    /// `None` on clear TCP: the socket is all there is.
+    pub session: Option<Box<dyn Resume>>,
+}
+
+/// What a parked connection keeps beside its socket (a TLS session: rustls's state, the fields
+/// its responses carry), and how it is served again.
+pub(crate) trait Resume: Send {
+    /// Serve the connection again, on its socket back in tokio, in a task of its own.
+    fn resume(
+        self: Box<Self>,
+        sock: tokio::net::TcpStream,
+        cfg: Arc<Config>,
+        slot: ConnSlot,
+        until: Instant,
+    );
 }
 
 /// What `park` did with an idle connection.
@@ -252,7 +271,6 @@ mod tests {
     use crate::stats::Transport;
     use std::io::{Read, Write};
     use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
 
     /// A connected pair: the client's end, and the server's end as an idle connection awaited
     /// until `idle_for` from now (tokio's clock).
@@ -263,7 +281,15 @@ mod tests {
         sock.set_nonblocking(true).unwrap();
         let until = tokio::time::Instant::now().into_std() + idle_for;
         let slot = ConnSlot::new(conns, Transport::Tcp);
-        (client, Idle { sock, slot, until })
+        (
+            client,
+            Idle {
+                sock,
+                slot,
+                until,
+                session: None,
+            },
+        )
     }
 
     fn parked(p: Parking) -> bool {

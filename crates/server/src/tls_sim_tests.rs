@@ -4,9 +4,11 @@
 
 use super::handshake;
 use crate::config;
-use crate::shutdown::Trigger;
+use crate::shutdown::{ConnSlot, Trigger};
+use crate::stats::Transport;
 use crate::tls::{CertSource, Crypto, Curve, Identity, Policy};
 use rustls::pki_types::ServerName;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -52,7 +54,8 @@ fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
-    let served = tokio::spawn(handshake(server, acceptor, cfg, Vec::new()));
+    let slot = ConnSlot::new(&Arc::new(AtomicUsize::new(0)), Transport::Tls);
+    let served = tokio::spawn(handshake(server, acceptor, cfg, Vec::new(), slot));
     (client, roots, stop, served)
 }
 

@@ -2,6 +2,8 @@
 //! (bound up front), so nothing on the request path is shared; `cpu-map` pins them.
 
 use crate::config::{Config, ExtraHeaders};
+use crate::detachable::Detachable;
+use crate::h1::TlsInner;
 use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::stats::{self, Failure, Metered, Protection, Transport};
@@ -124,8 +126,8 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     }
     #[cfg(feature = "jemalloc")]
     tokio::spawn(crate::trim::flush_thread_cache());
-    // Opened before the listeners accept: idle clear HTTP/1 connections park in it.
-    let lot = match sockets.clear.is_empty() {
+    // Opened before the listeners accept: idle HTTP/1 connections park in it.
+    let lot = match sockets.clear.is_empty() && sockets.tls.is_empty() {
         true => None,
         false => park::Lot::open(cfg.shutdown.clone())
             .inspect_err(|e| {
@@ -157,9 +159,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     if let Some(mut lot) = lot {
         // Parked connections that turned readable (or all, at shutdown) get tasks again.
         while let Some(idle) = lot.woken().await {
-            if let Some((sock, slot, until)) = unparked(idle) {
-                tokio::spawn(serve_h1_clear(sock, cfg.clone(), slot, Some(until)));
-            }
+            resume(idle, &cfg);
         }
     }
     std::future::pending::<()>().await;
@@ -255,7 +255,12 @@ async fn serve_h1_clear(
         let idle = match h1::serve(sock, cfg.clone(), opts, until).await {
             None => return,
             Some(h1::Handover::Idle { io, until }) => match io.into_inner().into_std() {
-                Ok(sock) => park::Idle { sock, slot, until },
+                Ok(sock) => park::Idle {
+                    sock,
+                    slot,
+                    until,
+                    session: None,
+                },
                 Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
             },
             Some(h1::Handover::Upgrade(up)) => {
@@ -269,24 +274,43 @@ async fn serve_h1_clear(
             park::Parking::Parked => return,
             park::Parking::Refused(idle) => idle,
         };
-        (sock, slot, until) = match unparked(refused) {
-            Some((sock, slot, until)) => (sock, slot, Some(until)),
+        (sock, slot, until) = match unparked(refused.sock) {
+            Some(sock) => (
+                Metered::new(sock, Transport::Tcp),
+                refused.slot,
+                Some(refused.until),
+            ),
             None => return,
         };
     };
     upgraded.await;
 }
 
-/// An idle connection back in tokio's reactor, to be served again (`None`, and said, if tokio
-/// cannot take its socket: it closes).
-fn unparked(idle: park::Idle) -> Option<(Metered<TcpStream>, ConnSlot, Instant)> {
-    match TcpStream::from_std(idle.sock) {
-        Ok(sock) => Some((Metered::new(sock, Transport::Tcp), idle.slot, idle.until)),
-        Err(e) => {
-            eprintln!("loadterm: cannot resume a parked connection: {e}");
-            None
+/// Serve a connection given back by the parking lot (or refused by it) again, in a new task.
+fn resume(idle: park::Idle, cfg: &Arc<Config>) {
+    let Some(sock) = unparked(idle.sock) else {
+        return;
+    };
+    match idle.session {
+        None => {
+            let sock = Metered::new(sock, Transport::Tcp);
+            tokio::spawn(serve_h1_clear(
+                sock,
+                cfg.clone(),
+                idle.slot,
+                Some(idle.until),
+            ));
         }
+        Some(session) => session.resume(sock, cfg.clone(), idle.slot, idle.until),
     }
+}
+
+/// A parked socket back in tokio's reactor (`None`, and said, if tokio cannot take it: it
+/// closes).
+fn unparked(sock: std::net::TcpStream) -> Option<TcpStream> {
+    TcpStream::from_std(sock)
+        .inspect_err(|e| eprintln!("loadterm: cannot resume a parked connection: {e}"))
+        .ok()
 }
 
 // The TLS task keeps only what an established connection needs: the handshake's state (and
@@ -297,10 +321,10 @@ async fn serve_tls(
     acceptor: TlsAcceptor,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-    _slot: ConnSlot,
+    slot: ConnSlot,
 ) {
     match &cfg.ja4 {
-        None => handshake(sock, acceptor, cfg, extra).await,
+        None => handshake(Detachable::new(sock), acceptor, cfg, extra, slot).await,
         Some(seen) => {
             // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
             let sniffed = Box::pin(ja4::sniff_tcp(sock, cfg.timeout, seen));
@@ -309,14 +333,19 @@ async fn serve_tls(
                 Err(why) => return stats::handshake_failed(Transport::Tls, why),
             };
             let extra = ja4::with_header(extra, Some(&fp));
-            handshake(io, acceptor, cfg, extra).await
+            handshake(io, acceptor, cfg, extra, slot).await
         }
     }
 }
 
-async fn handshake<IO>(io: IO, acceptor: TlsAcceptor, cfg: Arc<Config>, extra: ExtraHeaders)
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
+async fn handshake<IO>(
+    io: IO,
+    acceptor: TlsAcceptor,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+    slot: ConnSlot,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
@@ -333,11 +362,9 @@ where
         Some(Err(e)) => return stats::handshake_failed(Transport::Tls, crate::tls::failure(&e)),
         None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
-    match session(stream, cfg, extra) {
-        Session::H2(s) => h2_ended(s.await),
-        Session::H1(s) => {
-            let _ = s.await;
-        }
+    match session(stream, cfg, extra, slot) {
+        Session::H2(s, _slot) => h2_ended(s.await),
+        Session::H1(s) => s.await,
     }
 }
 
@@ -348,30 +375,108 @@ fn h2_ended(served: Result<(), h2_engine::ConnError>) {
     }
 }
 
-/// An established TLS connection's engine, boxed with its stream.
+/// An established TLS connection's engine, boxed with its stream. HTTP/1's holds the
+/// connection's slot (its task may end while the connection is parked); HTTP/2's does not.
 enum Session<H2, H1> {
-    H2(Pin<Box<H2>>),
+    H2(Pin<Box<H2>>, ConnSlot),
     H1(Pin<Box<H1>>),
 }
 
 fn session<IO>(
-    stream: tokio_rustls::server::TlsStream<IO>,
+    stream: TlsStream<IO>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Session<impl Future<Output = Result<(), h2_engine::ConnError>>, impl Future>
+    slot: ConnSlot,
+) -> Session<impl Future<Output = Result<(), h2_engine::ConnError>>, impl Future<Output = ()>>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + h1::TlsInner + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        Session::H2(Box::pin(h2_engine::serve_connection(stream, cfg, extra)))
+        Session::H2(
+            Box::pin(h2_engine::serve_connection(stream, cfg, extra)),
+            slot,
+        )
     } else {
-        // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
-        let opts = h1::Options {
-            h2c_upgrade: false,
-            extra,
-            splice: false,
-        };
-        Session::H1(Box::pin(h1::serve(stream, cfg, opts, None)))
+        Session::H1(Box::pin(serve_h1_tls(stream, cfg, extra, slot, None)))
+    }
+}
+
+/// A TLS connection's stream: rustls over the metered socket (`IO`: the socket, or the socket
+/// behind `--ja4`'s replayed ClientHello).
+type TlsStream<IO> = tokio_rustls::server::TlsStream<Metered<IO>>;
+
+/// HTTP/1 over TLS, from the first request or after the connection was parked; once idle, it
+/// is parked (`park_tls`) and this task ends.
+fn serve_h1_tls<IO>(
+    stream: TlsStream<IO>,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+    slot: ConnSlot,
+    until: Option<Instant>,
+) -> impl Future<Output = ()>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
+{
+    // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
+    let opts = h1::Options {
+        h2c_upgrade: false,
+        extra: extra.clone(),
+        splice: false,
+    };
+    // Made here, not in the block: the block would hold the stream a second time.
+    let serving = h1::serve(stream, cfg.clone(), opts, until);
+    async move {
+        if let Some(h1::Handover::Idle { io, until }) = serving.await {
+            park_tls(io, until, cfg, extra, slot);
+        }
+    }
+}
+
+/// Park an idle TLS connection: its socket in the lot, its session boxed beside it (`TlsIdle`).
+fn park_tls<IO>(
+    mut stream: TlsStream<IO>,
+    until: Instant,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+    slot: ConnSlot,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
+{
+    // Handed over idle only when the socket can be taken out.
+    let Some(sock) = stream.get_mut().0.detach() else {
+        return;
+    };
+    let sock = match sock.into_std() {
+        Ok(sock) => sock,
+        Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
+    };
+    let idle = park::Idle {
+        sock,
+        slot,
+        until,
+        session: Some(Box::new(TlsIdle { stream, extra })),
+    };
+    if let park::Parking::Refused(idle) = park::park(idle) {
+        // Served on in a task of its own, as a parked connection would be.
+        resume(idle, &cfg);
+    }
+}
+
+/// A parked TLS connection's session: rustls's state (and its record buffer) and the fields
+/// its responses carry (`x-ja4`, `alt-svc`).
+struct TlsIdle<IO> {
+    stream: TlsStream<IO>,
+    extra: ExtraHeaders,
+}
+
+impl<IO> park::Resume for TlsIdle<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
+{
+    fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
+        let TlsIdle { mut stream, extra } = *self;
+        stream.get_mut().0.attach(sock);
+        tokio::spawn(serve_h1_tls(stream, cfg, extra, slot, Some(until)));
     }
 }
 

@@ -15,6 +15,7 @@ use super::encode;
 use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
 use crate::config::Config;
+use crate::detachable::Detachable;
 use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
@@ -102,11 +103,35 @@ impl ByteStream for Metered<TcpStream> {
 pub(crate) trait TlsInner {
     /// The socket, once reading the stream means reading it.
     fn socket(&self) -> Option<&TcpStream>;
+
+    /// The socket can be taken out (`detach`) for the connection to be parked while idle,
+    /// rustls's state staying in its stream.
+    const PARKS: bool = false;
+
+    /// Take the socket out, to park the connection (`None` unless `PARKS`).
+    fn detach(&mut self) -> Option<TcpStream> {
+        None
+    }
+
+    /// Put back the socket `detach` took (a stream that does not park is never given one).
+    fn attach(&mut self, sock: TcpStream) {
+        drop(sock);
+    }
 }
 
-impl TlsInner for TcpStream {
+impl TlsInner for Detachable {
     fn socket(&self) -> Option<&TcpStream> {
-        Some(self)
+        self.get_ref()
+    }
+
+    const PARKS: bool = true;
+
+    fn detach(&mut self) -> Option<TcpStream> {
+        Detachable::detach(self)
+    }
+
+    fn attach(&mut self, sock: TcpStream) {
+        Detachable::attach(self, sock);
     }
 }
 
@@ -114,11 +139,33 @@ impl<IO: TlsInner> TlsInner for Metered<IO> {
     fn socket(&self) -> Option<&TcpStream> {
         self.get_ref().socket()
     }
+
+    const PARKS: bool = IO::PARKS;
+
+    fn detach(&mut self) -> Option<TcpStream> {
+        self.io.detach()
+    }
+
+    fn attach(&mut self, sock: TcpStream) {
+        self.io.attach(sock);
+    }
 }
 
-impl TlsInner for Prefixed<TcpStream> {
+/// Parked only once the ClientHello's replay is over (it is, by the first idle spell).
+impl TlsInner for Prefixed<Detachable> {
     fn socket(&self) -> Option<&TcpStream> {
-        self.drained()
+        self.drained()?.get_ref()
+    }
+
+    const PARKS: bool = true;
+
+    fn detach(&mut self) -> Option<TcpStream> {
+        self.drained()?;
+        self.io.detach()
+    }
+
+    fn attach(&mut self, sock: TcpStream) {
+        self.io.attach(sock);
     }
 }
 
@@ -135,6 +182,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream
             None
         }
     }
+
+    /// rustls's state stays in the stream; `workers` takes the socket out to park it.
+    const PARKS: bool = IO::PARKS;
 }
 
 /// Per-listener behaviour.

@@ -4,17 +4,28 @@
 //! the transport and `h2`, [`FloodGuard`] reads the frame headers of what the client sends and lets
 //! [`Ledger`] (sans-I/O) weigh the frames that make the server work without asking for anything
 //! against what the server has written. Past the budget it stops feeding `h2` and notifies the
-//! connection's driver, which ends the connection with GOAWAY ENHANCE_YOUR_CALM; the guard then
-//! lingers on close (see [`FloodBudget::poll_shutdown`]) so that the client gets to read it.
+//! connection's driver, which ends the connection with GOAWAY ENHANCE_YOUR_CALM.
+//!
+//! The guard is also where every HTTP/2 connection's close is decided: whoever ends it (the `h2`
+//! crate after its own GOAWAY, the driver after a flood, an idle timeout or shutdown), the
+//! transport's shutdown lingers (see [`FloodBudget::poll_shutdown`]) so that the client gets to
+//! read the last frames.
 
 use crate::layer::{Layer, Layered};
 use loadterm_codec::h2::{flag, CONTINUATION, PING, PREFACE, PRIORITY, SETTINGS, WINDOW_UPDATE};
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
+use tokio::time::Sleep;
+
+/// How long a closing connection discards what the client still sends, from the start of the
+/// shutdown, before it is closed whatever the client does.
+pub(super) const LINGER: Duration = Duration::from_secs(1);
 
 /// Unsolicited frames allowed whatever the server wrote: far more than any client's setup
 /// (SETTINGS, a few PRIORITY, a connection WINDOW_UPDATE) and keep-alive PINGs need.
@@ -120,7 +131,8 @@ enum State {
     Open,
     /// Over the budget: `h2` reads nothing more.
     Flooded,
-    /// Flooded, and the write side shut down: discarding what the client still sends.
+    /// Shutting down: the write side, then discarding what the client still sends until it
+    /// closes or the deadline passes.
     Lingering,
 }
 
@@ -134,6 +146,8 @@ pub(super) struct FloodBudget {
     ledger: Ledger,
     flood: Arc<Notify>,
     state: State,
+    /// The end of the linger, once shutting down (boxed: only a closing connection holds it).
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl<IO> FloodGuard<IO> {
@@ -144,6 +158,7 @@ impl<IO> FloodGuard<IO> {
                 ledger: Ledger::default(),
                 flood,
                 state: State::Open,
+                deadline: None,
             },
         }
     }
@@ -170,20 +185,24 @@ impl Layer for FloodBudget {
         self.ledger.wrote(n);
     }
 
-    /// After a flood, a lingering close: closing a socket with unread bytes resets the
-    /// connection, and the client (still flooding) may then never read the GOAWAY. So once the
-    /// write side is shut down (GOAWAY and FIN sent), what the client sends is read and dropped
-    /// until it closes; the driver bounds how long.
+    /// A lingering close: closing a socket with unread bytes resets the connection, and the
+    /// kernel then discards what the client had not read yet, the GOAWAY (or RST_STREAM) that
+    /// ended it included: a flooding client, or one whose requests were refused, is still
+    /// writing. So the write side is shut down (GOAWAY and FIN sent), then what the client sends
+    /// is read and dropped until it closes, for at most `LINGER` in all.
     fn poll_shutdown<IO: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         io: &mut IO,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
         if self.state != State::Lingering {
             ready!(Pin::new(&mut *io).poll_shutdown(cx))?;
-            if self.state == State::Open {
-                return Poll::Ready(Ok(()));
-            }
             self.state = State::Lingering;
         }
         let mut scratch = [0u8; 4096];
@@ -331,5 +350,34 @@ mod tests {
         assert!(early.await.is_err(), "closed before the client did");
         drop(client);
         shut.await.unwrap().unwrap();
+    }
+
+    /// A connection ended by `h2` itself (no flood) lingers too: what the client still sends
+    /// after the FIN is dropped until it closes.
+    #[tokio::test]
+    async fn every_shutdown_lingers_until_the_client_closes() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut g = FloodGuard::new(server, Arc::new(Notify::new()));
+        g.write_all(b"goaway").await.unwrap();
+        let mut shut = tokio::spawn(async move { g.shutdown().await });
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        assert_eq!(out, b"goaway", "the last frame, then FIN");
+        client.write_all(&[0; 9000]).await.unwrap();
+        let early = tokio::time::timeout(std::time::Duration::from_millis(50), &mut shut);
+        assert!(early.await.is_err(), "closed before the client did");
+        drop(client);
+        shut.await.unwrap().unwrap();
+    }
+
+    /// A client that neither reads nor closes holds the shutdown for `LINGER`, no longer.
+    #[tokio::test(start_paused = true)]
+    async fn the_linger_ends_at_its_deadline() {
+        let (_client, server) = tokio::io::duplex(1 << 16);
+        let mut g = FloodGuard::new(server, Arc::new(Notify::new()));
+        let start = tokio::time::Instant::now();
+        g.shutdown().await.unwrap();
+        let took = start.elapsed();
+        assert!(took >= LINGER && took < 2 * LINGER, "{took:?}");
     }
 }

@@ -15,7 +15,6 @@ use futures::FutureExt;
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 
@@ -50,10 +49,6 @@ impl ConnError {
         }
     }
 }
-
-/// How long a flooded connection may take to flush its GOAWAY and linger (`guard`) before it
-/// is dropped.
-const LINGER: Duration = Duration::from_secs(1);
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
 /// is what the client sent after the upgrading request, whose head becomes stream 1.
@@ -194,7 +189,8 @@ where
 }
 
 /// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
-/// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close, within `LINGER`.
+/// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close; flushing the GOAWAY and
+/// lingering within `guard::LINGER` in all, as the client may read nothing.
 async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), ConnError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -202,6 +198,10 @@ where
 {
     stats::protection(Protection::H2ControlFlood);
     conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-    let _ = tokio::time::timeout(LINGER, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+    let _ = tokio::time::timeout(
+        guard::LINGER,
+        std::future::poll_fn(|cx| conn.poll_closed(cx)),
+    )
+    .await;
     Ok(())
 }
