@@ -26,6 +26,9 @@ use tokio::time::Sleep;
 /// How long a closing connection discards what the client still sends, from the start of the
 /// shutdown, before it is closed whatever the client does.
 pub(super) const LINGER: Duration = Duration::from_secs(1);
+/// How much a closing connection reads and drops before it is closed whatever the client does:
+/// more than what can be in flight towards us (socket buffers), less than a flood that goes on.
+const LINGER_BYTES: usize = 256 * 1024;
 
 /// Unsolicited frames allowed whatever the server wrote: far more than any client's setup
 /// (SETTINGS, a few PRIORITY, a connection WINDOW_UPDATE) and keep-alive PINGs need.
@@ -148,6 +151,8 @@ pub(super) struct FloodBudget {
     state: State,
     /// The end of the linger, once shutting down (boxed: only a closing connection holds it).
     deadline: Option<Pin<Box<Sleep>>>,
+    /// What the linger may still read and drop.
+    linger_left: usize,
 }
 
 impl<IO> FloodGuard<IO> {
@@ -159,6 +164,7 @@ impl<IO> FloodGuard<IO> {
                 flood,
                 state: State::Open,
                 deadline: None,
+                linger_left: LINGER_BYTES,
             },
         }
     }
@@ -189,7 +195,8 @@ impl Layer for FloodBudget {
     /// kernel then discards what the client had not read yet, the GOAWAY (or RST_STREAM) that
     /// ended it included: a flooding client, or one whose requests were refused, is still
     /// writing. So the write side is shut down (GOAWAY and FIN sent), then what the client sends
-    /// is read and dropped until it closes, for at most `LINGER` in all.
+    /// is read and dropped until it closes, for at most `LINGER` and `LINGER_BYTES` in all (a
+    /// client that goes on flooding is closed on).
     fn poll_shutdown<IO: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         io: &mut IO,
@@ -209,8 +216,10 @@ impl Layer for FloodBudget {
         loop {
             let mut buf = ReadBuf::new(&mut scratch);
             match ready!(Pin::new(&mut *io).poll_read(cx, &mut buf)) {
-                Ok(()) if !buf.filled().is_empty() => {}
-                // The client closed (or reset): nothing left to lose.
+                Ok(()) if !buf.filled().is_empty() && buf.filled().len() < self.linger_left => {
+                    self.linger_left -= buf.filled().len();
+                }
+                // The client closed (or reset): nothing left to lose; or it goes on sending.
                 _ => return Poll::Ready(Ok(())),
             }
         }
@@ -379,5 +388,29 @@ mod tests {
         g.shutdown().await.unwrap();
         let took = start.elapsed();
         assert!(took >= LINGER && took < 2 * LINGER, "{took:?}");
+    }
+
+    /// A client that goes on sending is closed on once `LINGER_BYTES` are dropped, before the
+    /// deadline: the linger absorbs what was in flight, not a flood.
+    #[tokio::test(start_paused = true)]
+    async fn the_linger_ends_after_its_bytes() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut g = FloodGuard::new(server, Arc::new(Notify::new()));
+        // Sends up to 4 × LINGER_BYTES, and holds the connection open: a linger without a byte
+        // bound would drain it all and then wait out its deadline.
+        let flood = tokio::spawn(async move {
+            let chunk = [0u8; 16 * 1024];
+            let mut sent = 0;
+            while sent < 4 * LINGER_BYTES && client.write_all(&chunk).await.is_ok() {
+                sent += chunk.len();
+            }
+            (sent, client)
+        });
+        let start = tokio::time::Instant::now();
+        g.shutdown().await.unwrap();
+        assert!(start.elapsed() < LINGER, "{:?}", start.elapsed());
+        drop(g);
+        let (sent, _client) = flood.await.unwrap();
+        assert!((LINGER_BYTES..4 * LINGER_BYTES).contains(&sent), "{sent}");
     }
 }
