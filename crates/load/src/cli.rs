@@ -91,6 +91,12 @@ pub struct LoadArgs {
     /// Open loop: requests per second per connection (h2load's --rps).
     #[arg(long, visible_alias = "rps")]
     rate_per_conn: Option<f64>,
+    /// Open loop: sends due within the same window of this length share one timer wake-up,
+    /// each at most this late (and measured from its intended time). At tens of thousands of
+    /// requests per second a wake-up per send is most of the client's CPU. 0: every send on
+    /// time to the microsecond.
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
+    send_grid: Duration,
     /// Give up on a request (or connection attempt) after this long.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     timeout: Duration,
@@ -379,6 +385,7 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
                 hdr_log: a.hdr_log.is_some(),
                 progress: progress.clone(),
                 cpu: share.cpus.as_ref().map(|c| c[i % c.len()]),
+                send_grid: a.send_grid,
                 startup: startup.clone(),
                 stop: stop.clone(),
             },

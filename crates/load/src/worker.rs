@@ -29,6 +29,8 @@ pub struct Job {
     pub progress: Option<Arc<Progress>>,
     /// Pin the thread to this CPU.
     pub cpu: Option<usize>,
+    /// `--send-grid`: open-loop wake-ups rounded up to multiples of this.
+    pub send_grid: Duration,
     /// Shared by every worker: stops the run when no connection can be made.
     pub startup: Arc<Startup>,
     /// Set (to when) once the run is interrupted: the worker stops and returns what it has.
@@ -46,6 +48,7 @@ async fn run(job: Job) -> Result<Recorder> {
     if let Err(e) = crate::timer::start() {
         eprintln!("warning: no precise timer ({e}); open-loop sends may lag up to 1 ms");
     }
+    crate::timer::set_grid(job.send_grid);
     let setup = job.setup;
     let endpoint = if setup.proto == Proto::H3 {
         let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
