@@ -27,8 +27,10 @@ use tokio::time::Sleep;
 /// shutdown, before it is closed whatever the client does.
 pub(super) const LINGER: Duration = Duration::from_secs(1);
 /// How much a closing connection reads and drops before it is closed whatever the client does:
-/// more than what can be in flight towards us (socket buffers), less than a flood that goes on.
-const LINGER_BYTES: usize = 256 * 1024;
+/// what a flooding client typically has in flight towards us (its send buffer and our receive
+/// buffer: a 256 KiB bound lost a ping flood's GOAWAY to the reset), and much less than a flood
+/// that goes on (a 20 MB CONTINUATION flood was read whole without a bound).
+const LINGER_BYTES: usize = 4 << 20;
 
 /// Unsolicited frames allowed whatever the server wrote: far more than any client's setup
 /// (SETTINGS, a few PRIORITY, a connection WINDOW_UPDATE) and keep-alive PINGs need.
