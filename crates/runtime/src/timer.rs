@@ -26,18 +26,18 @@ struct Timers {
     next_id: u64,
     /// Where the timerfd is armed.
     armed: Option<Instant>,
-    /// Wake-ups are rounded up to multiples of this from `epoch` (`set_grid`); zero: exact.
-    grid: Duration,
-    epoch: Option<Instant>,
+    /// Wake-ups are rounded up to multiples of this duration from this instant (`set_grid`);
+    /// none: exact.
+    grid: Option<(Duration, Instant)>,
 }
 
 impl Timers {
     /// When the timerfd must fire for a deadline `at`.
     fn wake_for(&self, at: Instant) -> Instant {
-        let (Some(epoch), false) = (self.epoch, self.grid.is_zero()) else {
+        let Some((grid, epoch)) = self.grid else {
             return at;
         };
-        let grid = self.grid.as_nanos();
+        let grid = grid.as_nanos();
         let since = at.saturating_duration_since(epoch).as_nanos();
         let cells = since.div_ceil(grid);
         epoch + Duration::from_nanos(u64::try_from(cells * grid).unwrap_or(u64::MAX))
@@ -159,8 +159,7 @@ pub fn set_grid(grid: Duration) {
     DRIVER.with(|d| {
         if let Some(d) = d.borrow().as_ref() {
             let mut t = d.timers.borrow_mut();
-            t.grid = grid;
-            t.epoch = Some(Instant::now());
+            t.grid = (!grid.is_zero()).then(|| (grid, Instant::now()));
         }
     });
 }
@@ -245,13 +244,10 @@ mod tests {
     #[test]
     fn wake_ups_round_up_to_the_grid() {
         let epoch = Instant::now();
-        let mut t = Timers {
-            epoch: Some(epoch),
-            ..Timers::default()
-        };
+        let mut t = Timers::default();
         let at = epoch + Duration::from_micros(130);
         assert_eq!(t.wake_for(at), at, "no grid: exact");
-        t.grid = Duration::from_micros(100);
+        t.grid = Some((Duration::from_micros(100), epoch));
         assert_eq!(t.wake_for(at), epoch + Duration::from_micros(200));
         let on_edge = epoch + Duration::from_micros(300);
         assert_eq!(
