@@ -34,10 +34,6 @@ const SERVER_BUSY_MAX: f64 = 0.7;
 /// Open-loop windows of the pilot's check of the rate (each ×0.7 of the last: down to 0.08).
 const PILOT_CHECKS: usize = 8;
 
-/// A client that sent more than this share of its sends over 1 ms late was behind its schedule.
-/// On time, the pilot's clients sent 0–5% late (on a busy machine); behind, 20–95% (docs/AB.md).
-const CLIENT_LATE_MAX_PCT: f64 = 10.0;
-
 /// What one pilot window at a fixed rate measured, over all the variants' runs.
 #[derive(Debug, Clone, Copy)]
 struct PilotCheck {
@@ -85,7 +81,7 @@ impl PilotCheck {
     /// at a lower rate (H1 1k, two clients on one core: 27% busy at 40 000 req/s each, 89% of
     /// the sends late; 100% busy at 27 000, on time), so lateness is checked too.
     fn room(&self) -> bool {
-        self.room_within(CLIENT_LATE_MAX_PCT)
+        self.room_within(contam::CLIENT_LATE_MAX_PCT)
     }
 
     fn room_within(&self, late_max_pct: f64) -> bool {
@@ -231,10 +227,11 @@ pub struct CellPlan<'a> {
 impl CellPlan<'_> {
     /// The cell measured: `variants` as reported (the A/A twin, if any, last and left out).
     pub fn run(mut self, servers: &mut Servers, mut variants: Vec<Variant>) -> Result<Cell> {
-        let (rate, regime) = self.choose_rate(servers)?;
+        let (rate, regime, late_limit) = self.choose_rate(servers)?;
         if let Some(r) = rate {
             for s in &mut self.specs {
                 s.load_args.extend(["--rate".to_owned(), format!("{r:.0}")]);
+                s.late_limit_pct = late_limit;
             }
         }
         eprintln!("{} regime: {regime}", self.tag);
@@ -350,15 +347,21 @@ impl CellPlan<'_> {
         servers.round(&order, &specs, &self.names, 0, self.together)
     }
 
-    /// The rate of an open-loop regime (`None`: closed loop), and the regime in words.
-    fn choose_rate(&mut self, servers: &mut Servers) -> Result<(Option<f64>, String)> {
+    /// The rate of an open-loop regime (`None`: closed loop), the regime in words, and the
+    /// lateness that contaminates a round (a rate the pilot checked only).
+    fn choose_rate(&mut self, servers: &mut Servers) -> Result<(Option<f64>, String, Option<f64>)> {
         let shape = self.shape();
         let cores = self.specs[0].server_cpus.len().max(1) as f64;
         match self.regime {
-            Regime::Closed => Ok((None, format!("closed loop, saturating client ({shape})"))),
+            Regime::Closed => Ok((
+                None,
+                format!("closed loop, saturating client ({shape})"),
+                None,
+            )),
             Regime::Rate(r) => Ok((
                 Some(r),
                 format!("open loop at {r:.0} req/s (fixed --rate), {shape}"),
+                None,
             )),
             Regime::RateFraction(f) => {
                 eprintln!(
@@ -422,6 +425,7 @@ impl CellPlan<'_> {
                         seen.client * 100.0,
                         seen.late_pct,
                     ),
+                    Some(contam::late_limit_pct(seen.late_pct)),
                 ))
             }
         }

@@ -416,6 +416,7 @@ impl Bench {
             vars,
             reference,
             smt,
+            late_limit_pct: None,
         };
         Ok(Bench {
             base,

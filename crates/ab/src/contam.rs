@@ -15,6 +15,9 @@ pub const CLIENT_SATURATED_PCT: f64 = 95.0;
 /// not keep the rate, and the server saw a lighter load than the other variants. (Sends a
 /// millisecond late are the timer's granularity, and do not change the load.)
 pub const MISSED_PCT: f64 = 1.0;
+/// A client that sent more than this share of its sends over 1 ms late was behind its schedule.
+/// On time, the pilot's clients sent 0–5% late (on a busy machine); behind, 20–95% (docs/AB.md).
+pub const CLIENT_LATE_MAX_PCT: f64 = 10.0;
 /// A 1-minute load average that moved this much since the first run means the machine's load
 /// changed during the comparison.
 pub const LOAD_CHANGE: f64 = 1.0;
@@ -180,6 +183,11 @@ pub struct Readings {
     pub server_ticks: Option<u64>,
     /// Open loop: share of the scheduled sends never made, percent.
     pub missed_pct: Option<f64>,
+    /// Open loop: share of the sends made over 1 ms late, percent (the worst client).
+    pub late_pct: Option<f64>,
+    /// Lateness above which the round is run again (`late_limit_pct`); `None`: the rate was
+    /// not checked by a pilot, and lateness above `CLIENT_LATE_MAX_PCT` is only flagged.
+    pub late_limit_pct: Option<f64>,
     pub start: Settings,
     /// Settings when the comparison began (the reference for "changed").
     pub reference: Settings,
@@ -213,6 +221,13 @@ fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
             a.saturating_sub(b) as f64
         })
         .sum()
+}
+
+/// The lateness above which a round at a pilot-checked rate is run again: twice what the pilot
+/// saw at that rate, and never below `CLIENT_LATE_MAX_PCT` (a pilot on a busy machine may have
+/// kept a rate whose clients were already late).
+pub fn late_limit_pct(pilot_late_pct: f64) -> f64 {
+    (2.0 * pilot_late_pct).max(CLIENT_LATE_MAX_PCT)
 }
 
 pub fn check(r: &Readings) -> Checks {
@@ -251,7 +266,21 @@ pub fn check(r: &Readings) -> Checks {
         )),
         _ => {}
     }
+    // A client late more often than at the pilot's check of the same rate was held up by
+    // something else, and sent in bursts that the server batched (cheaper per request).
+    let late = r
+        .late_pct
+        .filter(|l| *l > r.late_limit_pct.unwrap_or(CLIENT_LATE_MAX_PCT));
+    let late = late.map(|l| {
+        format!("client late: {l:.1}% of the sends over 1 ms late (client cores {client_busy_pct:.0}% busy)")
+    });
+    if let Some(l) = late.clone().filter(|_| r.late_limit_pct.is_some()) {
+        repeat.push(l);
+    }
     let mut flags = repeat.clone();
+    if r.late_limit_pct.is_none() {
+        flags.extend(late);
+    }
     if r.missed_pct.is_none() && client_busy_pct >= CLIENT_SATURATED_PCT {
         flags.push(format!(
             "client cores {client_busy_pct:.0}% busy: req/s measures the client"
@@ -311,6 +340,8 @@ mod tests {
     fn readings(before: &str, after: &str, server_ticks: Option<u64>) -> Readings {
         Readings {
             missed_pct: None,
+            late_pct: None,
+            late_limit_pct: None,
             wall_s: 1.0,
             ticks_per_s: 100.0,
             before: parse_proc_stat(before),
@@ -369,6 +400,42 @@ mod tests {
         );
         r.missed_pct = Some(0.2);
         assert!(check(&r).repeat.is_empty());
+    }
+
+    #[test]
+    fn a_client_later_than_at_the_pilot_repeats_the_round() {
+        let after = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let mut r = readings(BEFORE, after, Some(58));
+        // The pilot saw 3% late: the limit is 10%, not 6%.
+        r.late_limit_pct = Some(late_limit_pct(3.0));
+        r.late_pct = Some(8.0);
+        assert!(check(&r).flags.is_empty());
+        r.late_pct = Some(12.5);
+        let c = check(&r);
+        assert_eq!(c.repeat, c.flags);
+        assert!(
+            c.flags[0].starts_with("client late: 12.5% of the sends over 1 ms late"),
+            "{:?}",
+            c.flags
+        );
+        // A pilot on a busy machine kept a rate at 20% late: only twice that repeats.
+        r.late_limit_pct = Some(late_limit_pct(20.0));
+        r.late_pct = Some(35.0);
+        assert!(check(&r).repeat.is_empty());
+    }
+
+    #[test]
+    fn lateness_at_a_rate_no_pilot_checked_is_only_flagged() {
+        let after = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let mut r = readings(BEFORE, after, Some(58));
+        r.late_pct = Some(30.0);
+        let c = check(&r);
+        assert!(c.repeat.is_empty());
+        assert!(
+            c.flags[0].starts_with("client late: 30.0%"),
+            "{:?}",
+            c.flags
+        );
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct RunSpec {
     /// Machine settings when the comparison began.
     pub reference: Settings,
     pub smt: Vec<(usize, usize)>,
+    /// Open loop at a rate the pilot checked: a run whose client sent a larger share of its
+    /// sends over 1 ms late than this is run again (`contam::late_limit_pct`).
+    pub late_limit_pct: Option<f64>,
 }
 
 /// Metrics of one run (medians etc. are computed over runs later). Server-side metrics are
@@ -554,6 +557,8 @@ fn run_of(
         client_cpus: spec.client_cpus.clone(),
         server_ticks: server.as_ref().map(|s| s.ticks),
         missed_pct,
+        late_pct,
+        late_limit_pct: spec.late_limit_pct,
         start: settings,
         reference: spec.reference.clone(),
         smt: spec.smt.clone(),
