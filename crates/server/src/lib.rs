@@ -11,6 +11,7 @@ mod handshake_turns;
 mod haterm_cfg;
 mod ja4;
 mod layer;
+mod linger;
 mod listen;
 mod metrics;
 mod park;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::futures::Notified;
-use tokio::time::{timeout, Sleep};
+use tokio::time::Sleep;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Flush the output buffer once it holds this much, even if more pipelined requests wait.
@@ -47,9 +47,6 @@ const BODY_FILL: usize = OUT_FLUSH - 32;
 const HEAD_ROOM: usize = 8 * 1024;
 /// Slices per vectored write of a large body.
 const IOV: usize = 8;
-/// After deciding to close, keep reading (and discarding) this long so that unread request bytes
-/// do not turn our close into a reset that destroys the response in flight.
-const LINGER: Duration = Duration::from_millis(500);
 /// How long a busy period waits for a next request before the connection turns idle (under
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
@@ -60,7 +57,7 @@ enum PeriodEnd {
     /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting for the next
     /// request until this instant.
     Idle(Instant),
-    /// Close the connection: flush what is buffered, half-close and linger.
+    /// Close the connection: flush what is buffered, then a lingering close (`crate::linger`).
     Close,
     /// The peer went away, or the request was aborted: drop without further writes.
     Abort,
@@ -323,13 +320,13 @@ async fn run<IO: ByteStream>(
                     }
                     IdleWake::Slept | IdleWake::Gone => return None,
                     IdleWake::Shutdown => {
-                        Box::pin(linger(&mut io)).await;
+                        crate::linger::close(&mut io).await;
                         return None;
                     }
                 }
             }
             PeriodEnd::Close => {
-                Box::pin(linger(&mut io)).await;
+                crate::linger::close(&mut io).await;
                 return None;
             }
             PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
@@ -504,23 +501,6 @@ impl Waits<'_, '_> {
             None => Waited::TimedOut,
         }
     }
-}
-
-/// Half-close, and discard what the client still sends for a short while.
-async fn linger<IO: ByteStream>(io: &mut IO) {
-    let _ = timeout(LINGER, async {
-        let _ = io.shutdown().await;
-        // On the heap: a local array would be part of the future.
-        let mut sink = vec![0u8; 4096];
-        let mut left = 256 * 1024usize;
-        while left > 0 {
-            match io.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    })
-    .await;
 }
 
 impl<IO: ByteStream> Conn<'_, '_, IO> {

@@ -8,29 +8,17 @@
 //!
 //! The guard is also where every HTTP/2 connection's close is decided: whoever ends it (the `h2`
 //! crate after its own GOAWAY, the driver after a flood, an idle timeout or shutdown), the
-//! transport's shutdown lingers (see [`FloodBudget::poll_shutdown`]) so that the client gets to
-//! read the last frames.
+//! transport's shutdown lingers (`crate::linger`) so that the client gets to read the last
+//! frames.
 
 use crate::layer::{Layer, Layered};
+use crate::linger::Linger;
 use loadterm_codec::h2::{flag, CONTINUATION, PING, PREFACE, PRIORITY, SETTINGS, WINDOW_UPDATE};
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
-use tokio::time::Sleep;
-
-/// How long a closing connection discards what the client still sends, from the start of the
-/// shutdown, before it is closed whatever the client does.
-pub(super) const LINGER: Duration = Duration::from_secs(1);
-/// How much a closing connection reads and drops before it is closed whatever the client does:
-/// what a flooding client typically has in flight towards us (its send buffer and our receive
-/// buffer: a 256 KiB bound lost a ping flood's GOAWAY to the reset), and much less than a flood
-/// that goes on (a 20 MB CONTINUATION flood was read whole without a bound).
-const LINGER_BYTES: usize = 4 << 20;
 
 /// Unsolicited frames allowed whatever the server wrote: far more than any client's setup
 /// (SETTINGS, a few PRIORITY, a connection WINDOW_UPDATE) and keep-alive PINGs need.
@@ -151,10 +139,8 @@ pub(super) struct FloodBudget {
     ledger: Ledger,
     flood: Arc<Notify>,
     state: State,
-    /// The end of the linger, once shutting down (boxed: only a closing connection holds it).
-    deadline: Option<Pin<Box<Sleep>>>,
-    /// What the linger may still read and drop.
-    linger_left: usize,
+    /// The lingering close, once shutting down.
+    linger: Option<Linger>,
 }
 
 impl<IO> FloodGuard<IO> {
@@ -165,8 +151,7 @@ impl<IO> FloodGuard<IO> {
                 ledger: Ledger::default(),
                 flood,
                 state: State::Open,
-                deadline: None,
-                linger_left: LINGER_BYTES,
+                linger: None,
             },
         }
     }
@@ -193,38 +178,18 @@ impl Layer for FloodBudget {
         self.ledger.wrote(n);
     }
 
-    /// A lingering close: closing a socket with unread bytes resets the connection, and the
-    /// kernel then discards what the client had not read yet, the GOAWAY (or RST_STREAM) that
-    /// ended it included: a flooding client, or one whose requests were refused, is still
-    /// writing. So the write side is shut down (GOAWAY and FIN sent), then what the client sends
-    /// is read and dropped until it closes, for at most `LINGER` and `LINGER_BYTES` in all (a
-    /// client that goes on flooding is closed on).
+    /// Every connection's close lingers (`crate::linger`), whoever ends it; meanwhile `h2`
+    /// reads nothing more.
     fn poll_shutdown<IO: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         io: &mut IO,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        let deadline = self
-            .deadline
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
-        if deadline.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Ok(()));
-        }
-        if self.state != State::Lingering {
-            ready!(Pin::new(&mut *io).poll_shutdown(cx))?;
-            self.state = State::Lingering;
-        }
-        let mut scratch = [0u8; 4096];
-        loop {
-            let mut buf = ReadBuf::new(&mut scratch);
-            match ready!(Pin::new(&mut *io).poll_read(cx, &mut buf)) {
-                Ok(()) if !buf.filled().is_empty() && buf.filled().len() < self.linger_left => {
-                    self.linger_left -= buf.filled().len();
-                }
-                // The client closed (or reset): nothing left to lose; or it goes on sending.
-                _ => return Poll::Ready(Ok(())),
-            }
-        }
+        self.state = State::Lingering;
+        self.linger
+            .get_or_insert_with(Linger::new)
+            .poll(io, cx)
+            .map(Ok)
     }
 }
 
@@ -379,40 +344,5 @@ mod tests {
         assert!(early.await.is_err(), "closed before the client did");
         drop(client);
         shut.await.unwrap().unwrap();
-    }
-
-    /// A client that neither reads nor closes holds the shutdown for `LINGER`, no longer.
-    #[tokio::test(start_paused = true)]
-    async fn the_linger_ends_at_its_deadline() {
-        let (_client, server) = tokio::io::duplex(1 << 16);
-        let mut g = FloodGuard::new(server, Arc::new(Notify::new()));
-        let start = tokio::time::Instant::now();
-        g.shutdown().await.unwrap();
-        let took = start.elapsed();
-        assert!(took >= LINGER && took < 2 * LINGER, "{took:?}");
-    }
-
-    /// A client that goes on sending is closed on once `LINGER_BYTES` are dropped, before the
-    /// deadline: the linger absorbs what was in flight, not a flood.
-    #[tokio::test(start_paused = true)]
-    async fn the_linger_ends_after_its_bytes() {
-        let (mut client, server) = tokio::io::duplex(1 << 16);
-        let mut g = FloodGuard::new(server, Arc::new(Notify::new()));
-        // Sends up to 4 × LINGER_BYTES, and holds the connection open: a linger without a byte
-        // bound would drain it all and then wait out its deadline.
-        let flood = tokio::spawn(async move {
-            let chunk = [0u8; 16 * 1024];
-            let mut sent = 0;
-            while sent < 4 * LINGER_BYTES && client.write_all(&chunk).await.is_ok() {
-                sent += chunk.len();
-            }
-            (sent, client)
-        });
-        let start = tokio::time::Instant::now();
-        g.shutdown().await.unwrap();
-        assert!(start.elapsed() < LINGER, "{:?}", start.elapsed());
-        drop(g);
-        let (sent, _client) = flood.await.unwrap();
-        assert!((LINGER_BYTES..4 * LINGER_BYTES).contains(&sent), "{sent}");
     }
 }

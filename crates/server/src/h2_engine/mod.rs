@@ -190,7 +190,7 @@ where
 
 /// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
 /// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close; flushing the GOAWAY and
-/// lingering within `guard::LINGER` in all, as the client may read nothing.
+/// lingering within `linger::LINGER` in all, as the client may read nothing.
 async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), ConnError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -199,7 +199,7 @@ where
     stats::protection(Protection::H2ControlFlood);
     conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
     let _ = tokio::time::timeout(
-        guard::LINGER,
+        crate::linger::LINGER,
         std::future::poll_fn(|cx| conn.poll_closed(cx)),
     )
     .await;
