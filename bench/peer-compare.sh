@@ -11,7 +11,9 @@
 # ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
 # CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows).
 # Prints one line per run, then per row: median (min–max) µs/request of each server, the ratio
-# of the medians and the median of the per-round ratios; req/s likewise.
+# of the medians and the median of the per-round ratios; req/s likewise; the medians of user and
+# system µs/request apart (where the time goes: a server making the same system calls differs
+# in user space).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${PEER_CMD:?set PEER_CMD to the peer server command (with {clear_port} and {tls_port})}"
@@ -48,27 +50,32 @@ if ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b"; then
   echo "port $CLEAR_PORT or $TLS_PORT is already in use (a SO_REUSEPORT server would share it)" >&2; exit 1
 fi
 fill() { local s=${1//\{clear_port\}/$CLEAR_PORT}; echo "${s//\{tls_port\}/$TLS_PORT}"; }
-# CPU ticks of the server's whole process tree (haterm may fork a master).
+# CPU ticks of the server's whole process tree (haterm may fork a master): "user system".
 ticks() {
-  local total=0 p
+  local user=0 sys=0 p u s
   for p in $(pgrep -g "$1" 2>/dev/null || echo "$1"); do
-    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    read -r u s < <(awk '{ print $14, $15 }' "/proc/$p/stat" 2>/dev/null || echo 0 0)
+    user=$((user + ${u:-0})) sys=$((sys + ${s:-0}))
   done
-  echo $total
+  echo "$user $sys"
 }
+# wait_ready SERVER_CMD: its clear port accepts, and its TLS port if the command has one (a
+# clear-only peer, such as bench/epoll-floor.c, is ready without it).
 wait_ready() {
+  local tls=$TLS_PORT
+  [[ $1 == *"{tls_port}"* ]] || tls=$CLEAR_PORT
   for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$CLEAR_PORT") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$TLS_PORT") 2>/dev/null && return 0
+    (exec 3<>"/dev/tcp/127.0.0.1/$CLEAR_PORT") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$tls") 2>/dev/null && return 0
     sleep 0.05
   done
   echo "server did not start" >&2; return 1
 }
 
-# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests"
+# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests user-µs/req system-µs/req"
 measure() {
   setsid taskset -c "$SERVER_CPU" sh -c "exec $(fill "$1")" >/dev/null 2>&1 &
   local pid=$!
-  wait_ready
+  wait_ready "$1"
   sleep 0.3 # QUIC listener and first-connection setup
   local before t0 out t1 after
   before=$(ticks "$pid"); t0=$(date +%s.%N)
@@ -79,9 +86,10 @@ measure() {
   local n
   # h2load and loadterm say "N succeeded", oha "[200] N responses".
   n=$(echo "$out" | grep -oE '[0-9]+ succeeded|\[200\] [0-9]+ responses' | head -1 | grep -oE '[0-9]+' | tail -1 || echo 0)
-  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0"; return; fi
+  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0 nan nan"; return; fi
   awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" \
-    'BEGIN { printf "%.2f %.0f %d\n", (a - b) / t * 1e6 / n, n / (w1 - w0), n }'
+    'BEGIN { split(a, x, " "); split(b, y, " "); u = (x[1] - y[1]) / t * 1e6 / n; s = (x[2] - y[2]) / t * 1e6 / n
+             printf "%.2f %.0f %d %.2f %.2f\n", u + s, n / (w1 - w0), n, u, s }'
 }
 
 stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
@@ -94,23 +102,26 @@ summary=()
 for row in $ROWS; do
   client=${CLIENT[$row]:?unknown row $row}
   echo "== $row: $client"
-  lt=() pe=() ltr=() per=() ratio=() rratio=()
+  lt=() pe=() ltr=() per=() ratio=() rratio=() ltu=() lts=() peu=() pes=()
   for round in $(seq "$ROUNDS"); do
     order="loadterm peer"; [ $((RANDOM % 2)) -eq 0 ] && order="peer loadterm"
     for who in $order; do
       if [ "$who" = loadterm ]; then r=$(measure "$LOADTERM_CMD" "$client"); else r=$(measure "$PEER_CMD" "$client"); fi
-      read -r us rps n <<<"$r"
-      echo "  round $round $who: $us µs/req, $rps req/s, $n requests"
-      if [ "$who" = loadterm ]; then lt+=("$us"); ltr+=("$rps"); else pe+=("$us"); per+=("$rps"); fi
+      read -r us rps n user sys <<<"$r"
+      echo "  round $round $who: $us µs/req (user $user, system $sys), $rps req/s, $n requests"
+      if [ "$who" = loadterm ]; then lt+=("$us"); ltr+=("$rps"); ltu+=("$user"); lts+=("$sys")
+      else pe+=("$us"); per+=("$rps"); peu+=("$user"); pes+=("$sys"); fi
     done
     ratio+=("$(awk -v a="${lt[-1]}" -v b="${pe[-1]}" 'BEGIN { printf "%.3f", a / b }')")
     rratio+=("$(awk -v a="${ltr[-1]}" -v b="${per[-1]}" 'BEGIN { printf "%.3f", a / b }')")
   done
-  line=$(printf '%-11s µs/req loadterm %s | %s %s | ratio %s (rounds: %s) | req/s loadterm %s, %s %s' "$row" \
+  line=$(printf '%-11s µs/req loadterm %s | %s %s | ratio %s (rounds: %s) | req/s loadterm %s, %s %s | user/system medians loadterm %s/%s, %s %s/%s' "$row" \
     "$(printf '%s\n' "${lt[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${pe[@]}" | stats)" \
     "$(awk -v a="$(printf '%s\n' "${lt[@]}" | median)" -v b="$(printf '%s\n' "${pe[@]}" | median)" 'BEGIN { printf "%.2f", a / b }')" \
     "$(printf '%s\n' "${ratio[@]}" | stats)" \
-    "$(printf '%s\n' "${ltr[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${per[@]}" | stats)")
+    "$(printf '%s\n' "${ltr[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${per[@]}" | stats)" \
+    "$(printf '%s\n' "${ltu[@]}" | median)" "$(printf '%s\n' "${lts[@]}" | median)" "$PEER_NAME" \
+    "$(printf '%s\n' "${peu[@]}" | median)" "$(printf '%s\n' "${pes[@]}" | median)")
   echo "$line"
   summary+=("$line")
 done
