@@ -1,6 +1,8 @@
-//! See the crate description. Outside code uses `cli` (the `serve` command) and the sans-I/O
+//! See the crate description. Outside code uses `cli` (the `serve` command), the sans-I/O
 //! HTTP/1 request parser and body decoder (`h1::head`, `h1::body`: the differential and
-//! robustness tests, the fuzz target); everything else is private to the crate.
+//! robustness tests, the fuzz target) and response encoder (`h1::encode`: the thread-per-core
+//! spike in `bench/spike-epoll`, which answers with the engine's own bytes); everything else is
+//! private to the crate.
 pub mod cli;
 mod config;
 mod detachable;

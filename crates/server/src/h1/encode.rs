@@ -16,14 +16,14 @@ pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 pub(super) const SWITCHING: &[u8] =
     b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
 /// The last chunk of a chunked body (no extensions, no trailers).
-pub(super) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 thread_local! {
     static HEADS: RefCell<HeadCache> = RefCell::new(HeadCache::default());
 }
 
 /// Append `head`, dated now, with `extra` header lines (each CRLF-terminated, usually none).
-pub(super) fn head(out: &mut Vec<u8>, head: &ResponseHead, extra: &[u8]) {
+pub fn head(out: &mut Vec<u8>, head: &ResponseHead, extra: &[u8]) {
     let date = crate::thread_ctx::date();
     HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
 }
@@ -91,7 +91,7 @@ impl HeadCache {
 }
 
 /// `len` body bytes of `kind` from `offset`, as static slices of at most `body::WINDOW` bytes.
-pub(super) fn slices(kind: BodyKind, offset: u64, len: u64) -> impl Iterator<Item = &'static [u8]> {
+pub fn slices(kind: BodyKind, offset: u64, len: u64) -> impl Iterator<Item = &'static [u8]> {
     let end = offset + len;
     let mut at = offset;
     std::iter::from_fn(move || {
@@ -109,7 +109,7 @@ pub(super) fn piece(kind: BodyKind, offset: u64, len: u64) -> &'static [u8] {
 }
 
 /// Append the line that starts a chunk of `len` data bytes: `<UPPERHEX>\r\n`.
-pub(super) fn chunk_start(out: &mut Vec<u8>, len: usize) {
+pub fn chunk_start(out: &mut Vec<u8>, len: usize) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let digits = ((usize::BITS - len.leading_zeros()).div_ceil(4)).max(1);
     for k in (0..digits).rev() {
@@ -119,7 +119,7 @@ pub(super) fn chunk_start(out: &mut Vec<u8>, len: usize) {
 }
 
 /// Append the CRLF that ends a chunk's data.
-pub(super) fn chunk_end(out: &mut Vec<u8>) {
+pub fn chunk_end(out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 

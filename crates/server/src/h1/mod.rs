@@ -6,7 +6,7 @@
 pub mod body;
 mod buffers;
 mod conn;
-mod encode;
+pub mod encode;
 pub mod head;
 #[cfg(test)]
 mod sim_tests;
