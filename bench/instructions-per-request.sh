@@ -13,6 +13,9 @@
 # Over TLS, give the server a fixed certificate (`--cert FILE`): generating one at start-up
 # (an RSA key) costs a number of instructions that varies by hundreds of millions between runs.
 #
+# CALLGRIND_OUT=PREFIX keeps the two profiles as PREFIX.N and PREFIX.3N, for
+# bench/callgrind-groups.py (where the count goes).
+#
 # Needs valgrind (apt install valgrind). The client runs natively; the server is ~50x slower
 # under callgrind, so keep the client's concurrency modest and N around 10k-50k.
 set -euo pipefail
@@ -31,7 +34,7 @@ count() {
   sh -c "$(fill "$client" "$requests")" >/dev/null 2>&1
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
-  rm -f "$out"
+  if [ -n "${CALLGRIND_OUT:-}" ]; then mv "$out" "$CALLGRIND_OUT.$requests"; else rm -f "$out"; fi
 }
 
 a=$(count "$n"); b=$(count $((3 * n)))
