@@ -20,13 +20,11 @@ use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
-    Version,
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Generated, Piece, Request, Step, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use loadterm_runtime::within;
-use std::borrow::Cow;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -215,8 +213,6 @@ struct Conn<'a, 'n, IO> {
     /// Capacity asked for splice pipes (`tune.pipesize`).
     pipe_size: usize,
     head: RequestHead,
-    /// The body of the request being answered.
-    req_body: RequestBody,
     lenient: bool,
     /// Send `date` fields.
     date: bool,
@@ -365,7 +361,6 @@ async fn busy<IO: ByteStream>(
         timeout: cfg.timeout,
         pipe_size: cfg.pipe_size,
         head: RequestHead::default(),
-        req_body: RequestBody::new(head::BodyFraming::None),
         lenient: cfg.lenient,
         date: cfg.date,
         h2c_upgrade: period_opts.h2c_upgrade,
@@ -627,16 +622,6 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
     }
 
-    /// Append a response head, flushing first if the buffer could not take it without growing
-    /// past `OUT_FLUSH`.
-    async fn put_head(&mut self, head: &ResponseHead) -> io::Result<()> {
-        if self.out.len() > OUT_FLUSH - HEAD_ROOM {
-            self.flush().await?;
-        }
-        encode::head(&mut self.out, head, self.extra_head);
-        Ok(())
-    }
-
     /// Append body bytes, flushing each time they fill the buffer to `BODY_FILL`.
     async fn put(&mut self, mut data: &[u8]) -> io::Result<()> {
         loop {
@@ -671,15 +656,22 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
     }
 
     /// Answer with an error page (no request could be planned) and close.
-    async fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
+    fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
         stats::error_page(page);
         self.ready_out();
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
-        let end = x.drive(t_first, self).await;
-        match self.ended(&x, end) {
-            // An error page closes the connection.
-            Ok(()) => PeriodEnd::Close,
-            Err(end) => end,
+        loop {
+            match x.next(t_first) {
+                Step::Head(h) => {
+                    self.status = h.status;
+                    encode::head(&mut self.out, &h, self.extra_head)
+                }
+                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                _ => {
+                    self.response_done();
+                    return PeriodEnd::Close;
+                }
+            }
         }
     }
 
@@ -699,7 +691,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             self.head = head;
             match parsed {
                 Parsed::Complete => break,
-                Parsed::Error(page) => return Err(self.fail(page, t_first).await),
+                Parsed::Error(page) => return Err(self.fail(page, t_first)),
                 // The whole head within the timeout from its first byte, as HAProxy's
                 // `timeout http-request`: a timer restarted at every read would let a client
                 // trickling a byte at a time hold the connection for ever (slowloris).
@@ -709,7 +701,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                 {
                     Some(Ok(0)) => return Err(PeriodEnd::Abort),
                     Some(Ok(_)) => {}
-                    None => return Err(self.fail(ErrorPage::Timeout, t_first).await),
+                    None => return Err(self.fail(ErrorPage::Timeout, t_first)),
                     Some(Err(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
@@ -747,44 +739,108 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         };
         let mut x = crate::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
-        self.req_body = RequestBody::new(framing);
-        // Driven here, not in a function of its own: a future nested in this one cost
-        // instructions on every request.
-        let end = x.drive(t_first, self).await;
-        self.ended(&x, end)
-    }
-
-    /// Carry out the end of an exchange driven with `Engine` (below): the next request
-    /// (`Ok`), or how the busy period ends.
-    fn ended(&mut self, x: &Exchange, end: io::Result<ExchangeEnd>) -> Result<(), PeriodEnd> {
-        match end {
-            Ok(ExchangeEnd::KeepAlive) => {
-                self.response_done();
-                self.idle = x.idle();
-                Ok(())
+        let mut decoder = RequestBody::new(framing);
+        // The clock is read again only after waiting: without a body or a delay, the request is
+        // complete and answered at the instant its head was.
+        let mut now = t_first;
+        loop {
+            match x.next(now) {
+                Step::Continue => {
+                    stats::interim(Proto::H1);
+                    self.out.extend_from_slice(encode::CONTINUE)
+                }
+                Step::ReadBody { limit } => {
+                    let (n, how) = Box::pin(self.drain(&mut decoder, limit)).await;
+                    x.body_read(n, how);
+                    now = Instant::now();
+                }
+                Step::WaitUntil(t) => {
+                    self.flush().await?;
+                    loadterm_runtime::timer::sleep_until(t).await;
+                    now = Instant::now();
+                }
+                Step::Pause(d) => {
+                    self.flush().await?;
+                    loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
+                    now = Instant::now();
+                }
+                Step::Head(h) => {
+                    if self.out.len() > OUT_FLUSH - HEAD_ROOM {
+                        self.flush().await?;
+                    }
+                    if h.status < 200 {
+                        stats::interim(Proto::H1);
+                    } else {
+                        self.status = h.status;
+                    }
+                    encode::head(&mut self.out, &h, self.extra_head)
+                }
+                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
+                Step::Body(Body::Generated(Generated {
+                    kind,
+                    size,
+                    chunked: true,
+                    byte_chunks: true,
+                    ..
+                })) => self.byte_chunks(kind, size, true).await?,
+                Step::Body(Body::Generated(Generated {
+                    kind,
+                    size,
+                    chunked,
+                    zero_copy,
+                    ..
+                })) => self.body(kind, size, chunked, zero_copy).await?,
+                Step::Body(Body::Piece(Piece {
+                    kind,
+                    offset,
+                    len,
+                    chunked,
+                    byte_chunks,
+                    ..
+                })) => {
+                    // Each piece leaves on its own (the socket has TCP_NODELAY).
+                    if byte_chunks {
+                        self.byte_chunks(kind, len, len == 0).await?;
+                    } else if chunked && len == 0 {
+                        self.out.extend_from_slice(encode::LAST_CHUNK);
+                    } else {
+                        let data = encode::piece(kind, offset, len);
+                        if chunked {
+                            encode::chunk_start(&mut self.out, data.len());
+                        }
+                        self.put(data).await?;
+                        if chunked {
+                            encode::chunk_end(&mut self.out);
+                        }
+                    }
+                    self.flush().await?;
+                }
+                Step::Done(ExchangeEnd::KeepAlive) => {
+                    self.response_done();
+                    self.idle = x.idle();
+                    return Ok(());
+                }
+                Step::Done(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                    self.response_done();
+                    return Err(PeriodEnd::Close);
+                }
+                Step::Done(ExchangeEnd::Abort) => return Err(PeriodEnd::Abort),
             }
-            Ok(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
-                self.response_done();
-                Err(PeriodEnd::Close)
-            }
-            Ok(ExchangeEnd::Abort) => Err(PeriodEnd::Abort),
-            Err(e) => Err(PeriodEnd::Failed(e)),
         }
     }
 
     /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
     /// how it stopped.
-    async fn read_body(&mut self, limit: Option<u64>) -> (u64, BodyRead) {
+    async fn drain(&mut self, dec: &mut RequestBody, limit: Option<u64>) -> (u64, BodyRead) {
         let mut n = 0u64;
         loop {
             let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
-            if room == 0 && !self.req_body.is_done() {
+            if room == 0 && !dec.is_done() {
                 return (n, BodyRead::LimitReached);
             }
             if !self.buffered().is_empty() {
-                // The fields, not `buffered()`: the decoder is borrowed beside them.
-                let buffered = &self.rbuf[self.start..];
-                match self.req_body.feed(&buffered[..buffered.len().min(room)]) {
+                let input = &self.buffered()[..self.buffered().len().min(room)];
+                match dec.feed(input) {
                     Ok(used) => {
                         self.consume(used);
                         n += used as u64;
@@ -792,7 +848,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                     Err(_) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 }
             }
-            if self.req_body.is_done() {
+            if dec.is_done() {
                 return (n, BodyRead::Ended);
             }
             if limit == Some(n) {
@@ -892,80 +948,4 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
 
 fn stopped_reading() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")
-}
-
-/// The HTTP/1.x framing of an exchange's steps: everything is appended to the output buffer,
-/// which goes out when it fills, before a wait, after each piece of a body in pieces, and before
-/// the connection waits for a next request.
-impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
-    type Error = io::Error;
-
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
-    async fn continue_100(&mut self) -> io::Result<()> {
-        stats::interim(Proto::H1);
-        self.out.extend_from_slice(encode::CONTINUE);
-        Ok(())
-    }
-
-    async fn interim(&mut self, head: &ResponseHead) -> io::Result<()> {
-        self.put_head(head).await?;
-        stats::interim(Proto::H1);
-        Ok(())
-    }
-
-    async fn head(&mut self, head: &ResponseHead) -> io::Result<()> {
-        self.put_head(head).await?;
-        self.status = head.status;
-        Ok(())
-    }
-
-    async fn text(&mut self, text: Cow<'static, str>) -> io::Result<()> {
-        self.out.extend_from_slice(text.as_bytes());
-        Ok(())
-    }
-
-    async fn generated(&mut self, body: Generated) -> io::Result<()> {
-        if body.chunked && body.byte_chunks {
-            self.byte_chunks(body.kind, body.size, true).await
-        } else {
-            self.body(body.kind, body.size, body.chunked, body.zero_copy)
-                .await
-        }
-    }
-
-    async fn piece(&mut self, p: Piece) -> io::Result<()> {
-        // Each piece leaves on its own (the socket has TCP_NODELAY).
-        if p.byte_chunks {
-            self.byte_chunks(p.kind, p.len, p.len == 0).await?;
-        } else if p.chunked && p.len == 0 {
-            self.out.extend_from_slice(encode::LAST_CHUNK);
-        } else {
-            let data = encode::piece(p.kind, p.offset, p.len);
-            if p.chunked {
-                encode::chunk_start(&mut self.out, data.len());
-            }
-            self.put(data).await?;
-            if p.chunked {
-                encode::chunk_end(&mut self.out);
-            }
-        }
-        Conn::flush(self).await
-    }
-
-    async fn drain(&mut self, limit: Option<u64>) -> io::Result<(u64, BodyRead)> {
-        // Boxed: few requests have a body, and its reads would otherwise enlarge every busy
-        // period's future.
-        Ok(Box::pin(self.read_body(limit)).await)
-    }
-
-    async fn flush(&mut self) -> io::Result<()> {
-        Conn::flush(self).await
-    }
-
-    async fn sleep_until(&mut self, t: Instant) {
-        loadterm_runtime::timer::sleep_until(t).await
-    }
 }
