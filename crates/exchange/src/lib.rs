@@ -17,7 +17,8 @@
 //!   (`k=2`), and an `ETag` (`e`) with the conditional requests it answers (304, 412).
 //!
 //! The engine never re-derives what this decided; nothing here touches a socket or a clock
-//! (times come in as arguments).
+//! (times come in as arguments). [`Exchange::drive`] carries the steps out with an [`Engine`],
+//! the engine's framing, waits and clock.
 
 mod drive;
 pub mod h1;
