@@ -17,10 +17,14 @@
 //!   (`k=2`), and an `ETag` (`e`) with the conditional requests it answers (304, 412).
 //!
 //! The engine never re-derives what this decided; nothing here touches a socket or a clock
-//! (times come in as arguments).
+//! (times come in as arguments). [`Exchange::drive`] carries the steps out with an [`Engine`],
+//! the engine's framing, waits and clock.
 
+mod drive;
 pub mod h1;
 pub mod head;
+
+pub use drive::Engine;
 
 pub use head::{http_date, FieldName, FieldSink, HttpDate, Kind, Reported, ResponseHead, Timing};
 use loadterm_plan::pages::{self, ErrorPage};
@@ -83,34 +87,41 @@ pub fn head_bytes(method: usize, target: usize, fields: usize) -> u64 {
 /// Response body bytes to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
-    /// `size` bytes of `kind`, as slices of `loadterm_plan::body`'s static blocks.
-    Generated {
-        kind: BodyKind,
-        size: u64,
-        /// HTTP/1.1 chunked transfer coding (then `size` may be 0: the last chunk alone).
-        chunked: bool,
-        /// With `chunked`: one chunk per byte (`k=2`), httpterm's `1\r\n1\r\n`...
-        byte_chunks: bool,
-        /// Zero-copy paths (splice, tee, vmsplice) are allowed for this response.
-        zero_copy: bool,
-        /// Nothing follows (HTTP/2 and HTTP/3 end the stream with the body's last bytes).
-        last: bool,
-    },
-    /// One piece of a body sent in pieces (`p`, and `k=2` on HTTP/2 and HTTP/3): `len` bytes
-    /// of `kind` from `offset`, to send as they are (HTTP/1.x: flushed on their own, as one
-    /// chunk, or as `len` one-byte chunks; HTTP/2 and HTTP/3: one DATA frame). A `len` of 0
-    /// with `chunked` is the last chunk.
-    Piece {
-        kind: BodyKind,
-        offset: u64,
-        len: u64,
-        chunked: bool,
-        byte_chunks: bool,
-        /// Nothing follows (HTTP/2 and HTTP/3 end the stream with it).
-        last: bool,
-    },
+    Generated(Generated),
+    Piece(Piece),
     /// A text/plain page.
     Text(Cow<'static, str>),
+}
+
+/// A whole generated body: `size` bytes of `kind`, as slices of `loadterm_plan::body`'s static
+/// blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generated {
+    pub kind: BodyKind,
+    pub size: u64,
+    /// HTTP/1.1 chunked transfer coding (then `size` may be 0: the last chunk alone).
+    pub chunked: bool,
+    /// With `chunked`: one chunk per byte (`k=2`), httpterm's `1\r\n1\r\n`...
+    pub byte_chunks: bool,
+    /// Zero-copy paths (splice, tee, vmsplice) are allowed for this response.
+    pub zero_copy: bool,
+    /// Nothing follows (HTTP/2 and HTTP/3 end the stream with the body's last bytes).
+    pub last: bool,
+}
+
+/// One piece of a body sent in pieces (`p`, and `k=2` on HTTP/2 and HTTP/3): `len` bytes of
+/// `kind` from `offset`, to send as they are (HTTP/1.x: flushed on their own, as one chunk, or
+/// as `len` one-byte chunks; HTTP/2 and HTTP/3: one DATA frame). A `len` of 0 with `chunked` is
+/// the last chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub kind: BodyKind,
+    pub offset: u64,
+    pub len: u64,
+    pub chunked: bool,
+    pub byte_chunks: bool,
+    /// Nothing follows (HTTP/2 and HTTP/3 end the stream with it).
+    pub last: bool,
 }
 
 /// What the engine must do next.
@@ -480,14 +491,14 @@ impl Exchange {
         let (chunked, byte_chunks) = (self.chunked_te, self.chunked_te && plan.byte_chunks);
         if offset == size {
             self.state = State::Pause;
-            return chunked.then_some(Step::Body(Body::Piece {
+            return chunked.then_some(Step::Body(Body::Piece(Piece {
                 kind: plan.body,
                 offset,
                 len: 0,
                 chunked,
                 byte_chunks,
                 last: true,
-            }));
+            })));
         }
         let len = if plan.pieces > 0 {
             1 + u64::from(self.piece_rng.next_u32() % plan.pieces)
@@ -503,14 +514,14 @@ impl Exchange {
         } else {
             State::Pieces
         };
-        Some(Step::Body(Body::Piece {
+        Some(Step::Body(Body::Piece(Piece {
             kind: plan.body,
             offset,
             len,
             chunked,
             byte_chunks,
             last,
-        }))
+        })))
     }
 
     /// Something follows the response body on its stream: the rest of the request body
@@ -624,14 +635,14 @@ impl Exchange {
         match &self.answer {
             Answer::Dummy(plan) => {
                 let chunked = self.chunked_te;
-                (plan.size > 0 || chunked).then_some(Body::Generated {
+                (plan.size > 0 || chunked).then_some(Body::Generated(Generated {
                     kind: plan.body,
                     size: plan.size,
                     chunked,
                     byte_chunks: chunked && plan.byte_chunks,
                     zero_copy: plan.zero_copy,
                     last: !self.more_after_body(plan),
-                })
+                }))
             }
             _ if self.is_head => None,
             Answer::Help => Some(Body::Text(Cow::Borrowed(pages::help()))),

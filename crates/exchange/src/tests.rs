@@ -105,14 +105,14 @@ fn trace(r: &Row) -> String {
                 let last = if h.last { " (last)" } else { "" };
                 write!(out, "head {version}{}{fields}{last}; ", h.status).unwrap();
             }
-            Step::Body(Body::Generated {
+            Step::Body(Body::Generated(Generated {
                 kind,
                 size,
                 chunked,
                 byte_chunks,
                 zero_copy,
                 last,
-            }) => {
+            })) => {
                 let c = match (chunked, byte_chunks) {
                     (true, true) => " byte-chunked",
                     (true, false) => " chunked",
@@ -122,14 +122,14 @@ fn trace(r: &Row) -> String {
                 let more = if last { "" } else { " (more)" };
                 write!(out, "body {kind:?} {size}{c}{z}{more}; ").unwrap();
             }
-            Step::Body(Body::Piece {
+            Step::Body(Body::Piece(Piece {
                 kind,
                 offset,
                 len,
                 chunked,
                 byte_chunks,
                 last,
-            }) => {
+            })) => {
                 let c = match (chunked, byte_chunks) {
                     (true, true) => " byte-chunked",
                     (true, false) => " chunked",

@@ -20,7 +20,7 @@ use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Request, Step, Version,
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Generated, Piece, Request, Step, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
@@ -756,29 +756,29 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                     encode::head(&mut self.out, &h, self.extra_head)
                 }
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                Step::Body(Body::Generated {
+                Step::Body(Body::Generated(Generated {
                     kind,
                     size,
                     chunked: true,
                     byte_chunks: true,
                     ..
-                }) => self.byte_chunks(kind, size, true).await?,
-                Step::Body(Body::Generated {
+                })) => self.byte_chunks(kind, size, true).await?,
+                Step::Body(Body::Generated(Generated {
                     kind,
                     size,
                     chunked,
                     zero_copy,
                     ..
-                }) => self.body(kind, size, chunked, zero_copy).await?,
-                Step::Body(Body::Piece {
+                })) => self.body(kind, size, chunked, zero_copy).await?,
+                Step::Body(Body::Piece(Piece {
                     kind,
                     offset,
                     len,
                     chunked,
                     byte_chunks,
                     ..
-                }) => {
-                    // PeriodOptions piece leaves on its own (the socket has TCP_NODELAY).
+                })) => {
+                    // Each piece leaves on its own (the socket has TCP_NODELAY).
                     if byte_chunks {
                         self.byte_chunks(kind, len, len == 0).await?;
                     } else if chunked && len == 0 {

@@ -106,8 +106,8 @@ where
     let idle = std::sync::atomic::AtomicU64::new(0);
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) = stream::Stream::new(req, respond, extra.clone(), cfg.date)
-            .and_then(|s| {
+        let Some((stream, step)) =
+            stream::Stream::new(req, respond, extra.clone(), &cfg).and_then(|s| {
                 if let Some(w) = s.idle() {
                     idle.store(w.as_millis() as u64, Ordering::Relaxed);
                 }
@@ -116,10 +116,10 @@ where
         else {
             return;
         };
-        let (cfg, active) = (cfg.clone(), active.clone());
+        let active = active.clone();
         active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            stream.run(step, &cfg).await;
+            stream.run(step).await;
             active.fetch_sub(1, Ordering::Relaxed);
         });
     };

@@ -1,15 +1,18 @@
 //! One HTTP/2 request/response exchange: carries out `loadterm_exchange`'s steps on an `h2`
 //! stream. Steps that need no waiting run at once, in the connection's task; the first that
-//! must wait (a request body, a delay, a large body) moves the exchange to a task of its own.
+//! must wait (a request body, a delay, a large body) is held back (`Engine::hold`) and the
+//! exchange goes on from it on a task of its own.
 
 use crate::config::Config;
 use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
+use futures::FutureExt;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, HttpDate, ResponseHead, Step, Version,
+    Body, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, HttpDate, Piece,
+    ResponseHead, Step, Version,
 };
 use loadterm_plan::body;
 use std::borrow::Cow;
@@ -24,6 +27,13 @@ const INLINE_BODY: u64 = 16 * 1024;
 /// A request being answered.
 pub(super) struct Stream {
     x: Exchange,
+    /// The clock when the request came (the exchange reads it again only after a wait).
+    now: Instant,
+    out: Responder,
+}
+
+/// The stream's side of the exchange: its HTTP/2 framing (`Engine`).
+struct Responder {
     body: RecvStream,
     respond: SendResponse<Bytes>,
     send: Option<SendStream<Bytes>>,
@@ -31,16 +41,18 @@ pub(super) struct Stream {
     ended: bool,
     /// Fields added to every response of the connection.
     extra: Arc<[(HeaderName, HeaderValue)]>,
-    /// The clock as last read: again only after waiting.
-    now: Instant,
+    /// The client timeout: for the request body, and for flow control to open.
+    timeout: Duration,
+    /// Steps are carried out in the connection's task: those that wait are held back.
+    at_once: bool,
     /// The status of the final head sent (0: none yet).
     status: u16,
     /// Counted as served or aborted; a stream dropped uncounted (its connection died while it
-    /// waited) is counted as aborted then.
+    /// waited, or the stream failed) is counted as aborted then.
     counted: bool,
 }
 
-impl Drop for Stream {
+impl Drop for Responder {
     fn drop(&mut self) {
         if !self.counted {
             stats::aborted(Proto::H2, 1);
@@ -48,12 +60,12 @@ impl Drop for Stream {
     }
 }
 
-/// What carrying out a step led to.
-enum Then {
-    Next,
-    /// This step must wait: run it on a task.
-    Wait(Step),
-    End,
+/// Why the steps stopped before the end.
+enum Stop {
+    /// A step that must wait, held back in the connection's task.
+    Held(Step),
+    /// The stream is gone (reset, or the client stopped reading); counted as aborted on drop.
+    Gone,
 }
 
 thread_local! {
@@ -145,7 +157,7 @@ impl Stream {
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         extra: Arc<[(HeaderName, HeaderValue)]>,
-        date: bool,
+        cfg: &Config,
     ) -> Option<Stream> {
         let now = Instant::now();
         let fields = match check(&req) {
@@ -180,7 +192,7 @@ impl Stream {
                     target.len(),
                     fields,
                 ),
-                date,
+                date: cfg.date,
                 is_get: req.method() == http::Method::GET,
                 if_match: if_match.as_deref(),
                 if_none_match: if_none_match.as_deref(),
@@ -189,14 +201,18 @@ impl Stream {
         );
         Some(Stream {
             x,
-            body: req.into_body(),
-            respond,
-            send: None,
-            ended: false,
-            extra,
             now,
-            status: 0,
-            counted: false,
+            out: Responder {
+                body: req.into_body(),
+                respond,
+                send: None,
+                ended: false,
+                extra,
+                timeout: cfg.timeout,
+                at_once: true,
+                status: 0,
+                counted: false,
+            },
         })
     }
 
@@ -208,132 +224,54 @@ impl Stream {
     /// Carry out every step that needs no waiting. Most requests (no body, no delay, a small
     /// response) end here, so the connection flushes many responses with one write instead of
     /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
-    /// with the step to run on its own task.
+    /// with the step to go on from, on its own task (`run`).
     pub(super) fn try_now(mut self) -> Option<(Stream, Step)> {
-        loop {
-            let step = self.x.next(self.now);
-            match self.now_step(step) {
-                Then::Next => {}
-                Then::Wait(step) => return Some((self, step)),
-                Then::End => return None,
+        // Ready at the first poll: no step that waits is carried out here (`Responder::hold`).
+        let steps = self.x.drive(self.now, &mut self.out).now_or_never();
+        match steps.expect("steps carried out at once never wait") {
+            Ok(end) => self.out.end(end),
+            Err(Stop::Held(step)) => {
+                self.out.at_once = false;
+                return Some((self, step));
             }
+            Err(Stop::Gone) => {}
         }
+        None
     }
 
-    pub(super) async fn run(mut self, mut step: Step, cfg: &Config) {
-        loop {
-            match step {
-                Step::ReadBody { limit } => {
-                    let mut n = 0;
-                    let how = drain(&mut self.body, &mut n, cfg.timeout, limit).await;
-                    self.x.body_read(n, how);
-                    self.now = Instant::now();
-                }
-                Step::WaitUntil(t) => {
-                    loadterm_runtime::timer::sleep_until(t).await;
-                    self.now = Instant::now();
-                }
-                Step::Pause(d) => {
-                    loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
-                    self.now = Instant::now();
-                }
-                Step::Body(Body::Generated {
-                    kind, size, last, ..
-                }) => {
-                    if !self.large_body(kind, 0, size, last, cfg.timeout).await {
-                        return self.aborted();
-                    }
-                }
-                // One DATA frame (flow control permitting), on its own.
-                Step::Body(Body::Piece {
-                    kind,
-                    offset,
-                    len,
-                    last,
-                    ..
-                }) => {
-                    if !self
-                        .large_body(kind, offset, offset + len, last, cfg.timeout)
-                        .await
-                    {
-                        return self.aborted();
-                    }
-                }
-                Step::Done(ExchangeEnd::NoFinal) => {
-                    // The 1xx went out as an interim head and a final one cannot follow: reset
-                    // the stream, but only once the connection has written that head (the h2
-                    // crate drops a stream's queued frames at a reset). Woken by the head, the
-                    // connection's task runs before this one resumes.
-                    tokio::task::yield_now().await;
-                    return self.reset(Reason::NO_ERROR);
-                }
-                other => match self.now_step(other) {
-                    Then::Next => {}
-                    Then::Wait(step) => unreachable!("{step:?} is carried out above"),
-                    Then::End => return,
-                },
+    pub(super) async fn run(mut self, step: Step) {
+        if let Ok(end) = self.x.drive_from(step, self.now, &mut self.out).await {
+            if end == ExchangeEnd::NoFinal {
+                // The 1xx went out as an interim head and a final one cannot follow: the stream
+                // is reset, but only once the connection has written that head (the h2 crate
+                // drops a stream's queued frames at a reset). Woken by the head, the
+                // connection's task runs before this one resumes.
+                tokio::task::yield_now().await;
             }
-            step = self.x.next(self.now);
+            self.out.end(end);
         }
     }
+}
 
-    /// Carry out a step that needs no waiting, or say that it does.
-    fn now_step(&mut self, step: Step) -> Then {
-        match step {
-            Step::Continue => {
-                stats::interim(Proto::H2);
-                let interim = Response::builder().status(100).body(()).expect("100");
-                let _ = self.respond.send_informational(interim);
-            }
-            Step::Head(head) if head.status < 200 => {
-                stats::interim(Proto::H2);
-                let interim = Response::builder()
-                    .status(head.status)
-                    .body(())
-                    .expect("1xx");
-                let _ = self.respond.send_informational(interim);
-            }
-            Step::Head(head) => {
-                let Ok(resp) = self.response(&head) else {
-                    self.respond.send_reset(Reason::INTERNAL_ERROR);
-                    return Then::End;
-                };
-                match self.respond.send_response(resp, head.last) {
-                    Ok(send) => self.send = Some(send),
-                    Err(_) => return Then::End,
+impl Responder {
+    /// Carry out the exchange's end.
+    fn end(&mut self, end: ExchangeEnd) {
+        match end {
+            ExchangeEnd::KeepAlive | ExchangeEnd::Close => {
+                if !self.ended {
+                    self.data(Bytes::new(), true)
                 }
-                self.status = head.status;
-                self.ended = head.last;
-            }
-            Step::Body(Body::Text(text)) => self.data(Bytes::from(text.into_owned()), true),
-            Step::Body(Body::Generated {
-                kind, size, last, ..
-            }) if size <= INLINE_BODY => {
-                let data = body::slice(kind, 0, size as usize);
-                self.data(Bytes::from_static(data), last);
-            }
-            Step::Done(ending) => {
-                match ending {
-                    ExchangeEnd::KeepAlive | ExchangeEnd::Close => {
-                        if !self.ended {
-                            self.data(Bytes::new(), true)
-                        }
-                        if self.status >= 200 {
-                            stats::served(Proto::H2, self.status);
-                            self.counted = true;
-                        }
-                    }
-                    ExchangeEnd::NoFinal => return Then::Wait(Step::Done(ending)),
-                    ExchangeEnd::Abort => {
-                        self.reset(Reason::CANCEL);
-                        self.aborted();
-                    }
+                if self.status >= 200 {
+                    stats::served(Proto::H2, self.status);
+                    self.counted = true;
                 }
-                return Then::End;
             }
-            wait => return Then::Wait(wait),
+            ExchangeEnd::NoFinal => self.reset(Reason::NO_ERROR),
+            ExchangeEnd::Abort => {
+                self.reset(Reason::CANCEL);
+                self.aborted();
+            }
         }
-        Then::Next
     }
 
     fn response(&self, head: &ResponseHead) -> Result<Response<()>, http::Error> {
@@ -376,7 +314,7 @@ impl Stream {
     }
 
     /// Body bytes `off..size` sent as flow control allows, in static slices: any size in
-    /// constant memory. False if the stream is gone (reset by the client, a client that stopped
+    /// constant memory. Fails if the stream is gone (reset by the client, a client that stopped
     /// reading).
     async fn large_body(
         &mut self,
@@ -384,10 +322,10 @@ impl Stream {
         mut off: u64,
         size: u64,
         last: bool,
-        timeout: Duration,
-    ) -> bool {
+    ) -> Result<(), Stop> {
+        let timeout = self.timeout;
         let Some(send) = &mut self.send else {
-            return false;
+            return Err(Stop::Gone);
         };
         while off < size {
             send.reserve_capacity((size - off).min(1 << 20) as usize);
@@ -402,11 +340,11 @@ impl Stream {
                 Err(_) => {
                     stats::protection(Protection::WriteTimeout);
                     send.send_reset(Reason::CANCEL);
-                    return false;
+                    return Err(Stop::Gone);
                 }
                 _ => {
                     send.send_reset(Reason::CANCEL);
-                    return false;
+                    return Err(Stop::Gone);
                 }
             };
             let mut left = cap as u64;
@@ -418,12 +356,105 @@ impl Stream {
                     .send_data(Bytes::from_static(chunk), last && off == size)
                     .is_err()
                 {
-                    return false;
+                    return Err(Stop::Gone);
                 }
             }
         }
         self.ended = last;
-        true
+        Ok(())
+    }
+}
+
+/// The HTTP/2 framing of an exchange's steps, on the `h2` crate (which writes what is queued
+/// when the connection's task runs: nothing to flush here).
+impl Engine for Responder {
+    type Error = Stop;
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// In the connection's task, the steps that wait: a request body, a delay or a pause, a
+    /// body flow control may hold up, a piece, and the end after a 1xx (`run`).
+    fn hold(&mut self, step: Step) -> Result<Step, Stop> {
+        let waits = match &step {
+            Step::ReadBody { .. } | Step::WaitUntil(_) | Step::Pause(_) => true,
+            Step::Body(Body::Generated(g)) => g.size > INLINE_BODY,
+            Step::Body(Body::Piece(_)) | Step::Done(ExchangeEnd::NoFinal) => true,
+            _ => false,
+        };
+        if self.at_once && waits {
+            Err(Stop::Held(step))
+        } else {
+            Ok(step)
+        }
+    }
+
+    async fn continue_100(&mut self) -> Result<(), Stop> {
+        stats::interim(Proto::H2);
+        let interim = Response::builder().status(100).body(()).expect("100");
+        let _ = self.respond.send_informational(interim);
+        Ok(())
+    }
+
+    async fn interim(&mut self, head: &ResponseHead) -> Result<(), Stop> {
+        stats::interim(Proto::H2);
+        let interim = Response::builder()
+            .status(head.status)
+            .body(())
+            .expect("1xx");
+        let _ = self.respond.send_informational(interim);
+        Ok(())
+    }
+
+    async fn head(&mut self, head: &ResponseHead) -> Result<(), Stop> {
+        let Ok(resp) = self.response(head) else {
+            self.respond.send_reset(Reason::INTERNAL_ERROR);
+            return Err(Stop::Gone);
+        };
+        match self.respond.send_response(resp, head.last) {
+            Ok(send) => self.send = Some(send),
+            Err(_) => return Err(Stop::Gone),
+        }
+        self.status = head.status;
+        self.ended = head.last;
+        Ok(())
+    }
+
+    async fn text(&mut self, text: Cow<'static, str>) -> Result<(), Stop> {
+        self.data(Bytes::from(text.into_owned()), true);
+        Ok(())
+    }
+
+    /// Up to `INLINE_BODY`, queued whole (h2 holds it until the flow-control window opens).
+    async fn generated(&mut self, g: Generated) -> Result<(), Stop> {
+        if g.size <= INLINE_BODY {
+            let data = body::slice(g.kind, 0, g.size as usize);
+            self.data(Bytes::from_static(data), g.last);
+            Ok(())
+        } else {
+            self.large_body(g.kind, 0, g.size, g.last).await
+        }
+    }
+
+    /// One DATA frame (flow control permitting), on its own.
+    async fn piece(&mut self, p: Piece) -> Result<(), Stop> {
+        self.large_body(p.kind, p.offset, p.offset + p.len, p.last)
+            .await
+    }
+
+    async fn drain(&mut self, limit: Option<u64>) -> Result<(u64, BodyRead), Stop> {
+        let mut n = 0;
+        let how = drain(&mut self.body, &mut n, self.timeout, limit).await;
+        Ok((n, how))
+    }
+
+    async fn flush(&mut self) -> Result<(), Stop> {
+        Ok(())
+    }
+
+    async fn sleep_until(&mut self, t: Instant) {
+        loadterm_runtime::timer::sleep_until(t).await
     }
 }
 

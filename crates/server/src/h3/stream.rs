@@ -8,7 +8,7 @@ use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step, Version,
+    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
@@ -17,6 +17,7 @@ use loadterm_h3::qpack::{self, QpackError};
 use loadterm_h3::reader::Reader;
 use loadterm_plan::body::{self, BodyKind};
 use loadterm_plan::pages::ErrorPage;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -236,7 +237,7 @@ impl Stream {
 
     /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes
     /// into `bytes`: to its end (true), or until `upto` more body bytes were read (false).
-    async fn drain(&mut self, bytes: &mut u64, upto: Option<u64>) -> Result<bool, Abort> {
+    async fn read_body(&mut self, bytes: &mut u64, upto: Option<u64>) -> Result<bool, Abort> {
         let timeout = self.timeout;
         let mut length = self
             .length
@@ -381,54 +382,19 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
     })
 }
 
-/// Carry out the exchange's steps on the stream.
+/// Carry out the exchange (`Engine`, below) and its end on the stream.
 async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(), Abort> {
-    // The clock is read again only after waiting.
-    let mut now = t_first;
-    loop {
-        match x.next(now) {
-            Step::Continue => {
-                s.response_head(&ResponseHead::interim(100));
-                s.flush().await?;
+    match x.drive(t_first, s).await? {
+        ExchangeEnd::Abort => Err(Abort::Reset(code::REQUEST_CANCELLED)),
+        // Complete, or a 1xx as the only head: the stream ends with what was sent (a reset
+        // could overtake an interim head).
+        ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal => {
+            s.flush().await?;
+            let _ = s.send.finish();
+            if !s.read_all {
+                s.recv.stop(code::NO_ERROR);
             }
-            Step::ReadBody { limit } => {
-                let mut n = 0;
-                let how = match s.drain(&mut n, limit).await {
-                    Ok(true) => BodyRead::Ended,
-                    Ok(false) => BodyRead::LimitReached,
-                    Err(Abort::Status(_)) => BodyRead::Failed(BodyFailure::Timeout),
-                    Err(e) => return Err(e),
-                };
-                x.body_read(n, how);
-                now = Instant::now();
-            }
-            Step::WaitUntil(t) => {
-                loadterm_runtime::timer::sleep_until(t).await;
-                now = Instant::now();
-            }
-            Step::Pause(d) => {
-                s.flush().await?;
-                loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
-                now = Instant::now();
-            }
-            Step::Head(head) => s.response_head(&head),
-            Step::Body(Body::Text(text)) => s.text(&text).await?,
-            Step::Body(Body::Generated { kind, size, .. }) => s.generated(kind, size).await?,
-            // One DATA frame, written on its own.
-            Step::Body(Body::Piece {
-                kind, offset, len, ..
-            }) => s.piece(kind, offset, len).await?,
-            Step::Done(ExchangeEnd::Abort) => return Err(Abort::Reset(code::REQUEST_CANCELLED)),
-            // Complete, or a 1xx as the only head: the stream ends with what was sent (a
-            // reset could overtake an interim head).
-            Step::Done(ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
-                s.flush().await?;
-                let _ = s.send.finish();
-                if !s.read_all {
-                    s.recv.stop(code::NO_ERROR);
-                }
-                return Ok(());
-            }
+            Ok(())
         }
     }
 }
@@ -436,11 +402,6 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
 impl Stream {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
     fn response_head(&mut self, head: &ResponseHead) {
-        if head.status < 200 {
-            stats::interim(Proto::H3);
-        } else {
-            self.status = head.status;
-        }
         let mut out = Vec::with_capacity(256);
         let start = headers_frame(&mut out, head, &self.extra);
         self.pending = Some((out, start));
@@ -451,16 +412,6 @@ impl Stream {
         self.pending.take().unwrap_or_default()
     }
 
-    async fn flush(&mut self) -> Result<(), Abort> {
-        match self.pending.take() {
-            Some((out, start)) => {
-                self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
-                    .await
-            }
-            None => Ok(()),
-        }
-    }
-
     async fn write_or_reset(&mut self, chunks: &mut [Bytes]) -> Result<(), Abort> {
         if self.write(chunks).await {
             Ok(())
@@ -469,7 +420,7 @@ impl Stream {
         }
     }
 
-    async fn text(&mut self, text: &str) -> Result<(), Abort> {
+    async fn put_text(&mut self, text: &str) -> Result<(), Abort> {
         let (mut out, start) = self.take_pending();
         frame::put_frame(&mut out, frame::DATA, text.as_bytes());
         self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
@@ -477,7 +428,7 @@ impl Stream {
     }
 
     /// One DATA frame of `len` body bytes from `offset` (with the pending head, if any).
-    async fn piece(&mut self, kind: BodyKind, offset: u64, len: u64) -> Result<(), Abort> {
+    async fn put_piece(&mut self, kind: BodyKind, offset: u64, len: u64) -> Result<(), Abort> {
         let (mut first, start) = self.take_pending();
         frame::put_frame_head(&mut first, frame::DATA, len);
         let data = Bytes::from_static(body::slice(kind, offset, len as usize));
@@ -487,7 +438,7 @@ impl Stream {
 
     /// The DATA frame head and the body as static slices (zero copy), up to 16 per write
     /// (1 MiB), the first write with the pending head.
-    async fn generated(&mut self, kind: BodyKind, size: u64) -> Result<(), Abort> {
+    async fn put_generated(&mut self, kind: BodyKind, size: u64) -> Result<(), Abort> {
         let (mut first, start) = self.take_pending();
         frame::put_frame_head(&mut first, frame::DATA, size);
         let mut chunks: [Bytes; 17] = Default::default();
@@ -506,5 +457,71 @@ impl Stream {
                 return Ok(());
             }
         }
+    }
+}
+
+/// The HTTP/3 framing of an exchange's steps: a head waits to go out in one write with the
+/// body's first bytes; body bytes go to quinn by reference.
+impl Engine for Stream {
+    type Error = Abort;
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    async fn continue_100(&mut self) -> Result<(), Abort> {
+        self.interim(&ResponseHead::interim(100)).await
+    }
+
+    /// Sent at once: the client may wait for it (`100 Continue`).
+    async fn interim(&mut self, head: &ResponseHead) -> Result<(), Abort> {
+        stats::interim(Proto::H3);
+        self.response_head(head);
+        self.flush().await
+    }
+
+    async fn head(&mut self, head: &ResponseHead) -> Result<(), Abort> {
+        self.status = head.status;
+        self.response_head(head);
+        Ok(())
+    }
+
+    async fn text(&mut self, text: Cow<'static, str>) -> Result<(), Abort> {
+        self.put_text(&text).await
+    }
+
+    async fn generated(&mut self, body: Generated) -> Result<(), Abort> {
+        self.put_generated(body.kind, body.size).await
+    }
+
+    /// One DATA frame, written on its own.
+    async fn piece(&mut self, p: Piece) -> Result<(), Abort> {
+        self.put_piece(p.kind, p.offset, p.len).await
+    }
+
+    async fn drain(&mut self, limit: Option<u64>) -> Result<(u64, BodyRead), Abort> {
+        let mut n = 0;
+        let how = match self.read_body(&mut n, limit).await {
+            Ok(true) => BodyRead::Ended,
+            Ok(false) => BodyRead::LimitReached,
+            Err(Abort::Status(_)) => BodyRead::Failed(BodyFailure::Timeout),
+            Err(e) => return Err(e),
+        };
+        Ok((n, how))
+    }
+
+    /// The pending head, if any.
+    async fn flush(&mut self) -> Result<(), Abort> {
+        match self.pending.take() {
+            Some((out, start)) => {
+                self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn sleep_until(&mut self, t: Instant) {
+        loadterm_runtime::timer::sleep_until(t).await
     }
 }
