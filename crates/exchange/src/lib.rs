@@ -84,6 +84,19 @@ pub fn head_bytes(method: usize, target: usize, fields: usize) -> u64 {
     (method + target + fields + 12) as u64
 }
 
+/// Append a field line's value to the values of earlier lines of the same field, as
+/// [`Request::if_match`] and [`Request::if_none_match`] take them: one value, the lines joined
+/// with commas (RFC 9110 §5.3). Every engine joins its lines with this.
+pub fn join_field_line(slot: &mut Option<Vec<u8>>, value: &[u8]) {
+    match slot {
+        Some(v) => {
+            v.push(b',');
+            v.extend_from_slice(value);
+        }
+        None => *slot = Some(value.to_vec()),
+    }
+}
+
 /// Response body bytes to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {

@@ -1,5 +1,6 @@
 //! Request-head parsing (sans-I/O): bytes in, a `RequestHead` or a verdict out.
 
+use loadterm_exchange::join_field_line;
 use loadterm_plan::pages::ErrorPage;
 use std::ops::Range;
 
@@ -52,17 +53,6 @@ pub struct RequestHead {
     pub if_match: Option<Vec<u8>>,
     pub if_none_match: Option<Vec<u8>>,
     pub body: Option<BodyFraming>,
-}
-
-/// Append a field line's value to the values of earlier lines of the same field.
-fn join(slot: &mut Option<Vec<u8>>, value: &[u8]) {
-    match slot {
-        Some(v) => {
-            v.push(b',');
-            v.extend_from_slice(value);
-        }
-        None => *slot = Some(value.to_vec()),
-    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -200,9 +190,9 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
         } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
             head.control = Some(h.value.to_vec());
         } else if name.eq_ignore_ascii_case(b"if-none-match") {
-            join(&mut head.if_none_match, h.value);
+            join_field_line(&mut head.if_none_match, h.value);
         } else if name.eq_ignore_ascii_case(b"if-match") {
-            join(&mut head.if_match, h.value);
+            join_field_line(&mut head.if_match, h.value);
         }
     }
     head.upgrade_h2c &=

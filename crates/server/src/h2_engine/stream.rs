@@ -11,8 +11,8 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, HttpDate, Piece,
-    ResponseHead, Step, Version,
+    join_field_line, Body, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated,
+    HttpDate, Piece, ResponseHead, Step, Version,
 };
 use loadterm_plan::body;
 use std::borrow::Cow;
@@ -98,15 +98,15 @@ fn header_map(head: &ResponseHead, date: &HttpDate) -> Result<HeaderMap, http::E
 fn joined(headers: &http::HeaderMap, name: http::header::HeaderName) -> Option<Cow<'_, [u8]>> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?.as_bytes();
-    let Some(second) = values.next() else {
-        return Some(Cow::Borrowed(first));
-    };
-    let mut all = first.to_vec();
-    for v in std::iter::once(second).chain(values) {
-        all.push(b',');
-        all.extend_from_slice(v.as_bytes());
+    // One line (the usual case) is borrowed; more are joined.
+    let mut all = None;
+    for v in values {
+        if all.is_none() {
+            all = Some(first.to_vec());
+        }
+        join_field_line(&mut all, v.as_bytes());
     }
-    Some(Cow::Owned(all))
+    Some(all.map_or(Cow::Borrowed(first), Cow::Owned))
 }
 
 /// The h2 crate leaves whitespace around values to the application.

@@ -8,7 +8,8 @@ use crate::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Version,
+    join_field_line, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece,
+    ResponseHead, Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
@@ -38,17 +39,6 @@ struct RequestHead {
     /// `if-match` and `if-none-match` values, repeated fields joined with commas.
     if_match: Option<Vec<u8>>,
     if_none_match: Option<Vec<u8>>,
-}
-
-/// Append a field line's value to the values of earlier lines of the same field.
-fn join(slot: &mut Option<Vec<u8>>, value: &[u8]) {
-    match slot {
-        Some(v) => {
-            v.push(b',');
-            v.extend_from_slice(value);
-        }
-        None => *slot = Some(value.to_vec()),
-    }
 }
 
 /// Why a request's field section is refused.
@@ -92,8 +82,8 @@ impl RequestHead {
                     }
                     *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
                     match n {
-                        b"if-match" => join(if_match, value),
-                        b"if-none-match" => join(if_none_match, value),
+                        b"if-match" => join_field_line(if_match, value),
+                        b"if-none-match" => join_field_line(if_none_match, value),
                         _ => {}
                     }
                 }
