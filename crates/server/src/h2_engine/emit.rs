@@ -22,12 +22,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Bytes collected before they are pushed down regardless of flushes.
 const LIMIT: usize = 64 * 1024;
-/// Pieces per vectored write (Linux takes 1024; rustls makes records of up to 16 KiB anyway).
+/// Segments per vectored write (Linux takes 1024; rustls makes records of up to 16 KiB anyway).
 const IOV: usize = 64;
 
 /// A part of the pass, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Piece {
+enum Segment {
     /// `buf[start..end]`.
     Copied {
         start: usize,
@@ -36,11 +36,11 @@ enum Piece {
     Referenced(&'static [u8]),
 }
 
-impl Piece {
+impl Segment {
     fn bytes<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
         match *self {
-            Piece::Copied { start, end } => &buf[start..end],
-            Piece::Referenced(s) => s,
+            Segment::Copied { start, end } => &buf[start..end],
+            Segment::Referenced(s) => s,
         }
     }
 }
@@ -50,10 +50,10 @@ pub(super) struct WriteBatcher<IO> {
     /// Body pieces of this many bytes or more are kept by reference (`usize::MAX`: never).
     by_reference: usize,
     buf: Vec<u8>,
-    pieces: Vec<Piece>,
+    segments: Vec<Segment>,
     /// Bytes collected and not yet written.
     queued: usize,
-    /// Write position: the first piece not fully written, and the bytes of it that are.
+    /// Write position: the first segment not fully written, and the bytes of it that are.
     next: usize,
     written: usize,
     /// A flush was deferred: write the pass and flush `io` at the next poll.
@@ -72,7 +72,7 @@ impl<IO> WriteBatcher<IO> {
             io,
             by_reference: usize::try_from(copy_up_to.saturating_add(1)).unwrap_or(usize::MAX),
             buf: Vec::new(),
-            pieces: Vec::new(),
+            segments: Vec::new(),
             queued: 0,
             next: 0,
             written: 0,
@@ -86,15 +86,15 @@ impl<IO> WriteBatcher<IO> {
         self.queued += data.len();
         if data.len() >= self.by_reference {
             if let Some(s) = body::as_static(data) {
-                self.pieces.push(Piece::Referenced(s));
+                self.segments.push(Segment::Referenced(s));
                 return;
             }
         }
         let start = self.buf.len();
         self.buf.extend_from_slice(data);
-        match self.pieces.last_mut() {
-            Some(Piece::Copied { end, .. }) if *end == start => *end = self.buf.len(),
-            _ => self.pieces.push(Piece::Copied {
+        match self.segments.last_mut() {
+            Some(Segment::Copied { end, .. }) if *end == start => *end = self.buf.len(),
+            _ => self.segments.push(Segment::Copied {
                 start,
                 end: self.buf.len(),
             }),
@@ -105,11 +105,11 @@ impl<IO> WriteBatcher<IO> {
 impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
     /// Write everything collected to `io`.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.next < self.pieces.len() {
+        while self.next < self.segments.len() {
             let mut iov = [IoSlice::new(&[]); IOV];
             let mut count = 0;
-            for (i, piece) in self.pieces[self.next..].iter().take(IOV).enumerate() {
-                let bytes = piece.bytes(&self.buf);
+            for (i, segment) in self.segments[self.next..].iter().take(IOV).enumerate() {
+                let bytes = segment.bytes(&self.buf);
                 let skip = if i == 0 { self.written } else { 0 };
                 iov[count] = IoSlice::new(&bytes[skip..]);
                 count += 1;
@@ -121,7 +121,7 @@ impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
             self.queued -= n;
             // Advance past what was written.
             while n > 0 {
-                let len = self.pieces[self.next].bytes(&self.buf).len();
+                let len = self.segments[self.next].bytes(&self.buf).len();
                 let step = n.min(len - self.written);
                 self.written += step;
                 n -= step;
@@ -132,7 +132,7 @@ impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
             }
         }
         self.buf.clear();
-        self.pieces.clear();
+        self.segments.clear();
         self.next = 0;
         Poll::Ready(Ok(()))
     }
@@ -183,7 +183,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteBatcher<IO> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if self.queued > 0 && (self.queued + total > LIMIT || self.pieces.len() + bufs.len() > IOV)
+        if self.queued > 0
+            && (self.queued + total > LIMIT || self.segments.len() + bufs.len() > IOV)
         {
             ready!(self.poll_drain(cx))?;
         }
