@@ -781,6 +781,43 @@ fn e_conditionals_h3() {
     assert_eq!(r[1]["status"].as_u64(), Some(412), "{}", r[1]);
 }
 
+/// Repeated `If-None-Match` lines are one list (RFC 9110 §5.3): the tag in the second line
+/// matches, so 304. HTTP/2 sends each line as its own field.
+#[test]
+fn e_repeated_if_none_match_lines_are_joined_h2() {
+    if !common::have_tool("curl") {
+        return;
+    }
+    let srv = start(&[]);
+    let second = format!("If-None-Match: {TAG}");
+    let (_, out) = curl(&[
+        "-i",
+        "--http2-prior-knowledge",
+        "-H",
+        "If-None-Match: \"other\"",
+        "-H",
+        &second,
+        &http(&srv, "/?e=1&s=5"),
+    ]);
+    assert!(out.starts_with("HTTP/2 304"), "{out}");
+}
+
+/// The same over HTTP/3: two `if-none-match` fields, the second one matching.
+#[test]
+fn e_repeated_if_none_match_lines_are_joined_h3() {
+    if !have_aioquic() {
+        return;
+    }
+    let srv = start(&[]);
+    let r = h3(
+        &srv,
+        &[
+            r#"{"path": "/?e=1&s=5", "headers": [["if-none-match", "\"other\""], ["if-none-match", "\"9565D87B\""]]}"#,
+        ],
+    );
+    assert_eq!(r[0]["status"].as_u64(), Some(304), "{}", r[0]);
+}
+
 /// What a cache in front sees: h2load counts only 304s when it revalidates.
 #[test]
 fn e_h2load_counts_304s() {
