@@ -32,11 +32,8 @@ pub trait Engine {
         Ok(step)
     }
 
-    /// Send the interim `100 Continue`.
-    fn continue_100(&mut self) -> impl Future<Output = Result<(), Self::Error>>;
-
-    /// Send a 1xx head that was asked for as the final status: it goes out as an interim head,
-    /// and the exchange ends with [`ExchangeEnd::NoFinal`].
+    /// Send an interim (1xx) head: the `100 Continue` before the request body is read, or a
+    /// 1xx asked for as the final status (the exchange then ends with [`ExchangeEnd::NoFinal`]).
     fn interim(&mut self, head: &ResponseHead) -> impl Future<Output = Result<(), Self::Error>>;
 
     /// Send the final response head (or queue it to go with the body's first bytes).
@@ -99,7 +96,7 @@ impl Exchange {
         };
         loop {
             match e.hold(step)? {
-                Step::Continue => e.continue_100().await?,
+                Step::Continue => e.interim(&ResponseHead::interim(100)).await?,
                 Step::ReadBody { limit } => {
                     let (bytes, how) = e.drain(limit).await?;
                     self.body_read(bytes, how);
@@ -169,11 +166,6 @@ mod tests {
                 Step::ReadBody { .. } if self.hold_reads => Err(Stop::Held(step)),
                 step => Ok(step),
             }
-        }
-
-        async fn continue_100(&mut self) -> Result<(), Stop> {
-            self.log.push_str("100; ");
-            Ok(())
         }
 
         async fn interim(&mut self, head: &ResponseHead) -> Result<(), Stop> {
@@ -282,7 +274,7 @@ mod tests {
         assert_eq!(end, Ok(ExchangeEnd::KeepAlive));
         assert_eq!(
             e.log,
-            "100; read 7; flush; sleep 10ms; \
+            "interim 100; read 7; flush; sleep 10ms; \
              head 200 (id=dummy, code=200, cache=1, size=5, time=10 ms (10 real)); body 5; \
              flush; sleep 20ms; "
         );
@@ -297,7 +289,7 @@ mod tests {
         e.hold_reads = true;
         let held = at_once(x.drive(t0, &mut e));
         assert_eq!(held, Err(Stop::Held(Step::ReadBody { limit: None })));
-        assert_eq!(e.log, "100; ");
+        assert_eq!(e.log, "interim 100; ");
         let Err(Stop::Held(step)) = held else {
             unreachable!()
         };
@@ -306,7 +298,7 @@ mod tests {
         assert_eq!(end, Ok(ExchangeEnd::KeepAlive));
         assert_eq!(
             e.log,
-            "100; read 4; head 200 (id=dummy, code=200, cache=1, size=1, time=0 ms (0 real)); body 1; "
+            "interim 100; read 4; head 200 (id=dummy, code=200, cache=1, size=1, time=0 ms (0 real)); body 1; "
         );
     }
 }

@@ -390,13 +390,6 @@ impl Engine for Responder {
         }
     }
 
-    async fn continue_100(&mut self) -> Result<(), Stop> {
-        stats::interim(Proto::H2);
-        let interim = Response::builder().status(100).body(()).expect("100");
-        let _ = self.respond.send_informational(interim);
-        Ok(())
-    }
-
     async fn interim(&mut self, head: &ResponseHead) -> Result<(), Stop> {
         stats::interim(Proto::H2);
         let interim = Response::builder()

@@ -459,10 +459,6 @@ impl Engine for Stream {
         Instant::now()
     }
 
-    async fn continue_100(&mut self) -> Result<(), Abort> {
-        self.interim(&ResponseHead::interim(100)).await
-    }
-
     /// Sent at once: the client may wait for it (`100 Continue`).
     async fn interim(&mut self, head: &ResponseHead) -> Result<(), Abort> {
         stats::interim(Proto::H3);
