@@ -20,11 +20,13 @@ use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, Generated, Piece, Request, Step, Version,
+    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
+    Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use loadterm_runtime::within;
+use std::borrow::Cow;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -210,6 +212,8 @@ struct Conn<'a, 'n, IO> {
     /// Capacity asked for splice pipes (`tune.pipesize`).
     pipe_size: usize,
     head: RequestHead,
+    /// The body of the request being answered.
+    req_body: RequestBody,
     lenient: bool,
     /// Send `date` fields.
     date: bool,
@@ -358,6 +362,7 @@ async fn busy<IO: ByteStream>(
         timeout: cfg.timeout,
         pipe_size: cfg.pipe_size,
         head: RequestHead::default(),
+        req_body: RequestBody::new(head::BodyFraming::None),
         lenient: cfg.lenient,
         date: cfg.date,
         h2c_upgrade: period_opts.h2c_upgrade,
@@ -376,7 +381,14 @@ async fn busy<IO: ByteStream>(
         any_unsent: false,
     };
     let end = loop {
-        if let Err(end) = c.request().await {
+        let (mut x, t_first) = match c.request().await {
+            Ok(next) => next,
+            Err(end) => break end,
+        };
+        // Driven here, not inside `request`: a future nested in that one costs instructions on
+        // every request.
+        let end = x.drive(t_first, &mut c).await;
+        if let Err(end) = c.ended(&x, end) {
             break end;
         }
     };
@@ -602,6 +614,12 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
     }
 
+    /// The output buffer could not take a response head without growing past `OUT_FLUSH`: it
+    /// is to be flushed first.
+    fn no_head_room(&self) -> bool {
+        self.out.len() > OUT_FLUSH - HEAD_ROOM
+    }
+
     /// Append body bytes, flushing each time they fill the buffer to `BODY_FILL`.
     async fn put(&mut self, mut data: &[u8]) -> io::Result<()> {
         loop {
@@ -636,27 +654,21 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
     }
 
     /// Answer with an error page (no request could be planned) and close.
-    fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
+    async fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
         stats::error_page(page);
         self.ready_out();
         let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
-        loop {
-            match x.next(t_first) {
-                Step::Head(h) => {
-                    self.status = h.status;
-                    encode::head(&mut self.out, &h, self.extra_head)
-                }
-                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                _ => {
-                    self.response_done();
-                    return PeriodEnd::Close;
-                }
-            }
+        let end = x.drive(t_first, self).await;
+        match self.ended(&x, end) {
+            // An error page closes the connection.
+            Ok(()) => PeriodEnd::Close,
+            Err(end) => end,
         }
     }
 
-    /// Handle one request: wait for its head, answer it.
-    async fn request(&mut self) -> Result<(), PeriodEnd> {
+    /// Wait for a request's head and plan its answer: the exchange and the instant its head
+    /// began.
+    async fn request(&mut self) -> Result<(Exchange, Instant), PeriodEnd> {
         // Idle keep-alive: no byte of a next request within the timeout (or the time the last
         // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
         // select: a cancelled flush loses output.)
@@ -671,7 +683,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             self.head = head;
             match parsed {
                 Parsed::Complete => break,
-                Parsed::Error(page) => return Err(self.fail(page, t_first)),
+                Parsed::Error(page) => return Err(Box::pin(self.fail(page, t_first)).await),
                 // The whole head within the timeout from its first byte, as HAProxy's
                 // `timeout http-request`: a timer restarted at every read would let a client
                 // trickling a byte at a time hold the connection for ever (slowloris).
@@ -681,7 +693,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                 {
                     Some(Ok(0)) => return Err(PeriodEnd::Abort),
                     Some(Ok(_)) => {}
-                    None => return Err(self.fail(ErrorPage::Timeout, t_first)),
+                    None => return Err(Box::pin(self.fail(ErrorPage::Timeout, t_first)).await),
                     Some(Err(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
@@ -717,110 +729,43 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             if_match: self.head.if_match.as_deref(),
             if_none_match: self.head.if_none_match.as_deref(),
         };
-        let mut x = crate::thread_ctx::exchange(&req, t_first);
+        let x = crate::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
-        let mut decoder = RequestBody::new(framing);
-        // The clock is read again only after waiting: without a body or a delay, the request is
-        // complete and answered at the instant its head was.
-        let mut now = t_first;
-        loop {
-            match x.next(now) {
-                Step::Continue => {
-                    stats::interim(Proto::H1);
-                    self.out.extend_from_slice(encode::CONTINUE)
-                }
-                Step::ReadBody { limit } => {
-                    let (n, how) = Box::pin(self.drain(&mut decoder, limit)).await;
-                    x.body_read(n, how);
-                    now = Instant::now();
-                }
-                Step::WaitUntil(t) => {
-                    self.flush().await?;
-                    loadterm_runtime::timer::sleep_until(t).await;
-                    now = Instant::now();
-                }
-                Step::Pause(d) => {
-                    self.flush().await?;
-                    loadterm_runtime::timer::sleep_until(Instant::now() + d).await;
-                    now = Instant::now();
-                }
-                Step::Head(h) => {
-                    if self.out.len() > OUT_FLUSH - HEAD_ROOM {
-                        self.flush().await?;
-                    }
-                    if h.status < 200 {
-                        stats::interim(Proto::H1);
-                    } else {
-                        self.status = h.status;
-                    }
-                    encode::head(&mut self.out, &h, self.extra_head)
-                }
-                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                Step::Body(Body::Generated(Generated {
-                    kind,
-                    size,
-                    chunked: true,
-                    byte_chunks: true,
-                    ..
-                })) => self.byte_chunks(kind, size, true).await?,
-                Step::Body(Body::Generated(Generated {
-                    kind,
-                    size,
-                    chunked,
-                    zero_copy,
-                    ..
-                })) => self.body(kind, size, chunked, zero_copy).await?,
-                Step::Body(Body::Piece(Piece {
-                    kind,
-                    offset,
-                    len,
-                    chunked,
-                    byte_chunks,
-                    ..
-                })) => {
-                    // Each piece leaves on its own (the socket has TCP_NODELAY).
-                    if byte_chunks {
-                        self.byte_chunks(kind, len, len == 0).await?;
-                    } else if chunked && len == 0 {
-                        self.out.extend_from_slice(encode::LAST_CHUNK);
-                    } else {
-                        let data = encode::piece(kind, offset, len);
-                        if chunked {
-                            encode::chunk_start(&mut self.out, data.len());
-                        }
-                        self.put(data).await?;
-                        if chunked {
-                            encode::chunk_end(&mut self.out);
-                        }
-                    }
-                    self.flush().await?;
-                }
-                Step::Done(ExchangeEnd::KeepAlive) => {
-                    self.response_done();
-                    self.idle = x.idle();
-                    return Ok(());
-                }
-                Step::Done(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
-                    self.response_done();
-                    return Err(PeriodEnd::Close);
-                }
-                Step::Done(ExchangeEnd::Abort) => return Err(PeriodEnd::Abort),
+        self.req_body = RequestBody::new(framing);
+        Ok((x, t_first))
+    }
+
+    /// Carry out the end of an exchange driven with `Engine` (below): the next request
+    /// (`Ok`), or how the busy period ends.
+    fn ended(&mut self, x: &Exchange, end: io::Result<ExchangeEnd>) -> Result<(), PeriodEnd> {
+        match end {
+            Ok(ExchangeEnd::KeepAlive) => {
+                self.response_done();
+                self.idle = x.idle();
+                Ok(())
             }
+            Ok(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                self.response_done();
+                Err(PeriodEnd::Close)
+            }
+            Ok(ExchangeEnd::Abort) => Err(PeriodEnd::Abort),
+            Err(e) => Err(PeriodEnd::Failed(e)),
         }
     }
 
     /// Read and discard the request body, or its first `limit` bytes: the bytes it took and
     /// how it stopped.
-    async fn drain(&mut self, dec: &mut RequestBody, limit: Option<u64>) -> (u64, BodyRead) {
+    async fn read_body(&mut self, limit: Option<u64>) -> (u64, BodyRead) {
         let mut n = 0u64;
         loop {
             let room = limit.map_or(usize::MAX, |l| (l - n).min(usize::MAX as u64) as usize);
-            if room == 0 && !dec.is_done() {
+            if room == 0 && !self.req_body.is_done() {
                 return (n, BodyRead::LimitReached);
             }
             if !self.buffered().is_empty() {
-                let input = &self.buffered()[..self.buffered().len().min(room)];
-                match dec.feed(input) {
+                // The fields, not `buffered()`: the decoder is borrowed beside them.
+                let buffered = &self.rbuf[self.start..];
+                match self.req_body.feed(&buffered[..buffered.len().min(room)]) {
                     Ok(used) => {
                         self.consume(used);
                         n += used as u64;
@@ -828,7 +773,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                     Err(_) => return (n, BodyRead::Failed(BodyFailure::Malformed)),
                 }
             }
-            if dec.is_done() {
+            if self.req_body.is_done() {
                 return (n, BodyRead::Ended);
             }
             if limit == Some(n) {
@@ -923,6 +868,85 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             }
         }
         Ok(())
+    }
+}
+
+/// The HTTP/1 side of [`Exchange::drive`]: heads and bodies appended to the output buffer
+/// (flushed as it fills), waits preceded by a flush.
+impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
+    type Error = io::Error;
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    async fn interim(&mut self, head: &ResponseHead) -> io::Result<()> {
+        stats::interim(Proto::H1);
+        if *head == ResponseHead::interim(100) {
+            self.out.extend_from_slice(encode::CONTINUE);
+        } else {
+            if self.no_head_room() {
+                Box::pin(self.flush()).await?;
+            }
+            encode::head(&mut self.out, head, self.extra_head);
+        }
+        Ok(())
+    }
+
+    async fn head(&mut self, head: &ResponseHead) -> io::Result<()> {
+        if self.no_head_room() {
+            Box::pin(self.flush()).await?;
+        }
+        self.status = head.status;
+        encode::head(&mut self.out, head, self.extra_head);
+        Ok(())
+    }
+
+    async fn text(&mut self, text: Cow<'static, str>) -> io::Result<()> {
+        self.out.extend_from_slice(text.as_bytes());
+        Ok(())
+    }
+
+    async fn generated(&mut self, body: Generated) -> io::Result<()> {
+        if body.chunked && body.byte_chunks {
+            self.byte_chunks(body.kind, body.size, true).await
+        } else {
+            self.body(body.kind, body.size, body.chunked, body.zero_copy)
+                .await
+        }
+    }
+
+    async fn piece(&mut self, p: Piece) -> io::Result<()> {
+        // Each piece leaves on its own (the socket has TCP_NODELAY).
+        if p.byte_chunks {
+            self.byte_chunks(p.kind, p.len, p.len == 0).await?;
+        } else if p.chunked && p.len == 0 {
+            self.out.extend_from_slice(encode::LAST_CHUNK);
+        } else {
+            let data = encode::piece(p.kind, p.offset, p.len);
+            if p.chunked {
+                encode::chunk_start(&mut self.out, data.len());
+            }
+            self.put(data).await?;
+            if p.chunked {
+                encode::chunk_end(&mut self.out);
+            }
+        }
+        Conn::flush(self).await
+    }
+
+    async fn drain(&mut self, limit: Option<u64>) -> io::Result<(u64, BodyRead)> {
+        // Boxed: few requests have a body, and its reads would otherwise enlarge every busy
+        // period's future.
+        Ok(Box::pin(self.read_body(limit)).await)
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        Conn::flush(self).await
+    }
+
+    async fn sleep_until(&mut self, t: Instant) {
+        loadterm_runtime::timer::sleep_until(t).await
     }
 }
 
