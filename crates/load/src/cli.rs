@@ -404,7 +404,8 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
     let total = total?;
     let interrupted = *stop.borrow();
     let info = run_info(&a, &setup, &share, &window, &total, interrupted);
-    let rep = report::build(&total, info);
+    let rate = share.rate_per_conn.map(|r| r * share.slots.len() as f64);
+    let rep = report::build(&total, info, rate);
     if let Some((mut file, path)) = outputs.hdr_log {
         use std::io::Write;
         file.write_all(&report::hdr_log(&total, wall_clock(window.now, window.t0))?)
@@ -567,7 +568,6 @@ fn run_info(
         threads: share.threads,
         streams: a.streams,
         duration_s: window.measured_s(total, interrupted),
-        rate: share.rate_per_conn.map(|r| r * connections as f64),
         shard: share.shard.map(|s| report::ShardInfo {
             index: s.index,
             count: s.count,

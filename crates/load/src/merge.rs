@@ -6,7 +6,7 @@
 //! histograms, so they are the percentiles of the union of all the runs' samples.
 
 use crate::record::Errors;
-use crate::report::{self, Clock, ErrorCounts, Histograms, OpenLoop, Percentiles, Report};
+use crate::report::{self, Clock, ErrorCounts, Histograms, OpenLoop, Percentiles, Report, RunInfo};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
@@ -29,19 +29,19 @@ fn slot(offset_s: f64, width_s: f64) -> u64 {
 
 /// Why `b` cannot be merged with `a`, if it cannot.
 fn mismatch(a: &Report, b: &Report) -> Option<String> {
-    if a.urls != b.urls {
-        return Some(format!("URLs {:?} vs {:?}", b.urls, a.urls));
+    if a.run.urls != b.run.urls {
+        return Some(format!("URLs {:?} vs {:?}", b.run.urls, a.run.urls));
     }
-    if a.protocol != b.protocol {
-        return Some(format!("protocol {} vs {}", b.protocol, a.protocol));
+    if a.run.protocol != b.run.protocol {
+        return Some(format!("protocol {} vs {}", b.run.protocol, a.run.protocol));
     }
-    if a.streams != b.streams {
-        return Some(format!("-m {} vs {}", b.streams, a.streams));
+    if a.run.streams != b.run.streams {
+        return Some(format!("-m {} vs {}", b.run.streams, a.run.streams));
     }
     if a.open_loop.is_some() != b.open_loop.is_some() {
         return Some("open loop (--rate) vs closed loop".into());
     }
-    if let Some(s) = a.shard.filter(|s| Some(*s) == b.shard) {
+    if let Some(s) = a.run.shard.filter(|s| Some(*s) == b.run.shard) {
         return Some(format!("both are shard {}/{}", s.index, s.count));
     }
     None
@@ -77,13 +77,13 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     let mut urls: Vec<String> = Vec::new();
     let mut protocols: Vec<&str> = Vec::new();
     for (_, r) in runs {
-        for u in &r.urls {
+        for u in &r.run.urls {
             if !urls.contains(u) {
                 urls.push(u.clone());
             }
         }
-        if !protocols.contains(&r.protocol.as_str()) {
-            protocols.push(&r.protocol);
+        if !protocols.contains(&r.run.protocol.as_str()) {
+            protocols.push(&r.run.protocol);
         }
     }
     let (name0, _) = &runs[0];
@@ -119,19 +119,19 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     let sum = |f: &dyn Fn(&Report) -> u64| all().map(f).sum::<u64>();
     // The merged window spans all the runs' windows, on the wall clock.
     let start = all()
-        .map(|r| r.clock.window_start_unix_s)
+        .map(|r| r.run.clock.window_start_unix_s)
         .fold(f64::INFINITY, f64::min);
     let end = all()
-        .map(|r| r.clock.window_start_unix_s + r.duration_s)
+        .map(|r| r.run.clock.window_start_unix_s + r.run.duration_s)
         .fold(f64::NEG_INFINITY, f64::max);
     let duration_s = end - start;
     let d = duration_s.max(1e-9);
     let origin = all()
-        .map(|r| r.clock.origin_unix_s)
+        .map(|r| r.run.clock.origin_unix_s)
         .fold(f64::INFINITY, f64::min);
     let mut timeseries: Vec<report::Second> = Vec::new();
     for r in all() {
-        let offset = slot(r.clock.origin_unix_s - origin, 1.0);
+        let offset = slot(r.run.clock.origin_unix_s - origin, 1.0);
         for s in &r.timeseries {
             let t = (s.t + offset) as usize;
             while timeseries.len() <= t {
@@ -168,19 +168,32 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
         late: open.iter().map(|o| o.late).sum(),
         missed: open.iter().map(|o| o.missed).sum(),
     });
-    let start_at = first.clock.start_at_unix_s;
+    let start_at = first.run.clock.start_at_unix_s;
     let bytes_total = sum(&|r| r.bytes.total);
     let completed = sum(&|r| r.requests.completed);
     Ok(Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        command: None,
-        protocol: protocols.join("+"),
-        urls,
-        connections: all().map(|r| r.connections).sum(),
-        threads: all().map(|r| r.threads).sum(),
-        streams: all().map(|r| r.streams).max().unwrap_or(1),
-        duration_s,
+        run: RunInfo {
+            command: None,
+            protocol: protocols.join("+"),
+            urls,
+            connections: all().map(|r| r.run.connections).sum(),
+            threads: all().map(|r| r.run.threads).sum(),
+            streams: all().map(|r| r.run.streams).max().unwrap_or(1),
+            duration_s,
+            interrupted: all().any(|r| r.run.interrupted),
+            shard: None,
+            clock: Clock {
+                origin_unix_s: origin,
+                window_start_unix_s: start,
+                start_at_unix_s: all()
+                    .all(|r| r.run.clock.start_at_unix_s == start_at)
+                    .then_some(start_at)
+                    .flatten(),
+                late_s: all().map(|r| r.run.clock.late_s).fold(0.0, f64::max),
+            },
+        },
         requests: report::Requests {
             started: sum(&|r| r.requests.started),
             retried: sum(&|r| r.requests.retried),
@@ -211,18 +224,7 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
         },
         open_loop,
         timeseries,
-        interrupted: all().any(|r| r.interrupted),
         runs: all().map(|r| r.runs).sum(),
-        shard: None,
-        clock: Clock {
-            origin_unix_s: origin,
-            window_start_unix_s: start,
-            start_at_unix_s: all()
-                .all(|r| r.clock.start_at_unix_s == start_at)
-                .then_some(start_at)
-                .flatten(),
-            late_s: all().map(|r| r.clock.late_s).fold(0.0, f64::max),
-        },
         histograms: Histograms {
             latency_us: report::encode(&latency),
             ttfb_us: report::encode(&ttfb),
@@ -325,7 +327,7 @@ pub fn interval_logs(logs: &[(String, &[u8])]) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::record::{Recorder, Sample};
-    use crate::report::{build, RunInfo, ShardInfo};
+    use crate::report::{build, ShardInfo};
     use std::time::{Duration, Instant, SystemTime};
 
     /// A small deterministic generator, so that the samples are spread like real latencies.
@@ -369,7 +371,6 @@ mod tests {
                 threads: 1,
                 streams: 1,
                 duration_s: 3.0,
-                rate: None,
                 shard: Some(ShardInfo { index: i, count: 4 }),
                 clock: Clock {
                     origin_unix_s: 1e9 + shift_s,
@@ -379,6 +380,7 @@ mod tests {
                 },
                 interrupted: false,
             },
+            None,
         )
     }
 
@@ -449,14 +451,18 @@ mod tests {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         assert_eq!(reasons, ["connect=connect: from r2", "tls=tls: from r1"]);
-        assert_eq!((m.runs, m.connections, m.threads), (4, 8, 4));
+        assert_eq!((m.runs, m.run.connections, m.run.threads), (4, 8, 4));
         assert_eq!(m.requests.completed, 400);
         assert_eq!(m.requests.started, 400);
         assert_eq!((m.status["200"], m.status["404"]), (360, 40));
         assert_eq!(m.errors.non_2xx, 40);
         assert_eq!(m.bytes.total, 400 * 1050);
         // The window spans 1e9 .. 1e9 + 2 + 3.
-        assert!((m.duration_s - 5.0).abs() < 1e-6, "{}", m.duration_s);
+        assert!(
+            (m.run.duration_s - 5.0).abs() < 1e-6,
+            "{}",
+            m.run.duration_s
+        );
         assert!((m.rps - 80.0).abs() < 1e-6);
         let per_s: Vec<u64> = m.timeseries.iter().map(|s| s.requests).collect();
         let mut want = vec![0; 6];
@@ -470,9 +476,9 @@ mod tests {
             want.pop();
         }
         assert_eq!(per_s, want);
-        assert_eq!(m.clock.late_s, 2.0);
-        assert_eq!(m.clock.start_at_unix_s, Some(1e9));
-        assert!(m.shard.is_none());
+        assert_eq!(m.run.clock.late_s, 2.0);
+        assert_eq!(m.run.clock.start_at_unix_s, Some(1e9));
+        assert!(m.run.shard.is_none());
         assert!(report::text(&m).contains("merged from 4 runs\n"));
         // A merge of merges counts its runs.
         let again = reports(&[("a".into(), m), ("b".into(), runs.remove(0).1)], true).unwrap();
@@ -486,10 +492,11 @@ mod tests {
         for (what, change) in [
             (
                 "URLs",
-                &(|r: &mut Report| r.urls = vec!["http://other/".into()]) as &dyn Fn(&mut Report),
+                &(|r: &mut Report| r.run.urls = vec!["http://other/".into()])
+                    as &dyn Fn(&mut Report),
             ),
-            ("protocol", &|r: &mut Report| r.protocol = "h2".into()),
-            ("-m", &|r: &mut Report| r.streams = 8),
+            ("protocol", &|r: &mut Report| r.run.protocol = "h2".into()),
+            ("-m", &|r: &mut Report| r.run.streams = 8),
             ("open loop", &|r: &mut Report| {
                 r.open_loop = Some(OpenLoop {
                     rate: 1.0,
@@ -502,7 +509,7 @@ mod tests {
         ] {
             let mut b = run(1, 10, 0.0, &mut h);
             if what.starts_with("both") {
-                b.shard = a.shard;
+                b.run.shard = a.run.shard;
             }
             change(&mut b);
             let runs = [
@@ -521,16 +528,16 @@ mod tests {
                 ("a".into(), a),
                 ("b".into(), {
                     let mut b = run(1, 10, 0.0, &mut h);
-                    b.protocol = "h3".into();
-                    b.urls = vec!["https://x/".into()];
+                    b.run.protocol = "h3".into();
+                    b.run.urls = vec!["https://x/".into()];
                     b
                 }),
             ],
             true,
         )
         .unwrap();
-        assert_eq!(forced.protocol, "h1+h3");
-        assert_eq!(forced.urls, ["http://127.0.0.1:1/", "https://x/"]);
+        assert_eq!(forced.run.protocol, "h1+h3");
+        assert_eq!(forced.run.urls, ["http://127.0.0.1:1/", "https://x/"]);
         assert!(reports(&[], false).is_err());
     }
 

@@ -90,16 +90,9 @@ pub struct Second {
 pub struct Report {
     pub tool: String,
     pub version: String,
-    /// The command line, shell-quoted (`load -n 1000 'http://…'`); none in a merged report.
-    #[serde(default)]
-    pub command: Option<String>,
-    /// The protocol used: with ALPN, the one servers picked (`h1+h2` if both were).
-    pub protocol: String,
-    pub urls: Vec<String>,
-    pub connections: usize,
-    pub threads: usize,
-    pub streams: usize,
-    pub duration_s: f64,
+    /// What was run (its fields at the top level of the JSON).
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub requests: Requests,
     pub rps: f64,
     pub bytes: Bytes,
@@ -113,14 +106,8 @@ pub struct Report {
     pub latency_corrected_us: Option<Percentiles>,
     pub open_loop: Option<OpenLoop>,
     pub timeseries: Vec<Second>,
-    /// The run was stopped by SIGINT before its end: the figures cover the window up to then.
-    /// Absent from reports of versions before it: false.
-    #[serde(default)]
-    pub interrupted: bool,
     /// How many runs this report stands for: 1, or the number `loadterm merge` combined.
     pub runs: usize,
-    pub shard: Option<ShardInfo>,
-    pub clock: Clock,
     /// The histograms behind the percentiles, so that runs can be merged without loss.
     pub histograms: Histograms,
 }
@@ -176,8 +163,13 @@ pub(crate) fn decode(s: &str) -> anyhow::Result<Histogram<u64>> {
         .map_err(|e| anyhow::anyhow!("histogram: cannot decode: {e:?}"))
 }
 
+/// What a report says about the run itself: how it was run, and its measured window.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunInfo {
+    /// The command line, shell-quoted (`load -n 1000 'http://…'`); none in a merged report.
+    #[serde(default)]
     pub command: Option<String>,
+    /// The protocol used: with ALPN, the one servers picked (`h1+h2` if both were).
     pub protocol: String,
     pub urls: Vec<String>,
     pub connections: usize,
@@ -185,14 +177,16 @@ pub struct RunInfo {
     pub streams: usize,
     /// The measured window in seconds (warm-up excluded).
     pub duration_s: f64,
-    pub rate: Option<f64>,
+    /// The run was stopped by SIGINT before its end: the figures cover the window up to then.
+    /// Absent from reports of versions before it: false.
+    #[serde(default)]
+    pub interrupted: bool,
     pub shard: Option<ShardInfo>,
     pub clock: Clock,
-    /// Stopped by SIGINT.
-    pub interrupted: bool,
 }
 
-pub fn build(r: &Recorder, info: RunInfo) -> Report {
+/// The report of a run: `rate` is the open loop's total rate (none in a closed loop).
+pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>) -> Report {
     let ok = r
         .status
         .iter()
@@ -201,10 +195,10 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         .sum::<u64>();
     let non_2xx = r.completed - ok;
     let failed = non_2xx + r.errors.total();
-    let d = info.duration_s.max(1e-9);
+    let d = run.duration_s.max(1e-9);
     let total = r.head_bytes + r.body_bytes;
-    let open_loop = info.rate.map(|rate| {
-        let expected = (rate * info.duration_s).round() as u64;
+    let open_loop = rate.map(|rate| {
+        let expected = (rate * run.duration_s).round() as u64;
         OpenLoop {
             rate,
             sent: r.started,
@@ -215,13 +209,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
     Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        command: info.command,
-        protocol: info.protocol,
-        urls: info.urls,
-        connections: info.connections,
-        threads: info.threads,
-        streams: info.streams,
-        duration_s: info.duration_s,
+        run,
         requests: Requests {
             started: r.started,
             retried: r.retried,
@@ -249,7 +237,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
         },
         latency_us: Percentiles::of(&r.latency),
         ttfb_us: Percentiles::of(&r.ttfb),
-        latency_corrected_us: if info.rate.is_some() {
+        latency_corrected_us: if rate.is_some() {
             Percentiles::of(&r.corrected)
         } else {
             None
@@ -265,10 +253,7 @@ pub fn build(r: &Recorder, info: RunInfo) -> Report {
                 errors: *e,
             })
             .collect(),
-        interrupted: info.interrupted,
         runs: 1,
-        shard: info.shard,
-        clock: info.clock,
         histograms: Histograms {
             latency_us: encode(&r.latency),
             ttfb_us: encode(&r.ttfb),
@@ -333,33 +318,33 @@ fn row(name: &str, cells: [String; 8]) -> String {
 pub fn text(r: &Report) -> String {
     let mut s = String::new();
     let e = &r.errors.transport;
-    s += &match &r.command {
+    s += &match &r.run.command {
         Some(c) => format!("{} {}: {c}\n", r.tool, r.version),
         None => format!("{} {}\n", r.tool, r.version),
     };
     s += &format!(
         "Application protocol: {}\n",
-        application_protocol(&r.protocol)
+        application_protocol(&r.run.protocol)
     );
     s += &format!(
         "finished in {:.2}s, {:.2} req/s, {}/s\n",
-        r.duration_s,
+        r.run.duration_s,
         r.rps,
         size(r.bytes_per_s)
     );
-    if r.interrupted {
+    if r.run.interrupted {
         s += "interrupted (SIGINT): the figures cover the run up to then\n";
     }
-    if let Some(sh) = &r.shard {
+    if let Some(sh) = &r.run.shard {
         s += &format!("shard {}/{}\n", sh.index, sh.count);
     }
     if r.runs > 1 {
         s += &format!("merged from {} runs\n", r.runs);
     }
-    if r.clock.late_s > 0.001 {
+    if r.run.clock.late_s > 0.001 {
         s += &format!(
             "started late: measured window began {:.3}s after --start-at\n",
-            r.clock.late_s
+            r.run.clock.late_s
         );
     }
     s += &format!(
@@ -468,7 +453,7 @@ mod tests {
     use crate::record::{ErrorKind, Failure, Sample};
     use std::time::{Duration, Instant};
 
-    fn info(rate: Option<f64>) -> RunInfo {
+    fn info() -> RunInfo {
         RunInfo {
             command: Some("load -n 15 'http://127.0.0.1/?s=1k&t=5'".into()),
             protocol: "h1".into(),
@@ -477,7 +462,6 @@ mod tests {
             threads: 1,
             streams: 1,
             duration_s: 2.0,
-            rate,
             shard: None,
             clock: Clock {
                 origin_unix_s: 1e9,
@@ -519,7 +503,7 @@ mod tests {
 
     #[test]
     fn counts_and_open_loop() {
-        let rep = build(&recorder(), info(Some(10.0)));
+        let rep = build(&recorder(), info(), Some(10.0));
         let q = &rep.requests;
         assert_eq!(
             (q.started, q.completed, q.succeeded, q.failed),
@@ -559,15 +543,15 @@ mod tests {
             "{text}"
         );
         let none = Recorder::new(Instant::now(), Instant::now(), None, false);
-        assert!(!super::text(&build(&none, info(None))).contains("interim"));
+        assert!(!super::text(&build(&none, info(), None)).contains("interim"));
         // Sending more than the rate asked for is not a negative miss.
-        let rep = build(&recorder(), info(Some(5.0)));
+        let rep = build(&recorder(), info(), Some(5.0));
         assert_eq!(rep.open_loop.unwrap().missed, 0);
     }
 
     #[test]
     fn summary_starts_with_what_was_run_and_lines_up() {
-        let text = text(&build(&recorder(), info(None)));
+        let text = text(&build(&recorder(), info(), None));
         let mut lines = text.lines();
         assert_eq!(
             lines.next(),
@@ -599,7 +583,7 @@ mod tests {
 
     #[test]
     fn closed_loop_has_no_open_loop_figures() {
-        let rep = build(&recorder(), info(None));
+        let rep = build(&recorder(), info(), None);
         assert!(rep.open_loop.is_none() && rep.latency_corrected_us.is_none());
         let text = text(&rep);
         assert!(
