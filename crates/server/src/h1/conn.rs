@@ -653,21 +653,16 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         Ok(())
     }
 
-    /// Answer with an error page (no request could be planned) and close.
-    async fn fail(&mut self, page: ErrorPage, t_first: Instant) -> PeriodEnd {
+    /// The answer when no request could be planned: an error page, which closes the connection.
+    fn error_page(&mut self, page: ErrorPage, t_first: Instant) -> (Exchange, Instant) {
         stats::error_page(page);
         self.ready_out();
-        let mut x = Exchange::error(page, Version::Http11, self.date, t_first);
-        let end = x.drive(t_first, self).await;
-        match self.ended(&x, end) {
-            // An error page closes the connection.
-            Ok(()) => PeriodEnd::Close,
-            Err(end) => end,
-        }
+        let x = Exchange::error(page, Version::Http11, self.date, t_first);
+        (x, t_first)
     }
 
-    /// Wait for a request's head and plan its answer: the exchange and the instant its head
-    /// began.
+    /// Wait for a request's head and plan its answer (an error page if the head is malformed or
+    /// late): the exchange and the instant its head began.
     async fn request(&mut self) -> Result<(Exchange, Instant), PeriodEnd> {
         // Idle keep-alive: no byte of a next request within the timeout (or the time the last
         // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
@@ -683,7 +678,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             self.head = head;
             match parsed {
                 Parsed::Complete => break,
-                Parsed::Error(page) => return Err(Box::pin(self.fail(page, t_first)).await),
+                Parsed::Error(page) => return Ok(self.error_page(page, t_first)),
                 // The whole head within the timeout from its first byte, as HAProxy's
                 // `timeout http-request`: a timer restarted at every read would let a client
                 // trickling a byte at a time hold the connection for ever (slowloris).
@@ -693,7 +688,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
                 {
                     Some(Ok(0)) => return Err(PeriodEnd::Abort),
                     Some(Ok(_)) => {}
-                    None => return Err(Box::pin(self.fail(ErrorPage::Timeout, t_first)).await),
+                    None => return Ok(self.error_page(ErrorPage::Timeout, t_first)),
                     Some(Err(e)) => return Err(PeriodEnd::Failed(e)),
                 },
             }
