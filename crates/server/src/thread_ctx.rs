@@ -44,7 +44,12 @@ pub(crate) fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
     if BURN_FRACTION.load(Relaxed) != 0 {
         burn();
     }
-    RNG.with(|r| Exchange::new(req, &mut r.borrow_mut(), t_first))
+    // The generator is taken out and put back rather than the exchange built inside `with`:
+    // returned through the closure, the exchange was copied twice more.
+    let mut rng = RNG.with_borrow(Rng::clone);
+    let x = Exchange::new(req, &mut rng, t_first);
+    RNG.set(rng);
+    x
 }
 
 /// `--burn PERCENT`: the extra fraction (f64 bits; 0 = off).
