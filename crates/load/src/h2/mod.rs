@@ -15,7 +15,7 @@ use crate::timer;
 use client::{Client, Event};
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
@@ -39,10 +39,8 @@ where
     if setup.is_head {
         c.head_requests();
     }
-    let mut slots: Vec<Option<InFlight>> = scheds.iter().map(|_| None).collect();
-    let mut free: Vec<usize> = (0..scheds.len()).rev().collect();
-    let (mut wbuf, mut wpos, mut flush) = (Vec::new(), 0, false);
-    let mut rbuf = vec![0u8; 64 * 1024];
+    let mut slots = Slots::new(scheds.len());
+    let mut wire = Wire::default();
     // Re-armed only when it fires, not per request.
     let mut check: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(setup.timeout));
     let mut check_armed = false;
@@ -51,11 +49,95 @@ where
     let mut progressed = false;
     loop {
         let now = Instant::now();
+        let due = slots.start(w, &mut c, scheds, now);
+        if slots.in_flight() && !check_armed {
+            check.as_mut().reset((now + setup.timeout).into());
+            check_armed = true;
+        }
+        if c.in_flight() == 0 && (!w.more() || c.going_away()) {
+            return if w.more() {
+                End::Reconnect
+            } else {
+                End::Finished
+            };
+        }
+        let due = due.filter(|_| w.more());
+        if due != wake.as_ref().map(timer::Sleep::deadline) {
+            wake = due.map(timer::sleep_until);
+        }
+        let step = std::future::poll_fn(|cx| {
+            if let Poll::Ready(step) = wire.poll(cx, &mut io, &mut c) {
+                return Poll::Ready(step);
+            }
+            if wake
+                .as_mut()
+                .is_some_and(|s| Pin::new(s).poll(cx).is_ready())
+            {
+                return Poll::Ready(Step::Wake);
+            }
+            if check_armed && check.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Step::Check);
+            }
+            Poll::Pending
+        })
+        .await;
+        match step {
+            Step::Read(n) => {
+                let fed = c.feed(&wire.rbuf[..n]);
+                slots.answered(w, &mut c, Instant::now(), &mut progressed);
+                if fed.is_err() {
+                    slots.lose_all(w, ErrorKind::Protocol);
+                    return End::Reconnect;
+                }
+            }
+            Step::Closed => {
+                slots.lose_all(w, ErrorKind::Reset);
+                return End::Reconnect;
+            }
+            Step::Wake => wake = None,
+            Step::Check => match slots.oldest_sent() {
+                None => check_armed = false,
+                Some(oldest) if oldest + setup.timeout <= Instant::now() => {
+                    slots.lose_all(w, ErrorKind::Timeout);
+                    return End::Reconnect;
+                }
+                Some(oldest) => check.as_mut().reset((oldest + setup.timeout).into()),
+            },
+        }
+    }
+}
+
+/// The connection's stream slots: the request in flight in each, and those free.
+struct Slots {
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+}
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots {
+            slots: (0..n).map(|_| None).collect(),
+            free: (0..n).rev().collect(),
+        }
+    }
+
+    fn in_flight(&self) -> bool {
+        self.free.len() < self.slots.len()
+    }
+
+    /// Start every request that is due on a free slot the server allows: requests given back
+    /// first, with their intended time. Returns when the next one not yet due is.
+    fn start(
+        &mut self,
+        w: &WorkerRef,
+        c: &mut Client,
+        scheds: &mut [Schedule],
+        now: Instant,
+    ) -> Option<Instant> {
         let mut due: Option<Instant> = None;
         let mut k = 0;
-        while k < free.len() && c.can_start() {
-            let slot = free[k];
-            // Requests given back go first, with their intended time.
+        while k < self.free.len() && c.can_start() {
+            let slot = self.free[k];
             let (i, intended) = match w.take_retry() {
                 Some(again) => again,
                 None => {
@@ -73,144 +155,130 @@ where
                     (i, intended)
                 }
             };
-            free.swap_remove(k);
-            c.start(&setup.target(i).h2_block, &setup.data, slot);
-            slots[slot] = Some(InFlight {
+            self.free.swap_remove(k);
+            c.start(&w.setup.target(i).h2_block, &w.setup.data, slot);
+            self.slots[slot] = Some(InFlight {
                 index: i,
                 intended,
                 sent: now,
                 first_byte: None,
             });
-            if !check_armed {
-                check.as_mut().reset((now + setup.timeout).into());
-                check_armed = true;
-            }
         }
-        if c.in_flight() == 0 && (!w.more() || c.going_away()) {
-            return if w.more() {
-                End::Reconnect
-            } else {
-                End::Finished
-            };
-        }
-        let due = due.filter(|_| w.more());
-        if due != wake.as_ref().map(timer::Sleep::deadline) {
-            wake = due.map(timer::sleep_until);
-        }
-        let step = std::future::poll_fn(|cx| {
-            loop {
-                if wpos == wbuf.len() {
-                    if !wbuf.is_empty() {
-                        wbuf.clear();
-                        wpos = 0;
-                        flush = true;
+        due
+    }
+
+    /// Record what the client's events say of the requests in flight (`now`: when their bytes
+    /// were read).
+    fn answered(&mut self, w: &WorkerRef, c: &mut Client, now: Instant, progressed: &mut bool) {
+        for ev in c.events() {
+            match ev {
+                Event::Head { slot } => {
+                    if let Some(f) = &mut self.slots[slot] {
+                        f.first_byte.get_or_insert(now);
                     }
-                    if !c.has_output() {
-                        break;
-                    }
-                    c.take_output(&mut wbuf);
                 }
-                match Pin::new(&mut io).poll_write(cx, &wbuf[wpos..]) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
-                    Poll::Ready(Ok(n)) => wpos += n,
-                    Poll::Pending => break,
+                Event::Done {
+                    slot,
+                    status,
+                    head_bytes,
+                    body_bytes,
+                } => {
+                    let f = self.slots[slot].take().expect("in flight");
+                    self.free.push(slot);
+                    finish(w, f, status, head_bytes, body_bytes, now);
+                    *progressed = true;
+                }
+                Event::Interim { .. } => w.interim(),
+                Event::Reset { slot } => {
+                    self.slots[slot] = None;
+                    self.free.push(slot);
+                    w.error(ErrorKind::Reset);
+                }
+                Event::Unprocessed { slot } => {
+                    self.free.push(slot);
+                    unprocessed(w, self.slots[slot].take().into_iter(), *progressed);
+                }
+                Event::Malformed { slot } => {
+                    self.slots[slot] = None;
+                    self.free.push(slot);
+                    w.error(ErrorKind::Protocol);
                 }
             }
-            if flush {
-                match Pin::new(&mut io).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => flush = false,
-                    Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
-                    Poll::Pending => {}
+        }
+    }
+
+    /// Every request in flight is lost, as `kind`.
+    fn lose_all(&mut self, w: &WorkerRef, kind: ErrorKind) {
+        lose(w, self.slots.iter_mut().filter_map(Option::take), kind);
+    }
+
+    /// When the oldest request in flight was sent.
+    fn oldest_sent(&self) -> Option<Instant> {
+        self.slots.iter().flatten().map(|f| f.sent).min()
+    }
+}
+
+/// The connection's bytes: what the client has to send (written as the socket takes it), and
+/// the read buffer.
+struct Wire {
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Bytes were written since the last flush.
+    flush: bool,
+    rbuf: Vec<u8>,
+}
+
+impl Default for Wire {
+    fn default() -> Wire {
+        Wire {
+            wbuf: Vec::new(),
+            wpos: 0,
+            flush: false,
+            rbuf: vec![0u8; 64 * 1024],
+        }
+    }
+}
+
+impl Wire {
+    /// Write what the client has to send, then read: reads and writes in one poll, so neither
+    /// waits on the other.
+    fn poll<IO: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut IO,
+        c: &mut Client,
+    ) -> Poll<Step> {
+        loop {
+            if self.wpos == self.wbuf.len() {
+                if !self.wbuf.is_empty() {
+                    self.wbuf.clear();
+                    self.wpos = 0;
+                    self.flush = true;
                 }
+                if !c.has_output() {
+                    break;
+                }
+                c.take_output(&mut self.wbuf);
             }
-            let mut rb = ReadBuf::new(&mut rbuf);
-            match Pin::new(&mut io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Step::Closed),
-                Poll::Ready(Ok(())) => return Poll::Ready(Step::Read(rb.filled().len())),
+            match Pin::new(&mut *io).poll_write(cx, &self.wbuf[self.wpos..]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
+                Poll::Ready(Ok(n)) => self.wpos += n,
+                Poll::Pending => break,
+            }
+        }
+        if self.flush {
+            match Pin::new(&mut *io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.flush = false,
                 Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
                 Poll::Pending => {}
             }
-            if wake
-                .as_mut()
-                .is_some_and(|s| Pin::new(s).poll(cx).is_ready())
-            {
-                return Poll::Ready(Step::Wake);
-            }
-            if check_armed && check.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Step::Check);
-            }
-            Poll::Pending
-        })
-        .await;
-        match step {
-            Step::Read(n) => {
-                let fed = c.feed(&rbuf[..n]);
-                let now = Instant::now();
-                for ev in c.events() {
-                    match ev {
-                        Event::Head { slot } => {
-                            if let Some(f) = &mut slots[slot] {
-                                f.first_byte.get_or_insert(now);
-                            }
-                        }
-                        Event::Done {
-                            slot,
-                            status,
-                            head_bytes,
-                            body_bytes,
-                        } => {
-                            let f = slots[slot].take().expect("in flight");
-                            free.push(slot);
-                            finish(w, f, status, head_bytes, body_bytes, now);
-                            progressed = true;
-                        }
-                        Event::Interim { .. } => w.interim(),
-                        Event::Reset { slot } => {
-                            slots[slot] = None;
-                            free.push(slot);
-                            w.error(ErrorKind::Reset);
-                        }
-                        Event::Unprocessed { slot } => {
-                            free.push(slot);
-                            unprocessed(w, slots[slot].take().into_iter(), progressed);
-                        }
-                        Event::Malformed { slot } => {
-                            slots[slot] = None;
-                            free.push(slot);
-                            w.error(ErrorKind::Protocol);
-                        }
-                    }
-                }
-                if fed.is_err() {
-                    lose(
-                        w,
-                        slots.iter_mut().filter_map(Option::take),
-                        ErrorKind::Protocol,
-                    );
-                    return End::Reconnect;
-                }
-            }
-            Step::Closed => {
-                lose(
-                    w,
-                    slots.iter_mut().filter_map(Option::take),
-                    ErrorKind::Reset,
-                );
-                return End::Reconnect;
-            }
-            Step::Wake => wake = None,
-            Step::Check => match slots.iter().flatten().map(|f| f.sent).min() {
-                None => check_armed = false,
-                Some(oldest) if oldest + setup.timeout <= Instant::now() => {
-                    lose(
-                        w,
-                        slots.iter_mut().filter_map(Option::take),
-                        ErrorKind::Timeout,
-                    );
-                    return End::Reconnect;
-                }
-                Some(oldest) => check.as_mut().reset((oldest + setup.timeout).into()),
-            },
+        }
+        let mut rb = ReadBuf::new(&mut self.rbuf);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Step::Closed),
+            Poll::Ready(Ok(())) => Poll::Ready(Step::Read(rb.filled().len())),
+            Poll::Ready(Err(_)) => Poll::Ready(Step::Closed),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
