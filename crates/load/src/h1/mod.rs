@@ -208,7 +208,11 @@ impl Pipeline {
             }
             Ok(None) => lose(w, self.inflight.drain(..), ErrorKind::Reset),
             Err(_) => {
-                lose(w, self.inflight.pop_front().into_iter(), ErrorKind::Protocol);
+                lose(
+                    w,
+                    self.inflight.pop_front().into_iter(),
+                    ErrorKind::Protocol,
+                );
                 lose(w, self.inflight.drain(..), ErrorKind::Reset);
             }
         }
