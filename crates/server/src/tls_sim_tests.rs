@@ -54,7 +54,13 @@ fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
     let slot = ConnSlot::new(&Arc::new(AtomicUsize::new(0)), Transport::Tls);
-    let served = tokio::spawn(handshake(server, Arc::new(tls), cfg, Vec::new(), slot));
+    let served = tokio::spawn(handshake(
+        server,
+        crate::tls_stream::server_config(tls),
+        cfg,
+        Vec::new(),
+        slot,
+    ));
     (client, roots, stop, served)
 }
 

@@ -1,18 +1,25 @@
-//! The server's TLS stream: rustls's unbuffered API (`UnbufferedServerConnection`) over a byte
-//! stream, with the ciphertext buffers (and the rare plaintext left over from a read) owned
-//! here. They are held while the connection is busy and given back to the thread's pool
-//! (`h1::buffers`) once it turns idle (`release`), so that a parked connection keeps rustls's
-//! state (keys, sequence numbers) and nothing else: the buffered `ServerConnection` kept a
-//! 4 KiB record buffer for ever.
+//! The server's TLS stream, with the buffers owned here: they are held while the connection is
+//! busy and given back to the thread's pool (`h1::buffers`) once it turns idle, so that a
+//! parked connection keeps its keys and sequence numbers and nothing else (the buffered
+//! `ServerConnection` kept a 4 KiB record buffer for ever).
 //!
-//! Records are encrypted straight into the outgoing buffer, up to `WRITE_BATCH` bytes of
-//! plaintext per write call, and each batch leaves in one write to the socket.
+//! The handshake runs on rustls's unbuffered API (`UnbufferedServerConnection`). Once it is
+//! over, rustls hands the traffic secrets over (`dangerous_into_kernel_connection`, the path
+//! meant for kernel TLS) and keeps only its key schedule, for key updates (`KernelConnection`).
+//! Records are then sealed here, straight into the outgoing buffer (plaintext copied in once,
+//! encrypted in place: rustls's unbuffered `encrypt` copies each record a second time, and
+//! aws-lc's TLS sealing keys, which rustls's encrypters use, refuse a first record whose
+//! sequence number is not 0, as it is not after the session tickets), and opened in place in
+//! the read buffer with rustls's decrypter for the suite.
 
 use crate::h1::buffers;
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use rustls::crypto::cipher::{InboundOpaqueMessage, MessageDecrypter, OutboundChunks};
+use rustls::kernel::KernelConnection;
 use rustls::server::{ServerConfig, ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
-    WriteTraffic,
+use rustls::unbuffered::{ConnectionState, EncodeError, InsufficientSizeError, UnbufferedStatus};
+use rustls::{
+    AlertDescription, ConnectionTrafficSecrets, ContentType, ProtocolVersion, SupportedCipherSuite,
 };
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -21,98 +28,52 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The largest TLS record on the wire (RFC 8446 §5.2): the incoming buffer always has room
-/// for a whole one.
-const MAX_RECORD: usize = 5 + (1 << 14) + 256;
+/// The largest plaintext of a record (RFC 8446 §5.1).
+const MAX_FRAGMENT: usize = 1 << 14;
+/// The largest record on the wire (RFC 8446 §5.2): the read buffer always has room for one.
+const MAX_RECORD: usize = 5 + MAX_FRAGMENT + 256;
 /// Ciphertext read at once at least, when no record is begun: the pool's buffer size.
 const READ_SIZE: usize = 16 * 1024;
 /// Plaintext encrypted per write call, as much as rustls's buffered connection took (its
 /// default buffer limit): one write to the socket per 64 KiB.
 const WRITE_BATCH: usize = 64 * 1024;
-/// Whole slices of a vectored write are taken up to this much plaintext, rather than a slice
-/// cut short of the batch: a cut would leave a short record at every batch's end (a response's
-/// head before its 64 KiB body slices).
-const WRITE_SLACK: usize = 1 << 14;
+/// Slices of a vectored write taken per call: records are cut across them.
+const WRITE_SLICES: usize = 16;
+/// Records encrypted under one key before TLS 1.3 moves to the next (a key update), below
+/// the suite's confidentiality limit as rustls keeps it.
+const KEY_UPDATE_MARGIN: u64 = 1 << 10;
 
-/// A TLS connection after its handshake (and during it, inside `Handshake`).
-pub(crate) struct TlsStream<IO> {
-    io: IO,
-    /// Boxed: moving a stream (into the parking lot, into a task) moves a pointer.
-    conn: Box<UnbufferedServerConnection>,
-    /// Ciphertext read: `incoming[in_start..in_end]` is not processed yet; the rest is room
-    /// (the vector's length is its initialized room).
-    incoming: Vec<u8>,
-    in_start: usize,
-    in_end: usize,
-    /// Ciphertext to send: `outgoing[out_start..out_end]`.
-    outgoing: Vec<u8>,
-    out_start: usize,
-    out_end: usize,
-    /// Plaintext decrypted and not read yet (a record longer than the reader's buffer, or data
-    /// that came with the handshake's last flight): `plain[plain_start..]`.
-    plain: Vec<u8>,
-    plain_start: usize,
-    read_end: ReadEnd,
-    /// Our close_notify is queued (or the connection failed): nothing more is encrypted.
-    write_closed: bool,
-    /// The connection failed: rustls's error, returned by every later call.
-    failed: Option<rustls::Error>,
-}
-
-/// How far the peer's side has come.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ReadEnd {
-    Open,
-    /// Its close_notify came: reads return end of stream.
-    CloseNotify,
-    /// The socket ended without a close_notify: reads fail (`UnexpectedEof`), as rustls's
-    /// buffered reader does.
-    Eof,
-}
-
-/// Where processing the records read so far stopped.
-enum Processed {
-    /// The handshake needs more bytes from the peer.
-    Handshaking,
-    /// Established (or closed both ways): more records need more bytes from the peer.
-    Established,
+/// A TLS listener's rustls configuration, as this stream needs it: rustls hands the traffic
+/// secrets over after the handshake.
+pub(crate) fn server_config(mut config: ServerConfig) -> Arc<ServerConfig> {
+    config.enable_secret_extraction = true;
+    Arc::new(config)
 }
 
 /// Start a server-side TLS connection over `io`: the handshake, as a future (each poll a step
 /// of it: `handshake_turns` gates them) whose output is the established stream.
+/// `config` comes from `server_config`.
 pub(crate) fn accept<IO>(
     io: IO,
     config: Arc<ServerConfig>,
 ) -> Result<Handshake<IO>, rustls::Error> {
-    let conn = Box::new(UnbufferedServerConnection::new(config)?);
     Ok(Handshake {
-        stream: Some(TlsStream::from_parts(io, conn)),
+        hs: Some(Hs {
+            io,
+            conn: Box::new(UnbufferedServerConnection::new(config)?),
+            incoming: Buf::default(),
+            outgoing: Vec::new(),
+            out_start: 0,
+            out_end: 0,
+            plain: Vec::new(),
+        }),
     })
-}
-
-/// A quiet stream put away while its connection is parked: rustls's state, inline (one
-/// allocation for the whole parked session, where the stream's own box was another), and the
-/// stream's socket-less IO.
-pub(crate) struct Parked<IO> {
-    io: IO,
-    conn: UnbufferedServerConnection,
-}
-
-impl<IO> Parked<IO> {
-    pub(crate) fn get_mut(&mut self) -> &mut IO {
-        &mut self.io
-    }
-
-    /// The stream again, as it was put away.
-    pub(crate) fn resume(self) -> TlsStream<IO> {
-        TlsStream::from_parts(self.io, Box::new(self.conn))
-    }
 }
 
 /// A TLS handshake in progress (`accept`). Errors carry rustls's error inside (`InvalidData`),
 /// or are the socket's, or `UnexpectedEof`: `tls::failure` classifies them.
 pub(crate) struct Handshake<IO> {
-    stream: Option<TlsStream<IO>>,
+    hs: Option<Hs<IO>>,
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Future for Handshake<IO> {
@@ -120,15 +81,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Future for Handshake<IO> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let stream = this
-            .stream
+        let hs = this
+            .hs
             .as_mut()
             .expect("a handshake is not polled once done");
-        ready!(stream.poll_handshake(cx))?;
-        let mut stream = this.stream.take().expect("checked above");
-        // The handshake's buffers are not kept for the first request: it may be long in coming.
-        stream.release();
-        Poll::Ready(Ok(stream))
+        ready!(hs.poll_handshake(cx))?;
+        let hs = this.hs.take().expect("checked above");
+        Poll::Ready(hs.established())
     }
 }
 
@@ -136,103 +95,143 @@ fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-impl<IO> TlsStream<IO> {
-    fn from_parts(io: IO, conn: Box<UnbufferedServerConnection>) -> Self {
-        TlsStream {
-            io,
-            conn,
-            incoming: Vec::new(),
-            in_start: 0,
-            in_end: 0,
-            outgoing: Vec::new(),
-            out_start: 0,
-            out_end: 0,
-            plain: Vec::new(),
-            plain_start: 0,
-            read_end: ReadEnd::Open,
-            write_closed: false,
-            failed: None,
+/// A read buffer: `data[start..end]` read and not used yet; the rest of `data` is room (its
+/// length is its initialized room).
+#[derive(Default)]
+struct Buf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Buf {
+    fn pending(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
         }
     }
 
-    /// Put a quiet stream (`is_quiet`) away for its connection to be parked; `None` (the
-    /// stream dropped) if it is not.
-    pub(crate) fn park(self) -> Option<Parked<IO>> {
-        if !self.is_quiet() {
-            return None;
+    /// Read more from `io`: the bytes read (0 at its end).
+    fn poll_fill<IO: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let pending = self.pending();
+        // Room for the rest of the record begun, or a pooled buffer's worth: a whole record
+        // always fits, and the pool's 16 KiB buffers are not regrown for requests.
+        let need = match pending {
+            [_, _, _, hi, lo, ..] => {
+                (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).saturating_sub(pending.len())
+            }
+            _ => READ_SIZE - pending.len(),
         }
-        let TlsStream {
-            io,
-            conn,
-            incoming,
-            outgoing,
-            ..
-        } = self;
-        buffers::give(incoming);
-        buffers::give(outgoing);
-        Some(Parked { io, conn: *conn })
+        .clamp(1, MAX_RECORD);
+        (self.start, self.end) = room(&mut self.data, self.start, self.end, need);
+        let mut buf = ReadBuf::new(&mut self.data[self.end..]);
+        ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+        let n = buf.filled().len();
+        self.end += n;
+        Poll::Ready(Ok(n))
     }
 
-    pub(crate) fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
-    /// The protocol the handshake chose by ALPN.
-    pub(crate) fn alpn_protocol(&self) -> Option<&[u8]> {
-        self.conn.alpn_protocol()
-    }
-
-    /// Nothing to read or to send is held here (nor in rustls, which this stream empties at
-    /// each step), and the connection is open: its next bytes come from the socket.
-    pub(crate) fn is_quiet(&self) -> bool {
-        self.in_start == self.in_end
-            && self.out_start == self.out_end
-            && self.plain_start == self.plain.len()
-            && self.read_end == ReadEnd::Open
-            && self.failed.is_none()
-    }
-
-    /// Give the buffers that hold nothing back (to the thread's pool, or free them).
-    pub(crate) fn release(&mut self) {
-        if self.in_start == self.in_end {
-            buffers::give(std::mem::take(&mut self.incoming));
-            (self.in_start, self.in_end) = (0, 0);
-        }
-        if self.out_start == self.out_end {
-            buffers::give(std::mem::take(&mut self.outgoing));
-            (self.out_start, self.out_end) = (0, 0);
-        }
-        if self.plain_start == self.plain.len() {
-            self.plain = Vec::new();
-            self.plain_start = 0;
+    /// Give the buffer back to the pool if it holds nothing.
+    fn release(&mut self) {
+        if self.is_empty() {
+            buffers::give(std::mem::take(&mut self.data));
         }
     }
+}
 
-    /// The bytes of buffer this stream holds (rustls's own state aside).
-    #[cfg(test)]
-    pub(crate) fn buffer_capacity(&self) -> usize {
-        self.incoming.capacity() + self.outgoing.capacity() + self.plain.capacity()
+/// Room for `need` more bytes after `end` in `buf` (`buf[start..end]` pending), moving the
+/// pending bytes to the front or growing it as needed: the new `(start, end)`.
+fn room(buf: &mut Vec<u8>, start: usize, end: usize, need: usize) -> (usize, usize) {
+    if buf.len() - end >= need {
+        return (start, end);
     }
-
-    fn check(&self) -> io::Result<()> {
-        match &self.failed {
-            Some(e) => Err(tls_error(e.clone())),
-            None => Ok(()),
+    if start > 0 {
+        buf.copy_within(start..end, 0);
+    }
+    let end = end - start;
+    if buf.len() - end < need {
+        if buf.capacity() == 0 {
+            *buf = buffers::take(end + need);
         }
+        // Initialized once per buffer: reads and rustls write into slices.
+        let len = buf.capacity().max(end + need);
+        buf.resize(len, 0);
     }
+    (0, end)
+}
 
-    /// Process the records read so far until more bytes are needed: plaintext goes to `to`
-    /// while it has room, the rest to `plain`; handshake records to send to `outgoing`.
-    fn process(&mut self, mut to: Option<&mut ReadBuf<'_>>) -> io::Result<Processed> {
-        self.check()?;
+/// The handshake's state: rustls's whole connection, and flat buffers.
+struct Hs<IO> {
+    io: IO,
+    conn: Box<UnbufferedServerConnection>,
+    incoming: Buf,
+    /// The flights to send: `outgoing[out_start..out_end]`.
+    outgoing: Vec<u8>,
+    out_start: usize,
+    out_end: usize,
+    /// Application data that came with the client's last flight.
+    plain: Vec<u8>,
+}
+
+/// Where processing the handshake records read so far stopped.
+enum Processed {
+    /// More bytes from the peer are needed.
+    Handshaking,
+    /// The handshake is over.
+    Done,
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Hs<IO> {
+    /// Drive the handshake until it is over and its last flight sent.
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            let UnbufferedStatus { mut discard, state } = self
-                .conn
-                .process_tls_records(&mut self.incoming[self.in_start..self.in_end]);
+            let processed = match self.process() {
+                Ok(p) => p,
+                Err(e) => {
+                    // The alert goes out if the socket takes it at once; the error stands.
+                    let _ = self.poll_send(cx);
+                    return Poll::Ready(Err(e));
+                }
+            };
+            // Our flight first: the peer waits for it.
+            ready!(self.poll_send(cx))?;
+            match processed {
+                Processed::Done => return Poll::Ready(Ok(())),
+                Processed::Handshaking => {
+                    if ready!(self.incoming.poll_fill(&mut self.io, cx))? == 0 {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "tls handshake eof",
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Process the records read so far until more are needed or the handshake is over.
+    fn process(&mut self) -> io::Result<Processed> {
+        loop {
+            let Buf { data, start, end } = &mut self.incoming;
+            let UnbufferedStatus { mut discard, state } =
+                self.conn.process_tls_records(&mut data[*start..*end]);
             let state = match state {
                 Ok(state) => state,
                 Err(e) => {
-                    self.in_start += discard;
+                    self.incoming.consume(discard);
                     return Err(self.fail(e));
                 }
             };
@@ -243,12 +242,7 @@ impl<IO> TlsStream<IO> {
                         match record {
                             Ok(record) => {
                                 discard += record.discard;
-                                deliver(
-                                    record.payload,
-                                    to.as_deref_mut(),
-                                    &mut self.plain,
-                                    &mut self.plain_start,
-                                );
+                                self.plain.extend_from_slice(record.payload);
                             }
                             Err(e) => {
                                 outcome = Some(Err(e));
@@ -267,36 +261,23 @@ impl<IO> TlsStream<IO> {
                         Err(e) => Some(Err(e)),
                     }
                 }
-                // Sent later, in order, with whatever follows: rustls needs no more of it.
+                // Sent before the handshake is said over, in order with what follows.
                 ConnectionState::TransmitTlsData(transmit) => {
                     transmit.done();
                     None
                 }
                 ConnectionState::BlockedHandshake => Some(Ok(Processed::Handshaking)),
-                ConnectionState::WriteTraffic(_) | ConnectionState::Closed => {
-                    Some(Ok(Processed::Established))
-                }
-                ConnectionState::PeerClosed => {
-                    if self.read_end == ReadEnd::Open {
-                        self.read_end = ReadEnd::CloseNotify;
-                    }
-                    None
-                }
-                // Early data is not accepted (`max_early_data_size` is 0), and no other state
-                // is expected of a server.
-                _ => Some(Err(rustls::Error::General(
-                    "unexpected TLS connection state".into(),
-                ))),
+                ConnectionState::WriteTraffic(_) => Some(Ok(Processed::Done)),
+                // Closed or failed before the handshake was over; early data is not accepted
+                // (`max_early_data_size` is 0).
+                _ => Some(Err(rustls::Error::HandshakeNotComplete)),
             };
-            self.in_start += discard;
-            if self.in_start == self.in_end {
-                (self.in_start, self.in_end) = (0, 0);
-            }
+            self.incoming.consume(discard);
             match outcome {
                 None => {}
                 // rustls lets a server send before the client's Finished (0.5-RTT data): the
                 // handshake is over only once that has come.
-                Some(Ok(Processed::Established)) if self.conn.is_handshaking() => {
+                Some(Ok(Processed::Done)) if self.conn.is_handshaking() => {
                     return Ok(Processed::Handshaking)
                 }
                 Some(Ok(p)) => return Ok(p),
@@ -305,10 +286,8 @@ impl<IO> TlsStream<IO> {
         }
     }
 
-    /// The connection failed with `e`: remember it, and queue the alert rustls has for it.
+    /// The handshake failed with `e`: queue the alert rustls has for it.
     fn fail(&mut self, e: rustls::Error) -> io::Error {
-        self.failed = Some(e.clone());
-        self.write_closed = true;
         // rustls queues a fatal alert with its error; it is handed out as handshake data.
         loop {
             let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut []);
@@ -326,42 +305,475 @@ impl<IO> TlsStream<IO> {
         tls_error(e)
     }
 
-    /// Hand out what rustls queued to send (a key update) until it can encrypt application
-    /// data; the caller then takes the `WriteTraffic` state with `traffic`.
-    fn prepare_write(&mut self) -> io::Result<()> {
-        self.check()?;
-        if self.write_closed {
-            return Err(io::ErrorKind::BrokenPipe.into());
+    /// Send the flights encoded so far, all of them.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.out_start < self.out_end {
+            let n =
+                ready!(Pin::new(&mut self.io)
+                    .poll_write(cx, &self.outgoing[self.out_start..self.out_end]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out_start += n;
         }
-        loop {
-            let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut []);
-            match state {
-                Ok(ConnectionState::EncodeTlsData(mut data)) => {
-                    (self.out_start, self.out_end) =
-                        encode(&mut data, &mut self.outgoing, self.out_start, self.out_end)
-                            .map_err(tls_error)?;
-                }
-                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
-                Ok(ConnectionState::PeerClosed) => {
-                    if self.read_end == ReadEnd::Open {
-                        self.read_end = ReadEnd::CloseNotify;
-                    }
-                }
-                Ok(ConnectionState::WriteTraffic(_)) => return Ok(()),
-                Ok(_) => return Err(io::ErrorKind::NotConnected.into()),
-                Err(e) => return Err(tls_error(e)),
+        (self.out_start, self.out_end) = (0, 0);
+        Poll::Ready(Ok(()))
+    }
+
+    /// The established stream: rustls's secrets taken over, the handshake's buffers given
+    /// back (the first request may be long in coming).
+    fn established(self) -> io::Result<TlsStream<IO>> {
+        let Hs {
+            io,
+            conn,
+            mut incoming,
+            outgoing,
+            plain,
+            ..
+        } = self;
+        let h2 = conn.alpn_protocol() == Some(b"h2");
+        let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(tls_error)?;
+        let suite = kernel.negotiated_cipher_suite();
+        let (tx_seq, tx) = secrets.tx;
+        let (rx_seq, rx) = secrets.rx;
+        let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
+        let traffic = Traffic {
+            tx: sealer(tx, tls13)?,
+            tx_seq,
+            rx: decrypter(suite, rx)?,
+            rx_seq,
+            limit: match suite {
+                SupportedCipherSuite::Tls13(s) => &s.common,
+                SupportedCipherSuite::Tls12(s) => &s.common,
+            }
+            .confidentiality_limit
+            .saturating_sub(KEY_UPDATE_MARGIN),
+            update_due: false,
+            tls13,
+            kernel,
+        };
+        buffers::give(outgoing);
+        incoming.release();
+        Ok(TlsStream {
+            io,
+            traffic: Box::new(traffic),
+            incoming,
+            out: Vec::new(),
+            out_sent: 0,
+            plain_start: 0,
+            plain,
+            read_end: ReadEnd::Open,
+            write_closed: false,
+            failed: None,
+            h2,
+        })
+    }
+}
+
+/// A handshake record (or alert) appended to `out[start..end]`: the new `(start, end)`.
+fn encode(
+    data: &mut rustls::unbuffered::EncodeTlsData<'_, ServerConnectionData>,
+    out: &mut Vec<u8>,
+    start: usize,
+    end: usize,
+) -> Result<(usize, usize), rustls::Error> {
+    let (mut start, mut end) = (start, end);
+    loop {
+        match data.encode(&mut out[end..]) {
+            Ok(n) => return Ok((start, end + n)),
+            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
+                (start, end) = room(out, start, end, required_size);
+            }
+            Err(EncodeError::AlreadyEncoded) => return Ok((start, end)),
+        }
+    }
+}
+
+/// A traffic secret's key and IV.
+fn key_iv(
+    secrets: ConnectionTrafficSecrets,
+) -> io::Result<(
+    rustls::crypto::cipher::AeadKey,
+    rustls::crypto::cipher::Iv,
+    bool,
+)> {
+    match secrets {
+        ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+        | ConnectionTrafficSecrets::Aes256Gcm { key, iv } => Ok((key, iv, false)),
+        ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => Ok((key, iv, true)),
+        _ => Err(tls_error(rustls::Error::General(
+            "unsupported record protection".into(),
+        ))),
+    }
+}
+
+/// The record sealer for a traffic secret.
+fn sealer(secrets: ConnectionTrafficSecrets, tls13: bool) -> io::Result<Sealer> {
+    let alg = match &secrets {
+        ConnectionTrafficSecrets::Aes128Gcm { .. } => &aead::AES_128_GCM,
+        ConnectionTrafficSecrets::Aes256Gcm { .. } => &aead::AES_256_GCM,
+        _ => &aead::CHACHA20_POLY1305,
+    };
+    let (key, iv, chacha) = key_iv(secrets)?;
+    let key = UnboundKey::new(alg, key.as_ref())
+        .map_err(|_| tls_error(rustls::Error::General("bad traffic key".into())))?;
+    let mut nonce_base = [0u8; aead::NONCE_LEN];
+    nonce_base.copy_from_slice(iv.as_ref());
+    Ok(Sealer {
+        key: LessSafeKey::new(key),
+        iv: nonce_base,
+        tls13,
+        explicit_nonce: !tls13 && !chacha,
+    })
+}
+
+/// The record decrypter of `suite` for a traffic secret (see `encrypter`).
+fn decrypter(
+    suite: SupportedCipherSuite,
+    secrets: ConnectionTrafficSecrets,
+) -> io::Result<Box<dyn MessageDecrypter>> {
+    let (key, iv, chacha) = key_iv(secrets)?;
+    Ok(match suite {
+        SupportedCipherSuite::Tls13(s) => s.aead_alg.decrypter(key, iv),
+        SupportedCipherSuite::Tls12(s) if chacha => s.aead_alg.decrypter(key, iv.as_ref()),
+        SupportedCipherSuite::Tls12(s) => s.aead_alg.decrypter(key, &iv.as_ref()[..4]),
+    })
+}
+
+/// Record protection for what this server sends (RFC 8446 §5.2, RFC 5288, RFC 7905): the
+/// per-record nonce is the IV XOR the sequence number (TLS 1.2's AES-GCM sends its last 8
+/// bytes as the explicit nonce, as rustls does).
+struct Sealer {
+    key: LessSafeKey,
+    iv: [u8; aead::NONCE_LEN],
+    tls13: bool,
+    explicit_nonce: bool,
+}
+
+impl Sealer {
+    /// One record of `typ` with `payload` (at most `MAX_FRAGMENT` bytes), appended to `out`.
+    fn seal(
+        &self,
+        seq: u64,
+        typ: ContentType,
+        payload: &OutboundChunks<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), rustls::Error> {
+        let mut nonce = self.iv;
+        for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+            *n ^= s;
+        }
+        let tag_len = self.key.algorithm().tag_len();
+        let (outer, len) = match (self.tls13, self.explicit_nonce) {
+            (true, _) => (ContentType::ApplicationData, payload.len() + 1 + tag_len),
+            (false, true) => (typ, 8 + payload.len() + tag_len),
+            (false, false) => (typ, payload.len() + tag_len),
+        };
+        let header = [u8::from(outer), 3, 3, (len >> 8) as u8, len as u8];
+        out.reserve(5 + len);
+        let start = out.len();
+        out.extend_from_slice(&header);
+        if self.explicit_nonce {
+            out.extend_from_slice(&nonce[4..]);
+        }
+        let body = out.len();
+        payload.copy_to_vec(out);
+        let nonce = Nonce::assume_unique_for_key(nonce);
+        let tag = if self.tls13 {
+            out.push(u8::from(typ));
+            self.key
+                .seal_in_place_separate_tag(nonce, Aad::from(header), &mut out[body..])
+        } else {
+            let mut aad = [0u8; 13];
+            aad[..8].copy_from_slice(&seq.to_be_bytes());
+            aad[8..11].copy_from_slice(&header[..3]);
+            aad[11..].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+            self.key
+                .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[body..])
+        };
+        match tag {
+            Ok(tag) => {
+                out.extend_from_slice(tag.as_ref());
+                Ok(())
+            }
+            Err(_) => {
+                out.truncate(start);
+                Err(rustls::Error::EncryptError)
             }
         }
     }
 }
 
-/// rustls's state for encrypting, once `prepare_write` has handed out what was queued.
-fn traffic(
-    conn: &mut UnbufferedServerConnection,
-) -> io::Result<WriteTraffic<'_, ServerConnectionData>> {
-    match conn.process_tls_records(&mut []).state {
-        Ok(ConnectionState::WriteTraffic(traffic)) => Ok(traffic),
-        _ => Err(io::ErrorKind::NotConnected.into()),
+/// An established connection's record protection: rustls's key schedule (`kernel`, for key
+/// updates), the current keys and sequence numbers.
+struct Traffic {
+    kernel: KernelConnection<ServerConnectionData>,
+    tx: Sealer,
+    tx_seq: u64,
+    rx: Box<dyn MessageDecrypter>,
+    rx_seq: u64,
+    /// Records under one key before a key update (TLS 1.3) or the end (TLS 1.2).
+    limit: u64,
+    /// The peer asked for a key update: ours moves on before our next record.
+    update_due: bool,
+    tls13: bool,
+}
+
+impl Traffic {
+    /// One record of `typ` with `payload` (at most `MAX_FRAGMENT` bytes), appended to `out`;
+    /// under TLS 1.3 the keys move on (a key update before it) once `limit` records went or
+    /// the peer asked.
+    fn seal(
+        &mut self,
+        typ: ContentType,
+        payload: OutboundChunks<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), rustls::Error> {
+        if self.update_due || self.tx_seq >= self.limit {
+            if !self.tls13 {
+                return Err(rustls::Error::EncryptError);
+            }
+            // KeyUpdate, update_not_requested (RFC 8446 §4.6.3), under the old key.
+            let update: &[u8] = &[24, 0, 0, 1, 0];
+            self.tx
+                .seal(self.tx_seq, ContentType::Handshake, &update.into(), out)?;
+            let (seq, secrets) = self.kernel.update_tx_secret()?;
+            self.tx = sealer(secrets, true).map_err(|_| rustls::Error::EncryptError)?;
+            self.tx_seq = seq;
+            self.update_due = false;
+        }
+        self.tx.seal(self.tx_seq, typ, &payload, out)?;
+        self.tx_seq += 1;
+        Ok(())
+    }
+}
+
+/// A TLS connection after its handshake.
+pub(crate) struct TlsStream<IO> {
+    io: IO,
+    /// Boxed: moving a stream (into a task, into the parking lot) moves a pointer.
+    traffic: Box<Traffic>,
+    /// Ciphertext read and not decrypted yet.
+    incoming: Buf,
+    /// Records to send: `out[out_sent..]`.
+    out: Vec<u8>,
+    out_sent: usize,
+    /// Plaintext decrypted and not read yet (a record longer than the reader's buffer, or data
+    /// that came with the handshake): `plain[plain_start..]`.
+    plain: Vec<u8>,
+    plain_start: usize,
+    read_end: ReadEnd,
+    /// Our close_notify is queued (or the connection failed): nothing more is encrypted.
+    write_closed: bool,
+    /// The connection failed: the error every later call returns.
+    failed: Option<rustls::Error>,
+    /// ALPN chose HTTP/2.
+    h2: bool,
+}
+
+/// How far the peer's side has come.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadEnd {
+    Open,
+    /// Its close_notify came: reads return end of stream.
+    CloseNotify,
+    /// The socket ended without a close_notify: reads fail (`UnexpectedEof`), as rustls's
+    /// buffered reader does.
+    Eof,
+}
+
+/// A quiet stream put away while its connection is parked: the record protection, inline (one
+/// allocation for the whole parked session), and the stream's socket-less IO.
+pub(crate) struct Parked<IO> {
+    io: IO,
+    traffic: Traffic,
+    h2: bool,
+}
+
+impl<IO> Parked<IO> {
+    pub(crate) fn get_mut(&mut self) -> &mut IO {
+        &mut self.io
+    }
+
+    /// The stream again, as it was put away.
+    pub(crate) fn resume(self) -> TlsStream<IO> {
+        TlsStream {
+            io: self.io,
+            traffic: Box::new(self.traffic),
+            incoming: Buf::default(),
+            out: Vec::new(),
+            out_sent: 0,
+            plain: Vec::new(),
+            plain_start: 0,
+            read_end: ReadEnd::Open,
+            write_closed: false,
+            failed: None,
+            h2: self.h2,
+        }
+    }
+}
+
+impl<IO> TlsStream<IO> {
+    pub(crate) fn get_ref(&self) -> &IO {
+        &self.io
+    }
+
+    /// ALPN chose HTTP/2.
+    pub(crate) fn is_h2(&self) -> bool {
+        self.h2
+    }
+
+    /// Nothing to read or to send is held here, and the connection is open: its next bytes
+    /// come from the socket.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.incoming.is_empty()
+            && self.out.is_empty()
+            && self.plain_start == self.plain.len()
+            && self.read_end == ReadEnd::Open
+            && !self.write_closed
+    }
+
+    /// Give the buffers that hold nothing back (to the thread's pool, or free them).
+    pub(crate) fn release(&mut self) {
+        self.incoming.release();
+        if self.out.is_empty() {
+            buffers::give(std::mem::take(&mut self.out));
+        }
+        if self.plain_start == self.plain.len() {
+            self.plain = Vec::new();
+            self.plain_start = 0;
+        }
+    }
+
+    /// Put a quiet stream (`is_quiet`) away for its connection to be parked; `None` (the
+    /// stream dropped) if it is not.
+    pub(crate) fn park(mut self) -> Option<Parked<IO>> {
+        if !self.is_quiet() {
+            return None;
+        }
+        self.release();
+        Some(Parked {
+            io: self.io,
+            traffic: *self.traffic,
+            h2: self.h2,
+        })
+    }
+
+    /// The bytes of buffer this stream holds (the record protection aside).
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.incoming.data.capacity() + self.out.capacity() + self.plain.capacity()
+    }
+
+    fn check(&self) -> io::Result<()> {
+        match &self.failed {
+            Some(e) => Err(tls_error(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The connection failed with `e`: remember it, and queue a fatal `alert` unless the
+    /// peer's alert ended it.
+    fn fail(&mut self, e: rustls::Error, alert: Option<AlertDescription>) -> io::Error {
+        if let (Some(alert), false) = (alert, self.write_closed) {
+            let payload: &[u8] = &[2, u8::from(alert)];
+            let _ = self
+                .traffic
+                .seal(ContentType::Alert, payload.into(), &mut self.out);
+        }
+        self.write_closed = true;
+        self.failed = Some(e.clone());
+        tls_error(e)
+    }
+
+    /// Decrypt the whole records read so far: application data to `to` while it has room, the
+    /// rest to `plain`; alerts and key updates handled. Stops after a close_notify.
+    fn decrypt(&mut self, mut to: Option<&mut ReadBuf<'_>>) -> io::Result<()> {
+        while self.read_end == ReadEnd::Open {
+            let pending = self.incoming.pending();
+            let available = pending.len();
+            let [typ, v1, v2, hi, lo, ..] = *pending else {
+                return Ok(());
+            };
+            let len = usize::from(u16::from_be_bytes([hi, lo]));
+            if len > MAX_RECORD - 5 {
+                return Err(self.fail(
+                    rustls::Error::PeerSentOversizedRecord,
+                    Some(AlertDescription::RecordOverflow),
+                ));
+            }
+            if available < 5 + len {
+                return Ok(());
+            }
+            let (start, traffic) = (self.incoming.start, &mut self.traffic);
+            let record = &mut self.incoming.data[start + 5..start + 5 + len];
+            let msg = InboundOpaqueMessage::new(
+                ContentType::from(typ),
+                ProtocolVersion::from(u16::from_be_bytes([v1, v2])),
+                record,
+            );
+            let plain = match traffic.rx.decrypt(msg, traffic.rx_seq) {
+                Ok(plain) => plain,
+                Err(e) => {
+                    self.incoming.consume(5 + len);
+                    return Err(self.fail(e, Some(AlertDescription::BadRecordMac)));
+                }
+            };
+            traffic.rx_seq += 1;
+            let outcome = match (plain.typ, plain.payload) {
+                (ContentType::ApplicationData, payload) => {
+                    deliver(
+                        payload,
+                        to.as_deref_mut(),
+                        &mut self.plain,
+                        &mut self.plain_start,
+                    );
+                    Ok(None)
+                }
+                (ContentType::Alert, [_, 0]) => {
+                    self.read_end = ReadEnd::CloseNotify;
+                    Ok(None)
+                }
+                // A warning (user_canceled, say) changes nothing; any other alert ends it.
+                (ContentType::Alert, [1, _]) => Ok(None),
+                (ContentType::Alert, [_, desc]) => Err((
+                    rustls::Error::AlertReceived(AlertDescription::from(*desc)),
+                    None,
+                )),
+                // KeyUpdate (RFC 8446 §4.6.3): the peer's next records are under its next key;
+                // if it asks, ours move on too.
+                (ContentType::Handshake, &[24, 0, 0, 1, requested @ (0 | 1)]) if traffic.tls13 => {
+                    Ok(Some(requested == 1))
+                }
+                _ => Err((
+                    rustls::Error::General("unexpected message after the handshake".into()),
+                    Some(AlertDescription::UnexpectedMessage),
+                )),
+            };
+            self.incoming.consume(5 + len);
+            match outcome {
+                Ok(None) => {}
+                Ok(Some(requested)) => {
+                    if let Err(e) = self.key_update(requested) {
+                        return Err(self.fail(e, Some(AlertDescription::InternalError)));
+                    }
+                }
+                Err((e, alert)) => return Err(self.fail(e, alert)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer's key update: its next key; and ours, after a KeyUpdate of our own, if asked.
+    fn key_update(&mut self, requested: bool) -> Result<(), rustls::Error> {
+        let traffic = &mut self.traffic;
+        let (seq, secrets) = traffic.kernel.update_rx_secret()?;
+        let suite = traffic.kernel.negotiated_cipher_suite();
+        traffic.rx = decrypter(suite, secrets).map_err(|_| rustls::Error::DecryptError)?;
+        traffic.rx_seq = seq;
+        // Answered before our next record (RFC 8446 §4.6.3): `seal` sends our KeyUpdate first.
+        traffic.update_due |= requested;
+        Ok(())
     }
 }
 
@@ -385,154 +797,54 @@ fn deliver(payload: &[u8], to: Option<&mut ReadBuf<'_>>, plain: &mut Vec<u8>, st
     }
 }
 
-/// Room for `need` more bytes after `end` in `buf` (`buf[start..end]` pending), moving the
-/// pending bytes to the front or growing it as needed: the new `(start, end)`.
-fn room(buf: &mut Vec<u8>, start: usize, end: usize, need: usize) -> (usize, usize) {
-    if buf.len() - end >= need {
-        return (start, end);
-    }
-    if start > 0 {
-        buf.copy_within(start..end, 0);
-    }
-    let end = end - start;
-    if buf.len() - end < need {
-        if buf.capacity() == 0 {
-            *buf = buffers::take(end + need);
-        }
-        // Initialized once per buffer: rustls writes into slices.
-        let len = buf.capacity().max(end + need);
-        buf.resize(len, 0);
-    }
-    (0, end)
-}
-
-/// A handshake record (or alert) appended to `out[start..end]`: the new `(start, end)`.
-fn encode(
-    data: &mut rustls::unbuffered::EncodeTlsData<'_, ServerConnectionData>,
-    out: &mut Vec<u8>,
-    start: usize,
-    end: usize,
-) -> Result<(usize, usize), rustls::Error> {
-    let (mut start, mut end) = (start, end);
-    loop {
-        match data.encode(&mut out[end..]) {
-            Ok(n) => return Ok((start, end + n)),
-            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
-                (start, end) = room(out, start, end, required_size);
-            }
-            Err(EncodeError::AlreadyEncoded) => return Ok((start, end)),
-        }
-    }
-}
-
 impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
-    /// Drive the handshake until it is over and its last flight sent.
-    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        loop {
-            let processed = match self.process(None) {
-                Ok(p) => p,
-                Err(e) => {
-                    // The alert goes out if the socket takes it at once; the error stands.
-                    let _ = self.poll_send(cx);
-                    return Poll::Ready(Err(e));
-                }
-            };
-            // Our flight first: the peer waits for it.
-            ready!(self.poll_send(cx))?;
-            match processed {
-                Processed::Established => return Poll::Ready(Ok(())),
-                Processed::Handshaking => {
-                    if ready!(self.poll_fill(cx))? == 0 {
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "tls handshake eof",
-                        )));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Read more ciphertext from the socket: the bytes read (0 at its end).
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let pending = &self.incoming[self.in_start..self.in_end];
-        // Room for the rest of the record begun, or a pooled buffer's worth: a whole record
-        // always fits, and the pool's 16 KiB buffers are not regrown for requests.
-        let need = match pending {
-            [_, _, _, hi, lo, ..] => {
-                (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).saturating_sub(pending.len())
-            }
-            _ => READ_SIZE - pending.len(),
-        }
-        .clamp(1, MAX_RECORD);
-        (self.in_start, self.in_end) = room(&mut self.incoming, self.in_start, self.in_end, need);
-        let mut buf = ReadBuf::new(&mut self.incoming[self.in_end..]);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
-        let n = buf.filled().len();
-        self.in_end += n;
-        Poll::Ready(Ok(n))
-    }
-
-    /// Send the pending ciphertext, all of it.
+    /// Send the records sealed so far, all of them.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_start < self.out_end {
-            let n =
-                ready!(Pin::new(&mut self.io)
-                    .poll_write(cx, &self.outgoing[self.out_start..self.out_end]))?;
+        while self.out_sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.out_sent..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.out_start += n;
+            self.out_sent += n;
         }
-        (self.out_start, self.out_end) = (0, 0);
+        self.out.clear();
+        self.out_sent = 0;
         Poll::Ready(Ok(()))
     }
 
-    /// Encrypt `bufs` (whole slices while the batch has room, see `WRITE_SLACK`) into the
-    /// outgoing buffer: the plaintext bytes taken.
+    /// Seal `bufs` (up to `WRITE_BATCH` bytes, records cut across slices) into the outgoing
+    /// buffer: the plaintext bytes taken.
     fn encrypt(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.prepare_write()?;
-        let mut traffic = traffic(&mut self.conn)?;
-        let (out, mut start, mut end) = (&mut self.outgoing, self.out_start, self.out_end);
-        let mut taken = 0;
-        let mut failed = None;
-        for b in bufs {
-            let n = if taken == 0 {
-                b.len().min(WRITE_BATCH)
-            } else if taken + b.len() <= WRITE_BATCH + WRITE_SLACK {
-                b.len()
-            } else {
-                break;
-            };
-            loop {
-                match traffic.encrypt(&b[..n], &mut out[end..]) {
-                    Ok(written) => {
-                        end += written;
-                        break;
-                    }
-                    Err(EncryptError::InsufficientSize(InsufficientSizeError {
-                        required_size,
-                    })) => (start, end) = room(out, start, end, required_size),
-                    Err(e @ EncryptError::EncryptExhausted) => {
-                        failed = Some(io::Error::new(io::ErrorKind::BrokenPipe, e));
-                        break;
-                    }
-                }
-            }
-            if failed.is_some() {
-                break;
-            }
+        self.check()?;
+        if self.write_closed {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let mut slices: [&[u8]; WRITE_SLICES] = [&[]; WRITE_SLICES];
+        let (mut count, mut taken) = (0, 0);
+        for b in bufs.iter().filter(|b| !b.is_empty()).take(WRITE_SLICES) {
+            let n = b.len().min(WRITE_BATCH - taken);
+            slices[count] = &b[..n];
+            count += 1;
             taken += n;
-            if taken >= WRITE_BATCH {
+            if taken == WRITE_BATCH {
                 break;
             }
         }
-        (self.out_start, self.out_end) = (start, end);
-        match failed {
-            // What was encrypted before is taken; the error comes with the next write.
-            Some(e) if taken == 0 => Err(e),
-            _ => Ok(taken),
+        if self.out.capacity() == 0 {
+            self.out = buffers::take(taken + taken.div_ceil(MAX_FRAGMENT) * 64);
         }
+        let mut rest = OutboundChunks::new(&slices[..count]);
+        while !rest.is_empty() {
+            let (record, tail) = rest.split_at(MAX_FRAGMENT);
+            if let Err(e) = self
+                .traffic
+                .seal(ContentType::ApplicationData, record, &mut self.out)
+            {
+                return Err(self.fail(e, None));
+            }
+            rest = tail;
+        }
+        Ok(taken)
     }
 }
 
@@ -569,21 +881,22 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
                 }
             }
             let before = buf.filled().len();
-            if let Err(e) = this.process(Some(buf)) {
-                let _ = this.poll_send(cx);
-                return Poll::Ready(Err(e));
+            let decrypted = this.decrypt(Some(buf));
+            // What this connection has to say (an alert, a key update) leaves if the socket
+            // takes it at once.
+            if !this.out.is_empty() {
+                if let (Poll::Ready(Err(e)), Ok(())) = (this.poll_send(cx), &decrypted) {
+                    return Poll::Ready(Err(e));
+                }
             }
+            decrypted?;
             if buf.filled().len() > before {
                 return Poll::Ready(Ok(()));
             }
             if this.read_end != ReadEnd::Open || this.plain_start < this.plain.len() {
                 continue;
             }
-            // What rustls answered (a key update) leaves when the socket takes it.
-            if let Poll::Ready(Err(e)) = this.poll_send(cx) {
-                return Poll::Ready(Err(e));
-            }
-            if ready!(this.poll_fill(cx))? == 0 {
+            if ready!(this.incoming.poll_fill(&mut this.io, cx))? == 0 {
                 this.read_end = ReadEnd::Eof;
             }
         }
@@ -609,7 +922,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
             return Poll::Ready(Ok(0));
         }
         // A batch already waits: it goes first.
-        if this.out_end - this.out_start >= WRITE_BATCH {
+        if !this.out.is_empty() {
             ready!(this.poll_send(cx))?;
         }
         let taken = this.encrypt(bufs)?;
@@ -634,31 +947,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.write_closed {
-            // A connection that cannot encrypt any more (failed, or not established) is shut
-            // down without a close_notify.
-            if this.prepare_write().is_ok() {
-                if let Ok(mut traffic) = traffic(&mut this.conn) {
-                    let (out, mut start, mut end) =
-                        (&mut this.outgoing, this.out_start, this.out_end);
-                    loop {
-                        match traffic.queue_close_notify(&mut out[end..]) {
-                            Ok(n) => break end += n,
-                            Err(EncryptError::InsufficientSize(InsufficientSizeError {
-                                required_size,
-                            })) => (start, end) = room(out, start, end, required_size),
-                            Err(EncryptError::EncryptExhausted) => break,
-                        }
-                    }
-                    (this.out_start, this.out_end) = (start, end);
-                }
-            }
+            let payload: &[u8] = &[1, 0];
+            // A connection that cannot encrypt any more is shut down without one.
+            let _ = this
+                .traffic
+                .seal(ContentType::Alert, payload.into(), &mut this.out);
             this.write_closed = true;
         }
         ready!(this.poll_send(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,12 +971,29 @@ mod tests {
         tokio_rustls::client::TlsStream<DuplexStream>,
         TlsStream<DuplexStream>,
     ) {
+        pair_with(None).await
+    }
+
+    /// `pair`, the client offering only `suite` if given.
+    async fn pair_with(
+        suite: Option<rustls::SupportedCipherSuite>,
+    ) -> (
+        tokio_rustls::client::TlsStream<DuplexStream>,
+        TlsStream<DuplexStream>,
+    ) {
         let (identity, roots) = identity();
-        let config = Arc::new(identity.rustls_config(&[b"http/1.1"], false).unwrap());
+        let config = server_config(identity.rustls_config(&[b"http/1.1"], false).unwrap());
         let (client, server) = tokio::io::duplex(1 << 20);
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let client_cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        if let Some(suite) = suite {
+            provider.cipher_suites = vec![suite];
+        }
+        let versions = match suite {
+            Some(suite) => vec![suite.version()],
+            None => vec![&rustls::version::TLS13, &rustls::version::TLS12],
+        };
+        let client_cfg = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&versions)
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
@@ -737,5 +1053,38 @@ mod tests {
         assert!(rest.is_empty());
         client.shutdown().await.unwrap();
         assert_eq!(server.read(&mut [0u8; 1]).await.unwrap(), 0, "close_notify");
+    }
+
+    /// Every suite the provider has (TLS 1.3 and 1.2; AES-GCM, whose TLS 1.2 records carry an
+    /// explicit nonce, and ChaCha20-Poly1305) carries data both ways and closes cleanly.
+    #[tokio::test]
+    async fn every_suite_carries_data_both_ways() {
+        for suite in rustls::crypto::aws_lc_rs::default_provider().cipher_suites {
+            let (mut client, mut server) = pair_with(Some(suite)).await;
+            assert_eq!(client.get_ref().1.negotiated_cipher_suite(), Some(suite));
+            exchange(&mut client, &mut server).await;
+            exchange(&mut client, &mut server).await;
+            server.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            client.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty(), "{suite:?}");
+        }
+    }
+
+    /// A client's key update (asking for ours): the server reads under the client's next key
+    /// and answers under its own next one.
+    #[tokio::test]
+    async fn a_key_update_is_followed_both_ways() {
+        let (mut client, mut server) = pair().await;
+        exchange(&mut client, &mut server).await;
+        let before = server.traffic.tx_seq;
+        client.get_mut().1.refresh_traffic_keys().unwrap();
+        exchange(&mut client, &mut server).await;
+        // Our sequence numbers started again under the next key.
+        assert!(
+            server.traffic.tx_seq < before,
+            "{before} records, no key update"
+        );
+        exchange(&mut client, &mut server).await;
     }
 }

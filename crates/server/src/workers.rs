@@ -55,7 +55,7 @@ pub(crate) fn start(
             }
             Kind::Tls => {
                 let alpn: Vec<&[u8]> = l.alpn.iter().map(|p| p.as_bytes()).collect();
-                let config = Arc::new(identity()?.rustls_config(&alpn, false)?);
+                let config = tls_stream::server_config(identity()?.rustls_config(&alpn, false)?);
                 for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
                     w.tls.push((s, config.clone()));
                 }
@@ -394,7 +394,7 @@ fn session<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
-    if stream.alpn_protocol() == Some(b"h2") {
+    if stream.is_h2() {
         Session::H2(
             Box::pin(h2_engine::serve_connection(stream, cfg, extra)),
             slot,
