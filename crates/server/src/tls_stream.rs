@@ -721,6 +721,10 @@ impl<IO> TlsStream<IO> {
             };
             traffic.rx_seq += 1;
             let outcome = match (plain.typ, plain.payload) {
+                (_, payload) if payload.len() > MAX_FRAGMENT => Err((
+                    rustls::Error::PeerSentOversizedRecord,
+                    Some(AlertDescription::RecordOverflow),
+                )),
                 (ContentType::ApplicationData, payload) => {
                     deliver(
                         payload,
@@ -734,8 +738,9 @@ impl<IO> TlsStream<IO> {
                     self.read_end = ReadEnd::CloseNotify;
                     Ok(None)
                 }
-                // A warning (user_canceled, say) changes nothing; any other alert ends it.
-                (ContentType::Alert, [1, _]) => Ok(None),
+                // user_canceled changes nothing (a close_notify follows); any other alert ends
+                // the connection, as rustls has it.
+                (ContentType::Alert, [1, 90]) => Ok(None),
                 (ContentType::Alert, [_, desc]) => Err((
                     rustls::Error::AlertReceived(AlertDescription::from(*desc)),
                     None,
