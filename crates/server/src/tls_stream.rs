@@ -26,7 +26,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// The largest plaintext of a record (RFC 8446 §5.1).
 const MAX_FRAGMENT: usize = 1 << 14;
@@ -95,28 +95,28 @@ fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// A read buffer: `data[start..end]` read and not used yet; the rest of `data` is room (its
-/// length is its initialized room).
+/// A read buffer: `data[start..]` read and not used yet; its spare capacity is room, read into
+/// without being initialized first (`read_buf`).
 #[derive(Default)]
 struct Buf {
     data: Vec<u8>,
     start: usize,
-    end: usize,
 }
 
 impl Buf {
     fn pending(&self) -> &[u8] {
-        &self.data[self.start..self.end]
+        &self.data[self.start..]
     }
 
     fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.start == self.data.len()
     }
 
     fn consume(&mut self, n: usize) {
         self.start += n;
-        if self.start == self.end {
-            (self.start, self.end) = (0, 0);
+        if self.start == self.data.len() {
+            self.data.clear();
+            self.start = 0;
         }
     }
 
@@ -136,19 +136,32 @@ impl Buf {
             _ => READ_SIZE - pending.len(),
         }
         .clamp(1, MAX_RECORD);
-        (self.start, self.end) = room(&mut self.data, self.start, self.end, need);
-        let mut buf = ReadBuf::new(&mut self.data[self.end..]);
-        ready!(Pin::new(io).poll_read(cx, &mut buf))?;
-        let n = buf.filled().len();
-        self.end += n;
-        Poll::Ready(Ok(n))
+        if self.data.capacity() - self.data.len() < need {
+            if self.data.capacity() == 0 {
+                self.data = buffers::take(need);
+            } else {
+                self.data.drain(..self.start);
+                self.start = 0;
+                self.data.reserve(need);
+            }
+        }
+        std::pin::pin!(io.read_buf(&mut self.data)).poll(cx)
     }
 
-    /// Give the buffer back to the pool if it holds nothing.
+    /// Give the buffer back if it holds nothing.
     fn release(&mut self) {
         if self.is_empty() {
-            buffers::give(std::mem::take(&mut self.data));
+            give_back(std::mem::take(&mut self.data));
+            self.start = 0;
         }
+    }
+}
+
+/// Give an emptied buffer to the thread's pool, or free it if it grew past the pool's size:
+/// shrinking it would copy it.
+fn give_back(buf: Vec<u8>) {
+    if buf.capacity() <= READ_SIZE {
+        buffers::give(buf);
     }
 }
 
@@ -225,9 +238,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Hs<IO> {
     /// Process the records read so far until more are needed or the handshake is over.
     fn process(&mut self) -> io::Result<Processed> {
         loop {
-            let Buf { data, start, end } = &mut self.incoming;
+            let Buf { data, start } = &mut self.incoming;
             let UnbufferedStatus { mut discard, state } =
-                self.conn.process_tls_records(&mut data[*start..*end]);
+                self.conn.process_tls_records(&mut data[*start..]);
             let state = match state {
                 Ok(state) => state,
                 Err(e) => {
@@ -637,7 +650,7 @@ impl<IO> TlsStream<IO> {
     pub(crate) fn release(&mut self) {
         self.incoming.release();
         if self.out.is_empty() {
-            buffers::give(std::mem::take(&mut self.out));
+            give_back(std::mem::take(&mut self.out));
         }
         if self.plain_start == self.plain.len() {
             self.plain = Vec::new();
@@ -901,8 +914,18 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
             if this.read_end != ReadEnd::Open || this.plain_start < this.plain.len() {
                 continue;
             }
-            if ready!(this.incoming.poll_fill(&mut this.io, cx))? == 0 {
-                this.read_end = ReadEnd::Eof;
+            match this.incoming.poll_fill(&mut this.io, cx) {
+                // Waiting for the peer: an idle connection (HTTP/2's, or HTTP/1's before it
+                // parks) holds no buffer that is empty.
+                Poll::Pending => {
+                    this.release();
+                    return Poll::Pending;
+                }
+                Poll::Ready(n) => {
+                    if n? == 0 {
+                        this.read_end = ReadEnd::Eof;
+                    }
+                }
             }
         }
     }
@@ -1042,6 +1065,23 @@ mod tests {
         assert!(server.buffer_capacity() > 0, "the exchange used buffers");
         let parked = server.park().expect("a quiet stream parks");
         assert_eq!(parked.resume().buffer_capacity(), 0);
+    }
+
+    /// A stream waiting for the peer (an HTTP/2 connection's, which does not park) holds no
+    /// buffer either.
+    #[tokio::test]
+    async fn a_stream_waiting_to_read_holds_no_buffer() {
+        let (mut client, mut server) = pair().await;
+        exchange(&mut client, &mut server).await;
+        assert!(server.buffer_capacity() > 0, "the exchange used buffers");
+        std::future::poll_fn(|cx| {
+            let mut byte = [0u8; 1];
+            let read = Pin::new(&mut server).poll_read(cx, &mut ReadBuf::new(&mut byte));
+            assert!(read.is_pending(), "nothing was sent");
+            Poll::Ready(())
+        })
+        .await;
+        assert_eq!(server.buffer_capacity(), 0);
     }
 
     /// A parked stream resumes: it serves the next exchange, and closes with a close_notify
