@@ -179,7 +179,7 @@ fn room(buf: &mut Vec<u8>, start: usize, end: usize, need: usize) -> (usize, usi
         if buf.capacity() == 0 {
             *buf = buffers::take(end + need);
         }
-        // Initialized once per buffer: reads and rustls write into slices.
+        // Initialized once per buffer: rustls encodes into a slice.
         let len = buf.capacity().max(end + need);
         buf.resize(len, 0);
     }
