@@ -1,6 +1,6 @@
-//! The TCP socket under a TLS session, which can leave the session while the connection is
-//! parked: rustls's state (in `tokio_rustls`'s stream, which cannot be taken apart and put back
-//! together) stays where it is, and only the socket moves between tokio and the parking lot.
+//! The TCP socket under a TLS stream, which can leave the stream while the connection is
+//! parked: the TLS state stays where it is (`tls_stream::Parked`), and only the socket moves
+//! between tokio and the parking lot.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;

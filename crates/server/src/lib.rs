@@ -22,5 +22,6 @@ mod shutdown;
 mod stats;
 mod thread_ctx;
 mod tls;
+mod tls_stream;
 mod trim;
 mod workers;

@@ -51,11 +51,16 @@ fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let tls = identity
         .rustls_config(&[b"h2", b"http/1.1"], false)
         .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
     let slot = ConnSlot::new(&Arc::new(AtomicUsize::new(0)), Transport::Tls);
-    let served = tokio::spawn(handshake(server, acceptor, cfg, Vec::new(), slot));
+    let served = tokio::spawn(handshake(
+        server,
+        crate::tls_stream::server_config(tls),
+        cfg,
+        Vec::new(),
+        slot,
+    ));
     (client, roots, stop, served)
 }
 

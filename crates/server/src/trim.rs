@@ -45,12 +45,9 @@ pub(crate) fn start() -> std::io::Result<()> {
                     done = 0;
                 }
                 if AFTER.get(done).is_some_and(|&after| quiet >= after) {
-                    #[cfg(feature = "jemalloc")]
-                    {
-                        FLUSH.notify_waiters();
-                        // The workers' flushes, then the purge of what they freed.
-                        std::thread::sleep(FLUSHED_IN);
-                    }
+                    // The workers' own releases, then the purge of what they freed.
+                    FLUSH.notify_waiters();
+                    std::thread::sleep(FLUSHED_IN);
                     trim();
                     done += 1;
                 }
@@ -59,19 +56,20 @@ pub(crate) fn start() -> std::io::Result<()> {
         .map(drop)
 }
 
-/// Woken before each trim: every worker flushes its jemalloc thread cache. After 2 000 HTTP/3
-/// connections a worker's cache held 1.6 MB (RELIABILITY, "With jemalloc").
-#[cfg(feature = "jemalloc")]
+/// Woken before each trim: every worker frees what it keeps for the next connections (its
+/// buffer pool, up to 1 MiB after a burst) and flushes its jemalloc thread cache (after 2 000
+/// HTTP/3 connections a worker's held 1.6 MB: RELIABILITY, "With jemalloc"). Only the thread
+/// itself can.
 static FLUSH: tokio::sync::Notify = tokio::sync::Notify::const_new();
-/// Time given to the workers' flushes before the purge.
-#[cfg(feature = "jemalloc")]
+/// Time given to the workers' releases before the purge.
 const FLUSHED_IN: Duration = Duration::from_millis(50);
 
-/// Run on each worker, for its life: flush the thread's cache when a trim is coming.
-#[cfg(feature = "jemalloc")]
-pub(crate) async fn flush_thread_cache() {
+/// Run on each worker, for its life: release what the thread keeps when a trim is coming.
+pub(crate) async fn release_thread_caches() {
     loop {
         FLUSH.notified().await;
+        crate::h1::buffers::clear();
+        #[cfg(feature = "jemalloc")]
         jemalloc_do(c"thread.tcache.flush");
     }
 }

@@ -8,9 +8,10 @@ use crate::listen::{self, Kind, Listener};
 use crate::shutdown::ConnSlot;
 use crate::stats::{self, Failure, Metered, Protection, Transport};
 use crate::tls::Identity;
-use crate::{h1, h2_engine, h3, ja4, park};
+use crate::{h1, h2_engine, h3, ja4, park, tls_stream};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
+use rustls::ServerConfig;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,13 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 
 /// Sockets of one worker.
 #[derive(Default)]
 struct WorkerSockets {
     clear: Vec<std::net::TcpListener>,
-    tls: Vec<(std::net::TcpListener, TlsAcceptor)>,
+    tls: Vec<(std::net::TcpListener, Arc<ServerConfig>)>,
     udp: Vec<(std::net::UdpSocket, Arc<Identity>)>,
 }
 
@@ -55,10 +55,9 @@ pub(crate) fn start(
             }
             Kind::Tls => {
                 let alpn: Vec<&[u8]> = l.alpn.iter().map(|p| p.as_bytes()).collect();
-                let acceptor =
-                    TlsAcceptor::from(Arc::new(identity()?.rustls_config(&alpn, false)?));
+                let config = tls_stream::server_config(identity()?.rustls_config(&alpn, false)?);
                 for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
-                    w.tls.push((s, acceptor.clone()));
+                    w.tls.push((s, config.clone()));
                 }
             }
             Kind::Quic => {
@@ -124,8 +123,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     if let Err(e) = loadterm_runtime::timer::start() {
         eprintln!("loadterm: warning: no precise timer ({e}); delays may run up to 1 ms long");
     }
-    #[cfg(feature = "jemalloc")]
-    tokio::spawn(crate::trim::flush_thread_cache());
+    tokio::spawn(crate::trim::release_thread_caches());
     // Opened before the listeners accept: idle HTTP/1 connections park in it.
     let lot = match sockets.clear.is_empty() && sockets.tls.is_empty() {
         true => None,
@@ -167,7 +165,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
 
 async fn accept_loop(
     l: tokio::net::TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<ServerConfig>>,
     cfg: Arc<Config>,
     conns: Arc<AtomicUsize>,
 ) {
@@ -211,9 +209,9 @@ async fn accept_loop(
             None => {
                 tokio::spawn(serve_clear(sock, cfg.clone(), slot));
             }
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                tokio::spawn(serve_tls(sock, acceptor, cfg.clone(), extra.clone(), slot));
+            Some(config) => {
+                let config = config.clone();
+                tokio::spawn(serve_tls(sock, config, cfg.clone(), extra.clone(), slot));
             }
         }
     }
@@ -318,13 +316,13 @@ fn unparked(sock: std::net::TcpStream) -> Option<TcpStream> {
 // where the stream is, so the stream is not also kept in this task's future.
 async fn serve_tls(
     sock: TcpStream,
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
     slot: ConnSlot,
 ) {
     match &cfg.ja4 {
-        None => handshake(Detachable::new(sock), acceptor, cfg, extra, slot).await,
+        None => handshake(Detachable::new(sock), config, cfg, extra, slot).await,
         Some(seen) => {
             // --ja4: the ClientHello is read (and fingerprinted) first, then replayed to rustls.
             let sniffed = Box::pin(ja4::sniff_tcp(sock, cfg.timeout, seen));
@@ -333,26 +331,31 @@ async fn serve_tls(
                 Err(why) => return stats::handshake_failed(Transport::Tls, why),
             };
             let extra = ja4::with_header(extra, Some(&fp));
-            handshake(io, acceptor, cfg, extra, slot).await
+            handshake(io, config, cfg, extra, slot).await
         }
     }
 }
 
 async fn handshake<IO>(
     io: IO,
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
     slot: ConnSlot,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
+    let handshake = match tls_stream::accept(Metered::new(io, Transport::Tls), config) {
+        Ok(handshake) => handshake,
+        Err(e) => {
+            eprintln!("loadterm: cannot start a TLS connection: {e}");
+            return stats::handshake_failed(Transport::Tls, Failure::Io);
+        }
+    };
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
         // One handshake step per turn of the loop: established connections first.
-        crate::handshake_turns::one_step_per_turn(
-            acceptor.accept(Metered::new(io, Transport::Tls)),
-        ),
+        crate::handshake_turns::one_step_per_turn(handshake),
     ));
     let stream = match accepting.await {
         Some(Ok(stream)) => {
@@ -391,7 +394,7 @@ fn session<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
-    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+    if stream.is_h2() {
         Session::H2(
             Box::pin(h2_engine::serve_connection(stream, cfg, extra)),
             slot,
@@ -403,7 +406,7 @@ where
 
 /// A TLS connection's stream: rustls over the metered socket (`IO`: the socket, or the socket
 /// behind `--ja4`'s replayed ClientHello).
-type TlsStream<IO> = tokio_rustls::server::TlsStream<Metered<IO>>;
+type TlsStream<IO> = tls_stream::TlsStream<Metered<IO>>;
 
 /// HTTP/1 over TLS, from the first request or after the connection was parked; once idle, it
 /// is parked (`park_tls`) and this task ends.
@@ -432,9 +435,10 @@ where
     }
 }
 
-/// Park an idle TLS connection: its socket in the lot, its session boxed beside it (`TlsIdle`).
+/// Park an idle TLS connection: its socket in the lot, its session put away beside it
+/// (`TlsIdle`).
 fn park_tls<IO>(
-    mut stream: TlsStream<IO>,
+    stream: TlsStream<IO>,
     until: Instant,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
@@ -442,8 +446,11 @@ fn park_tls<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
-    // Handed over idle only when the socket can be taken out.
-    let Some(sock) = stream.get_mut().0.detach() else {
+    // Handed over idle only when quiet and the socket can be taken out.
+    let Some(mut parked) = stream.park() else {
+        return;
+    };
+    let Some(sock) = parked.get_mut().detach() else {
         return;
     };
     let sock = match sock.into_std() {
@@ -454,7 +461,7 @@ fn park_tls<IO>(
         sock,
         slot,
         until,
-        session: Some(Box::new(TlsIdle { stream, extra })),
+        session: Some(Box::new(TlsIdle { parked, extra })),
     };
     if let park::Parking::Refused(idle) = park::park(idle) {
         // Served on in a task of its own, as a parked connection would be.
@@ -462,10 +469,10 @@ fn park_tls<IO>(
     }
 }
 
-/// A parked TLS connection's session: rustls's state (and its record buffer) and the fields
-/// its responses carry (`x-ja4`, `alt-svc`).
+/// A parked TLS connection's session: rustls's state (no buffer: `tls_stream::Parked`) and the
+/// fields its responses carry (`x-ja4`, `alt-svc`).
 struct TlsIdle<IO> {
-    stream: TlsStream<IO>,
+    parked: tls_stream::Parked<Metered<IO>>,
     extra: ExtraHeaders,
 }
 
@@ -474,9 +481,9 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
-        let TlsIdle { mut stream, extra } = *self;
-        stream.get_mut().0.attach(sock);
-        tokio::spawn(serve_h1_tls(stream, cfg, extra, slot, Some(until)));
+        let TlsIdle { mut parked, extra } = *self;
+        parked.get_mut().attach(sock);
+        tokio::spawn(serve_h1_tls(parked.resume(), cfg, extra, slot, Some(until)));
     }
 }
 

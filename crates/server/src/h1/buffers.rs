@@ -17,14 +17,14 @@ thread_local! {
 }
 
 /// An empty buffer with room for at least `capacity` bytes.
-pub(super) fn take(capacity: usize) -> Vec<u8> {
+pub(crate) fn take(capacity: usize) -> Vec<u8> {
     let mut buf = FREE.with_borrow_mut(Vec::pop).unwrap_or_default();
     buf.reserve(capacity);
     buf
 }
 
 /// Give `buf` back (emptied); an unallocated one is dropped.
-pub(super) fn give(mut buf: Vec<u8>) {
+pub(crate) fn give(mut buf: Vec<u8>) {
     if buf.capacity() == 0 {
         return;
     }
@@ -36,6 +36,11 @@ pub(super) fn give(mut buf: Vec<u8>) {
             free.push(buf);
         }
     });
+}
+
+/// Free the kept buffers: after a burst, once the server is quiet (`trim`).
+pub(crate) fn clear() {
+    FREE.with_borrow_mut(|free| *free = Vec::new());
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::detachable::Detachable;
 use crate::prefixed::Prefixed;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, Metered, Proto};
+use crate::tls_stream::TlsStream;
 use loadterm_exchange::{
     BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
     Version,
@@ -80,6 +81,9 @@ pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     /// The socket whose readiness announces the next request, if nothing this stream holds
     /// would be read first: waiting on it needs no buffer.
     fn idle_socket(&self) -> Option<&TcpStream>;
+
+    /// The connection turns idle: give back the buffers the stream holds with nothing in them.
+    fn release(&mut self) {}
 
     /// The stream is its socket, and nothing more: once idle for `park::PARK_AFTER` it can be
     /// handed over whole (`Handover::Idle`) and the task end.
@@ -168,18 +172,15 @@ impl TlsInner for Prefixed<Detachable> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream
-    for tokio_rustls::server::TlsStream<IO>
-{
-    /// Only when rustls holds no plaintext and no close_notify (a read would return them at
-    /// once) and has no output to send.
+impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream for TlsStream<IO> {
+    /// Only when the stream holds no ciphertext, plaintext or close_notify (a read would
+    /// return them at once) and has no output to send.
     fn idle_socket(&self) -> Option<&TcpStream> {
-        let (io, tls) = self.get_ref();
-        if tls.wants_read() && !tls.wants_write() {
-            io.socket()
-        } else {
-            None
-        }
+        self.is_quiet().then(|| self.get_ref().socket()).flatten()
+    }
+
+    fn release(&mut self) {
+        TlsStream::release(self);
     }
 
     /// rustls's state stays in the stream; `workers` takes the socket out to park it.
@@ -299,6 +300,7 @@ async fn run<IO: ByteStream>(
         match period.await {
             PeriodEnd::Idle(deadline) => {
                 until = Some(deadline);
+                io.release();
                 let park = IO::PARKS
                     .then(|| Instant::now() + crate::park::PARK_AFTER)
                     .filter(|&at| at < deadline);

@@ -4,7 +4,7 @@
 //! copying.
 
 pub mod body;
-mod buffers;
+pub(crate) mod buffers;
 mod conn;
 pub mod encode;
 pub mod head;

@@ -1,7 +1,7 @@
 //! How the `h2` crate's frames reach the transport (`--h2-emit`). Its encoder holds one DATA frame
-//! at a time and flushes the transport before encoding the next (hyperium/h2#902), and
-//! tokio-rustls turns every write into a TLS record and a system call: one `writev` per response,
-//! a 9-byte record per frame header. Here writes are collected and flushes deferred: a pass (what
+//! at a time and flushes the transport before encoding the next (hyperium/h2#902), and the TLS
+//! stream (`tls_stream`) turns every write into TLS records and a system call: one write per
+//! response, a 9-byte record per frame header. Here writes are collected and flushes deferred: a pass (what
 //! the connection produces between two reads) goes down in one write when `LIMIT` is reached, at
 //! shutdown, or just before the connection reads again (its task is woken for that), so a batch of
 //! responses leaves in full TLS records and one system call (measured: docs/PERFORMANCE.md).
