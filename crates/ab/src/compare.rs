@@ -34,7 +34,7 @@ fn describe(metric: &str) -> (&'static str, &'static str, &'static str) {
         "p99_ms" => ("p99 latency", "higher", "lower"),
         "mean_ms" => ("mean latency", "higher", "lower"),
         "bytes_per_req" => ("bytes per request", "more", "fewer"),
-        _ => ("peak memory (RSS)", "more", "less"),
+        _ => ("peak memory (anonymous RSS)", "more", "less"),
     }
 }
 

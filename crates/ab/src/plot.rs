@@ -226,7 +226,7 @@ fn short(metric: &str) -> &'static str {
         "p99_ms" => "p99",
         "mean_ms" => "mean lat.",
         "bytes_per_req" => "bytes/req",
-        _ => "peak RSS",
+        _ => "peak anon RSS",
     }
 }
 

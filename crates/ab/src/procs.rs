@@ -195,8 +195,11 @@ pub fn sample_tree(root: u32) -> Sample {
             let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             s.cpu_ticks += t(11) + t(12);
         }
+        // Anonymous pages only (heap, stacks): the binary's file pages count in VmRSS by how
+        // the file came into the page cache (a fresh copy of the same build maps 1.4 MiB more),
+        // which read as a memory change between two builds.
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            s.rss_kib += status_value(&status, "VmRSS:");
+            s.rss_kib += status_value(&status, "RssAnon:");
         }
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for t in tasks.flatten() {

@@ -98,7 +98,7 @@ const HEADERS: [&str; 9] = [
     "p99 (ms)",
     "CPU µs/req",
     "server CPU",
-    "peak RSS (MiB)",
+    "peak anon RSS (MiB)",
 ];
 
 /// One line per flagged run: "round 3, B: foreign CPU 7.2% on the server cores; …". The A/A
