@@ -165,6 +165,23 @@ fn give_back(buf: Vec<u8>) {
     }
 }
 
+/// Write `buf[*sent..]` to `io`, all of it, counting what went in `sent`.
+fn poll_write_all<IO: AsyncWrite + Unpin>(
+    io: &mut IO,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+    sent: &mut usize,
+) -> Poll<io::Result<()>> {
+    while *sent < buf.len() {
+        let n = ready!(Pin::new(&mut *io).poll_write(cx, &buf[*sent..]))?;
+        if n == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        *sent += n;
+    }
+    Poll::Ready(Ok(()))
+}
+
 /// Room for `need` more bytes after `end` in `buf` (`buf[start..end]` pending), moving the
 /// pending bytes to the front or growing it as needed: the new `(start, end)`.
 fn room(buf: &mut Vec<u8>, start: usize, end: usize, need: usize) -> (usize, usize) {
@@ -320,15 +337,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Hs<IO> {
 
     /// Send the flights encoded so far, all of them.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_start < self.out_end {
-            let n =
-                ready!(Pin::new(&mut self.io)
-                    .poll_write(cx, &self.outgoing[self.out_start..self.out_end]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.out_start += n;
-        }
+        let flights = &self.outgoing[..self.out_end];
+        ready!(poll_write_all(
+            &mut self.io,
+            cx,
+            flights,
+            &mut self.out_start
+        ))?;
         (self.out_start, self.out_end) = (0, 0);
         Poll::Ready(Ok(()))
     }
@@ -818,13 +833,12 @@ fn deliver(payload: &[u8], to: Option<&mut ReadBuf<'_>>, plain: &mut Vec<u8>, st
 impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// Send the records sealed so far, all of them.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_sent < self.out.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.out_sent..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.out_sent += n;
-        }
+        ready!(poll_write_all(
+            &mut self.io,
+            cx,
+            &self.out,
+            &mut self.out_sent
+        ))?;
         self.out.clear();
         self.out_sent = 0;
         Poll::Ready(Ok(()))

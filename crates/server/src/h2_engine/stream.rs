@@ -374,10 +374,10 @@ impl Engine for Responder {
         Instant::now()
     }
 
-    /// In the connection's task, the steps that wait: a request body, a delay or a pause, a
-    /// body flow control may hold up, a piece, and the end after a 1xx (`run`).
     const HOLDS: bool = true;
 
+    /// In the connection's task, the steps that wait: a request body, a delay or a pause, a
+    /// body flow control may hold up, a piece, and the end after a 1xx (`run`).
     fn hold(&mut self, step: Step) -> Result<Step, Stop> {
         let waits = match &step {
             Step::ReadBody { .. } | Step::WaitUntil(_) | Step::Pause(_) => true,
