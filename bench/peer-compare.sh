@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Server CPU per request, loadterm against a peer server (haterm), side by side: the rows of
 # docs/PERFORMANCE.md, both servers pinned to $SERVER_CPU with one thread, the same client pinned
-# to $CLIENT_CPU, a fresh server process per run, the two servers in random order in every round.
+# to $CLIENT_CPU, a fresh server process per run, the servers in random order in every round.
 #
 #   PEER_CMD='/path/to/haterm -L 127.0.0.1:{clear_port}:{tls_port} -G "nbthread 1" -G limited-quic' \
 #     bench/peer-compare.sh
 #
 # Env: PEER_CMD (required: the peer's command line with {clear_port} {tls_port}), PEER_NAME
-# (default peer), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
+# (default peer), BASE_CMD and BASE_NAME (optional third server, e.g. an older build), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
 # ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
 # CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows).
+# PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
+# PERF_DIR/ROW.SERVER.ROUND.data, for bench/perf-groups.py; the sampling costs the server CPU,
+# so take the µs figures from a run without it.
 # Prints one line per run, then per row: median (min–max) µs/request of each server, the ratio
 # of the medians and the median of the per-round ratios; req/s likewise; the medians of user and
 # system µs/request apart (where the time goes: a server making the same system calls differs
@@ -78,9 +81,16 @@ measure() {
   wait_ready "$1"
   sleep 0.3 # QUIC listener and first-connection setup
   local before t0 out t1 after
+  local perf=""
+  if [ -n "${PERF_DIR:-}" ]; then
+    taskset -c "$CLIENT_CPU" perf record -q -e cpu-clock -F 4999 -p "$pid" -o "$PERF_DIR/$row.${NAME[$who]}.$round.data" >/dev/null 2>&1 &
+    perf=$!
+    sleep 0.5
+  fi
   before=$(ticks "$pid"); t0=$(date +%s.%N)
   out=$(taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" 2>&1) || true
   t1=$(date +%s.%N); after=$(ticks "$pid")
+  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
   for _ in $(seq 100); do ss -Hlntu | grep -qE ":($CLEAR_PORT|$TLS_PORT)\b" || break; sleep 0.05; done
   local n
@@ -95,36 +105,46 @@ measure() {
 stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-echo "loadterm: $(fill "$LOADTERM_CMD")"
-echo "$PEER_NAME: $(fill "$PEER_CMD")"
+# Each server's command and name; BASE_CMD adds a third server (an older loadterm, say), so that
+# before, after and the peer come from one run.
+declare -A CMD=([loadterm]=$LOADTERM_CMD [peer]=$PEER_CMD) NAME=([loadterm]=loadterm [peer]=$PEER_NAME)
+WHO="loadterm peer"
+if [ -n "${BASE_CMD:-}" ]; then CMD[base]=$BASE_CMD NAME[base]=${BASE_NAME:-base} WHO="base loadterm peer"; fi
+for who in $WHO; do echo "${NAME[$who]}: $(fill "${CMD[$who]}")"; done
 echo "server on core $SERVER_CPU, client on core $CLIENT_CPU, $ROUNDS rounds, random order per round"
+col() { printf '%s\n' $1 | "$2"; } # col "VALUES" stats|median
+ratio_of() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 summary=()
 for row in $ROWS; do
   client=${CLIENT[$row]:?unknown row $row}
   echo "== $row: $client"
-  lt=() pe=() ltr=() per=() ratio=() rratio=() ltu=() lts=() peu=() pes=()
+  # Per server: space-separated values, one per round.
+  declare -A us=() rps=() user=() sys=() last=() lastr=()
+  ratio=() rratio=() bratio=()
   for round in $(seq "$ROUNDS"); do
-    order="loadterm peer"; [ $((RANDOM % 2)) -eq 0 ] && order="peer loadterm"
-    for who in $order; do
-      if [ "$who" = loadterm ]; then r=$(measure "$LOADTERM_CMD" "$client"); else r=$(measure "$PEER_CMD" "$client"); fi
-      read -r us rps n user sys <<<"$r"
-      echo "  round $round $who: $us µs/req (user $user, system $sys), $rps req/s, $n requests"
-      if [ "$who" = loadterm ]; then lt+=("$us"); ltr+=("$rps"); ltu+=("$user"); lts+=("$sys")
-      else pe+=("$us"); per+=("$rps"); peu+=("$user"); pes+=("$sys"); fi
+    for who in $(printf '%s\n' $WHO | shuf); do
+      read -r u r n uu ss <<<"$(measure "${CMD[$who]}" "$client")"
+      echo "  round $round ${NAME[$who]}: $u µs/req (user $uu, system $ss), $r req/s, $n requests"
+      us[$who]+="$u " rps[$who]+="$r " user[$who]+="$uu " sys[$who]+="$ss "
+      last[$who]=$u lastr[$who]=$r
     done
-    ratio+=("$(awk -v a="${lt[-1]}" -v b="${pe[-1]}" 'BEGIN { printf "%.3f", a / b }')")
-    rratio+=("$(awk -v a="${ltr[-1]}" -v b="${per[-1]}" 'BEGIN { printf "%.3f", a / b }')")
+    ratio+=("$(ratio_of "${last[loadterm]}" "${last[peer]}")")
+    rratio+=("$(ratio_of "${lastr[loadterm]}" "${lastr[peer]}")")
+    if [ -n "${CMD[base]:-}" ]; then bratio+=("$(ratio_of "${last[loadterm]}" "${last[base]}")"); fi
   done
-  line=$(printf '%-11s µs/req loadterm %s | %s %s | ratio %s (rounds: %s) | req/s loadterm %s, %s %s | user/system medians loadterm %s/%s, %s %s/%s' "$row" \
-    "$(printf '%s\n' "${lt[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${pe[@]}" | stats)" \
-    "$(awk -v a="$(printf '%s\n' "${lt[@]}" | median)" -v b="$(printf '%s\n' "${pe[@]}" | median)" 'BEGIN { printf "%.2f", a / b }')" \
-    "$(printf '%s\n' "${ratio[@]}" | stats)" \
-    "$(printf '%s\n' "${ltr[@]}" | stats)" "$PEER_NAME" "$(printf '%s\n' "${per[@]}" | stats)" \
-    "$(printf '%s\n' "${ltu[@]}" | median)" "$(printf '%s\n' "${lts[@]}" | median)" "$PEER_NAME" \
-    "$(printf '%s\n' "${peu[@]}" | median)" "$(printf '%s\n' "${pes[@]}" | median)")
-  echo "$line"
-  summary+=("$line")
+  line=$(printf '%-11s µs/req' "$row")
+  for who in $WHO; do line+=" | ${NAME[$who]} $(col "${us[$who]}" stats)"; done
+  line+=" | ratio loadterm/${NAME[peer]} $(ratio_of "$(col "${us[loadterm]}" median)" "$(col "${us[peer]}" median)") (rounds: $(printf '%s\n' "${ratio[@]}" | stats))"
+  if [ -n "${CMD[base]:-}" ]; then
+    line+=" | ratio loadterm/${NAME[base]} $(ratio_of "$(col "${us[loadterm]}" median)" "$(col "${us[base]}" median)") (rounds: $(printf '%s\n' "${bratio[@]}" | stats))"
+  fi
+  line+=" | req/s"
+  for who in $WHO; do line+=" ${NAME[$who]} $(col "${rps[$who]}" stats),"; done
+  line+=" loadterm/${NAME[peer]} rounds $(printf '%s\n' "${rratio[@]}" | stats) | user/system medians"
+  for who in $WHO; do line+=" ${NAME[$who]} $(col "${user[$who]}" median)/$(col "${sys[$who]}" median),"; done
+  echo "${line%,}"
+  summary+=("${line%,}")
 done
 echo
-echo "== summary (server CPU µs per request, median (min–max); ratio = loadterm / $PEER_NAME)"
+echo "== summary (server CPU µs per request, median (min–max); ratios of medians)"
 printf '%s\n' "${summary[@]}"

@@ -23,7 +23,7 @@
 //! bench/spike-epoll/target/release/spike-epoll 127.0.0.1:18888
 //! ```
 
-use loadterm_exchange::{Body, Exchange, ExchangeEnd, Request, Step, Version};
+use loadterm_exchange::{Body, Exchange, ExchangeEnd, Generated, Request, Step, Version};
 use loadterm_plan::Rng;
 use loadterm_server::h1::encode;
 use loadterm_server::h1::head::{self, BodyFraming, Parsed, RequestHead};
@@ -267,13 +267,13 @@ impl Conn {
             match x.next(now) {
                 Step::Head(h) => encode::head(&mut self.out, &h, b""),
                 Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                Step::Body(Body::Generated {
+                Step::Body(Body::Generated(Generated {
                     kind,
                     size,
                     chunked,
                     byte_chunks: false,
                     ..
-                }) => {
+                })) => {
                     for data in encode::slices(kind, 0, size) {
                         if chunked {
                             encode::chunk_start(&mut self.out, data.len());

@@ -496,7 +496,7 @@ fn describe(
     row(
         "h2-emit",
         match h2.emit {
-            None => "drain (default; HTTP/1.1 over TLS: its own rule)",
+            None => "hybrid (default; HTTP/1.1: its own rule)",
             Some(crate::config::EmitMode::Drain) => "drain",
             Some(crate::config::EmitMode::Gather) => "gather",
             Some(crate::config::EmitMode::Hybrid) => "hybrid",

@@ -67,10 +67,10 @@ pub(crate) struct H2Args {
     /// Largest request header list (HPACK-decoded), bytes; larger requests are refused.
     #[arg(long = "h2-max-header-list", default_value_t = 64 << 10, value_name = "BYTES")]
     pub max_header_list: u32,
-    /// How response frames reach the transport: copy a pass into one buffer (drain, HTTP/2's
-    /// default), keep body bytes by reference and write the pass as one vectored write (gather), or
-    /// reference only body pieces of at least --h2-emit-threshold (hybrid). HTTP/2 only:
-    /// HTTP/1.1 keeps `H1_COPY_UP_TO`. See docs/PERFORMANCE.md.
+    /// How response frames reach the transport: copy a pass into one buffer (drain), keep body
+    /// bytes by reference and write the pass as one vectored write (gather), or reference only
+    /// body pieces of at least --h2-emit-threshold (hybrid, the default). HTTP/2 only: HTTP/1.1
+    /// keeps `H1_COPY_UP_TO`. See docs/PERFORMANCE.md.
     #[arg(long = "h2-emit", value_enum, value_name = "STRATEGY")]
     pub emit: Option<EmitMode>,
     /// Hybrid: body pieces of this size or more go by reference.
@@ -96,7 +96,9 @@ impl H2Args {
     /// HTTP/2 (clear and TLS): body bytes up to this size are copied into the write they go out
     /// in; larger bodies (pieces of the static body blocks) go by reference, in a vectored write.
     pub(crate) fn copy_up_to(&self) -> u64 {
-        match self.emit.unwrap_or(EmitMode::Drain) {
+        // Hybrid by default: with our own TLS stream sealing straight from the slices, a large
+        // body by reference saves a copy (−7.2% CPU at 256 KiB), and small ones stay batched.
+        match self.emit.unwrap_or(EmitMode::Hybrid) {
             EmitMode::Drain => u64::MAX,
             EmitMode::Gather => 0,
             EmitMode::Hybrid => self.emit_threshold.saturating_sub(1),
