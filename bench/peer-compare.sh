@@ -7,7 +7,8 @@
 #     bench/peer-compare.sh
 #
 # Env: PEER_CMD (required: the peer's command line with {clear_port} {tls_port}), PEER_NAME
-# (default peer), BASE_CMD and BASE_NAME (optional third server, e.g. an older build), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
+# (default peer), BASE_CMD and BASE_NAME (an optional third server, e.g. an older build, in the
+# same rounds), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
 # ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
 # CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows).
 # PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
@@ -82,7 +83,7 @@ measure() {
   sleep 0.3 # QUIC listener and first-connection setup
   local before t0 out t1 after
   local perf=""
-  if [ -n "${PERF_DIR:-}" ]; then
+  if [ -n "${PERF_DIR:-}" ]; then # named after the caller's row, server and round
     taskset -c "$CLIENT_CPU" perf record -q -e cpu-clock -F 4999 -p "$pid" -o "$PERF_DIR/$row.${NAME[$who]}.$round.data" >/dev/null 2>&1 &
     perf=$!
     sleep 0.5
