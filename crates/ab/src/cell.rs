@@ -281,7 +281,9 @@ impl CellPlan<'_> {
         {
             for metric in METRICS {
                 let noise = floor(metric);
-                comparisons.extend(if *metric == self.headline {
+                comparisons.extend(if let (true, Some(r)) = (*metric == "rps", rate) {
+                    compare::rate_held(&base, v, &runs, r)
+                } else if *metric == self.headline {
                     compare::headline(metric, &base, v, &runs, noise, precision)
                 } else {
                     compare::compare(metric, &base, v, &runs, noise)
@@ -302,6 +304,13 @@ impl CellPlan<'_> {
         if twin.is_some() {
             variants.pop();
         }
+        for v in &mut variants {
+            v.accounting = runs
+                .iter()
+                .find(|r| r.variant == v.name)
+                .and_then(|r| r.accounting);
+        }
+        notes.extend(cost_notes(&variants, &runs));
         Ok(Cell {
             proto: self.specs[0].proto.clone(),
             url: self.specs[0].url.clone(),
@@ -555,6 +564,49 @@ impl CellPlan<'_> {
 
 /// What kind of contamination a flag reports: its words before the first figure
 /// ("foreign CPU", "client behind", "steal").
+/// Where each variant's CPU per request went (user, system, and the server cores' irq and
+/// softirq where it had them alone), in medians; and how much softirq the variants shared.
+fn cost_notes(variants: &[Variant], runs: &[Run]) -> Vec<String> {
+    let med = |name: &str, f: fn(&Run) -> Option<f64>| {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.variant == name)
+            .filter_map(f)
+            .collect();
+        (!v.is_empty()).then(|| crate::stats::median(&v))
+    };
+    let mut notes = Vec::new();
+    for v in variants {
+        let (Some(user), Some(system), Some(acc)) = (
+            med(&v.name, |r| r.user_us_per_req),
+            med(&v.name, |r| r.system_us_per_req),
+            v.accounting,
+        ) else {
+            continue;
+        };
+        let soft = match med(&v.name, |r| r.softirq_us_per_req) {
+            Some(s) => format!("irq + softirq on the server cores {s:.2}"),
+            None => "irq + softirq not charged (the server cores were shared)".into(),
+        };
+        notes.push(format!(
+            "{}: CPU from {acc}; µs per request: user {user:.2}, system {system:.2}, {soft}",
+            v.name
+        ));
+    }
+    let shared: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.softirq_us_per_req.is_none() && r.cpu_us_per_req.is_some())
+        .map(|r| r.checks.softirq_pct)
+        .collect();
+    if !shared.is_empty() {
+        notes.push(format!(
+            "irq + softirq on the shared server cores: {:.1}% of their capacity (median), the servers' network stack: neither foreign nor charged to a variant",
+            crate::stats::median(&shared)
+        ));
+    }
+    notes
+}
+
 fn flag_kind(flag: &str) -> &str {
     flag.split(|c: char| c.is_ascii_digit() || c == ':' || c == '+' || c == '-')
         .next()

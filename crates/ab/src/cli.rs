@@ -63,6 +63,11 @@ pub struct AbArgs {
     /// CPUs of the load client (and of ab itself).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     client_cpus: Vec<usize>,
+    /// How the servers' CPU and memory are read. Default: each server (and backend) in a
+    /// cgroup ab makes below its own, cgroup v1 where the cpuacct controller is on a v1
+    /// hierarchy, else v2; the /proc tree under the started process where none can be made.
+    #[arg(long, value_enum)]
+    accounting: Option<crate::cgroup::Accounting>,
     /// Address the servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -314,7 +319,15 @@ pub fn run(a: AbArgs) -> Result<()> {
     procs::catch_interrupts();
     let environment = crate::env::capture();
     let mut bench = Bench::start(&a, &variants, endpoint_mode)?;
-    let cells = run_cells(&a, &variants, &mut bench, t_start)?;
+    // Figures that cannot be the server's end the comparison like a command line that cannot
+    // run (exit status 2): there is nothing to report.
+    let cells =
+        run_cells(&a, &variants, &mut bench, t_start).map_err(|e| match e
+            .downcast_ref::<crate::contam::Implausible>()
+        {
+            Some(why) => usage_error(format!("refused: {why}")),
+            None => e,
+        })?;
     drop(bench);
     let report = Report {
         interrupted: procs::interrupted(),
@@ -378,7 +391,14 @@ impl Bench {
         }));
         let mut vars = Vars::default();
         vars.set("host", &a.host);
-        let backends = Backends::start(&a.backends, &a.host, a.ports, &a.backend_cpus, &mut vars)?;
+        let backends = Backends::start(
+            &a.backends,
+            &a.host,
+            a.ports,
+            &a.backend_cpus,
+            a.accounting,
+            &mut vars,
+        )?;
         if !endpoint_mode {
             // ab wakes up at every window's edge: on the client's cores, not the server's
             // (pinned once the backends, which it must not pin, are started).
@@ -417,6 +437,7 @@ impl Bench {
             reference,
             smt,
             late_limit_pct: None,
+            accounting: a.accounting,
         };
         Ok(Bench {
             base,
@@ -578,6 +599,7 @@ fn cell_variants(
                 name: name.clone(),
                 command,
                 url,
+                accounting: None,
             };
             (variant, spec)
         })

@@ -262,6 +262,50 @@ pub fn compare(
     })
 }
 
+/// A variant whose median req/s is this far below a fixed rate did not hold it.
+pub const RATE_HELD_SLACK: f64 = 0.02;
+
+/// At a fixed rate the client sets requests per second: instead of comparing the rate with
+/// itself, whether both variants held it (one that could not is named).
+pub fn rate_held(baseline: &str, variant: &str, runs: &[Run], rate: f64) -> Option<Comparison> {
+    let pairs = pairs("rps", baseline, variant, runs);
+    if pairs.is_empty() {
+        return None;
+    }
+    let a = stats::median(&pairs.iter().map(|p| p.0).collect::<Vec<_>>());
+    let b = stats::median(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+    let short: Vec<String> = [(baseline, a), (variant, b)]
+        .iter()
+        .filter(|(_, x)| *x < rate * (1.0 - RATE_HELD_SLACK))
+        .map(|(n, x)| format!("{n} ({x:.0} req/s)"))
+        .collect();
+    let verdict = if short.is_empty() {
+        format!(
+            "{variant}: the rate of {rate:.0} req/s was held ({baseline} {a:.0}, {variant} {b:.0} req/s, medians): at a fixed rate, requests per second are set by the client and not compared"
+        )
+    } else {
+        format!(
+            "{variant}: the rate of {rate:.0} req/s was NOT held by {}: that server could not keep up, and its other figures were measured at a lighter load",
+            short.join(" and ")
+        )
+    };
+    Some(Comparison {
+        metric: "rps".to_owned(),
+        variant: variant.to_owned(),
+        rounds: pairs.len(),
+        ratio: b / a,
+        change_pct: (b / a - 1.0) * 100.0,
+        ci: None,
+        ci_pct: None,
+        p_wilcoxon: None,
+        p_mann_whitney: None,
+        noise_pct: None,
+        rounds_needed: None,
+        significant: false,
+        verdict,
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -282,6 +326,10 @@ pub(crate) mod tests {
             p99_ms: 1.0,
             corrected_p99_ms: None,
             cpu_us_per_req: Some(cpu),
+            user_us_per_req: Some(cpu / 4.0),
+            system_us_per_req: Some(cpu * 3.0 / 4.0),
+            softirq_us_per_req: None,
+            accounting: Some(crate::cgroup::Accounting::CgroupV1),
             server_cpu_util: Some(1.0),
             rss_peak_mib: Some(10.0),
             rss_mean_mib: Some(10.0),
@@ -294,6 +342,7 @@ pub(crate) mod tests {
             checks: crate::contam::Checks {
                 steal_pct: 0.0,
                 foreign_pct: Some(0.0),
+                softirq_pct: 0.0,
                 client_busy_pct: 50.0,
                 settings: crate::contam::Settings {
                     governor: None,
@@ -306,6 +355,30 @@ pub(crate) mod tests {
                 repeat: Vec::new(),
             },
         }
+    }
+
+    #[test]
+    fn a_fixed_rate_is_said_to_be_held_not_compared() {
+        let mut runs = Vec::new();
+        for k in 0..8 {
+            runs.push(run("A", k, 10.0));
+            runs.push(run("B", k, 10.3));
+        }
+        for r in &mut runs {
+            r.rps = 5000.0 - (r.round % 3) as f64;
+        }
+        let c = rate_held("A", "B", &runs, 5000.0).unwrap();
+        assert!(!c.significant);
+        assert!(c.verdict.contains("was held"), "{}", c.verdict);
+        for r in runs.iter_mut().filter(|r| r.variant == "B") {
+            r.rps = 4500.0;
+        }
+        let c = rate_held("A", "B", &runs, 5000.0).unwrap();
+        assert!(
+            c.verdict.contains("NOT held by B (4500 req/s)"),
+            "{}",
+            c.verdict
+        );
     }
 
     #[test]

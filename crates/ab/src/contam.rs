@@ -18,9 +18,15 @@ pub const MISSED_PCT: f64 = 1.0;
 /// A client that sent more than this share of its sends over 1 ms late was behind its schedule.
 /// On time, the pilot's clients sent 0–5% late (on a busy machine); behind, 20–95% (docs/AB.md).
 pub const CLIENT_LATE_MAX_PCT: f64 = 10.0;
-/// A 1-minute load average that moved this much since the first run means the machine's load
-/// changed during the comparison.
-pub const LOAD_CHANGE: f64 = 1.0;
+/// Server cores busy with tasks beyond this share of their capacity, of which the measured
+/// servers got under `MEASURED_MIN_SHARE`: the load is served by something ab does not
+/// measure.
+pub const BUSY_FOR_PLAUSIBILITY_PCT: f64 = 10.0;
+pub const MEASURED_MIN_SHARE: f64 = 0.1;
+/// Below this much CPU per request (µs) over `PLAUSIBLE_MIN_REQUESTS` requests, no HTTP server
+/// answered them (loadterm's cheapest row costs over 1 µs).
+pub const PLAUSIBLE_MIN_US: f64 = 0.1;
+pub const PLAUSIBLE_MIN_REQUESTS: u64 = 1000;
 /// Steady state: first and last thirds of the per-second series differ by more than this many
 /// standard errors *and* by more than this share.
 pub const STEADY_Z: f64 = 3.0;
@@ -31,6 +37,9 @@ pub const STEADY_PCT: f64 = 2.0;
 pub struct CpuTicks {
     /// user + nice + system + irq + softirq (guest time is already inside user).
     pub busy: u64,
+    /// irq + softirq: the network stack's work done outside any task's account (on loopback,
+    /// the delivery of what a core's tasks send).
+    pub soft: u64,
     pub steal: u64,
 }
 
@@ -46,6 +55,7 @@ pub fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTicks> {
                 cpu,
                 CpuTicks {
                     busy: g(0) + g(1) + g(2) + g(5) + g(6),
+                    soft: g(5) + g(6),
                     steal: g(7),
                 },
             ))
@@ -119,7 +129,7 @@ pub fn sysfs_siblings(cpu: usize) -> Option<String> {
     ))
 }
 
-fn parse_cpu_list(s: &str) -> Vec<usize> {
+pub(crate) fn parse_cpu_list(s: &str) -> Vec<usize> {
     s.split(',')
         .flat_map(|part| match part.split_once('-') {
             Some((a, b)) => match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
@@ -179,8 +189,9 @@ pub struct Readings {
     pub after: BTreeMap<usize, CpuTicks>,
     pub server_cpus: Vec<usize>,
     pub client_cpus: Vec<usize>,
-    /// Ticks of the server's process tree during the run; `None` when no server is measured.
-    pub server_ticks: Option<u64>,
+    /// CPU seconds of every server measured during the run (their cgroups, or /proc trees);
+    /// `None` when no server is measured.
+    pub server_cpu_s: Option<f64>,
     /// Open loop: share of the scheduled sends never made, percent.
     pub missed_pct: Option<f64>,
     /// Open loop: share of the sends made over 1 ms late, percent (the worst client).
@@ -200,8 +211,12 @@ pub struct Readings {
 pub struct Checks {
     /// Steal on the server and client cores, % of their capacity.
     pub steal_pct: f64,
-    /// Non-server CPU on the server's cores, % of their capacity (none in endpoint mode).
+    /// CPU on the server's cores that no measured server's cgroup had, besides interrupts and
+    /// softirq, % of their capacity (none in endpoint mode).
     pub foreign_pct: Option<f64>,
+    /// Interrupt and softirq time on the server's cores, % of their capacity: the servers'
+    /// network stack, never foreign.
+    pub softirq_pct: f64,
     /// Busy share of the client's cores.
     pub client_busy_pct: f64,
     pub settings: Settings,
@@ -230,22 +245,79 @@ pub fn late_limit_pct(pilot_late_pct: f64) -> f64 {
     (2.0 * pilot_late_pct).max(CLIENT_LATE_MAX_PCT)
 }
 
+/// A measured run whose figures cannot be the server's, and on which no verdict may stand.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Implausible(pub String);
+
+fn capacity(r: &Readings, cpus: &[usize]) -> f64 {
+    (r.wall_s * r.ticks_per_s * cpus.len() as f64).max(1e-9)
+}
+
+impl Readings {
+    /// Interrupt and softirq time on the server cores, seconds.
+    fn softirq_s(&self) -> f64 {
+        delta(self, &self.server_cpus, |t| t.soft) / self.ticks_per_s
+    }
+
+    /// The server cores' interrupt and softirq time that is not already in `own_s` (the
+    /// measured servers' runtime), seconds: their network work done outside their own
+    /// syscalls. With tick-based accounting a softirq run inside a server's syscall counts
+    /// both in its runtime and as softirq in /proc/stat; what the cores spent beyond the
+    /// servers' runtime bounds that overlap.
+    pub fn network_s(&self, own_s: f64) -> f64 {
+        let busy = delta(self, &self.server_cpus, |t| t.busy) / self.ticks_per_s;
+        self.softirq_s().min((busy - own_s).max(0.0))
+    }
+
+    /// Task time on the server cores (busy without interrupts and softirq), seconds.
+    fn task_s(&self) -> f64 {
+        delta(self, &self.server_cpus, |t| t.busy - t.soft) / self.ticks_per_s
+    }
+}
+
+/// Why a run's server CPU (`cpu_s` for `requests` requests) cannot be the cost of serving
+/// them: the server cores were busy with tasks but the measured servers had almost none of
+/// it, or nothing at all was spent for thousands of requests. Either way the load is served
+/// by something ab did not start (an already running server or container on the same port).
+pub fn implausible(r: &Readings, cpu_s: f64, requests: u64) -> Option<String> {
+    let own = r.server_cpu_s.unwrap_or(cpu_s);
+    let tasks = r.task_s();
+    let hint = "the requests are served by a process outside what ab started and measures (an already running server or container, or a command that hands its work elsewhere)";
+    if tasks / capacity(r, &r.server_cpus) * r.ticks_per_s * 100.0 > BUSY_FOR_PLAUSIBILITY_PCT
+        && own < MEASURED_MIN_SHARE * tasks
+    {
+        return Some(format!(
+            "the server cores' tasks used {tasks:.3} s of CPU, of which the measured servers {own:.3} s (under {:.0}%): {hint}; no verdict on such data",
+            MEASURED_MIN_SHARE * 100.0
+        ));
+    }
+    let per_req_us = cpu_s * 1e6 / requests.max(1) as f64;
+    if requests >= PLAUSIBLE_MIN_REQUESTS && per_req_us < PLAUSIBLE_MIN_US {
+        return Some(format!(
+            "{per_req_us:.3} µs of CPU per request over {requests} requests: {hint}; no verdict on such data"
+        ));
+    }
+    None
+}
+
 pub fn check(r: &Readings) -> Checks {
-    let capacity = |cpus: &[usize]| (r.wall_s * r.ticks_per_s * cpus.len() as f64).max(1e-9);
+    let capacity = |cpus: &[usize]| capacity(r, cpus);
     let all: Vec<usize> = r
         .server_cpus
         .iter()
         .chain(&r.client_cpus)
         .copied()
         .collect();
-    let steal_pct = if r.server_ticks.is_some() {
+    let steal_pct = if r.server_cpu_s.is_some() {
         delta(r, &all, |t| t.steal) / capacity(&all)
     } else {
         delta(r, &r.client_cpus, |t| t.steal) / capacity(&r.client_cpus)
     } * 100.0;
-    let foreign_pct = r.server_ticks.map(|own| {
-        let busy = delta(r, &r.server_cpus, |t| t.busy);
-        ((busy - own as f64).max(0.0) / capacity(&r.server_cpus) * 100.0).min(100.0)
+    let softirq_pct = delta(r, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
+    let foreign_pct = r.server_cpu_s.map(|own| {
+        let others = r.task_s() - own;
+        (others.max(0.0) * r.ticks_per_s / capacity(&r.server_cpus) * 100.0).min(100.0)
     });
     // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
     // tick or two: capped, since it is a share.
@@ -303,12 +375,6 @@ pub fn check(r: &Readings) -> Checks {
             flags.push(format!("{what} changed: {} → {}", show(a), show(b)));
         }
     }
-    if (now.load1 - then.load1).abs() > LOAD_CHANGE {
-        flags.push(format!(
-            "load average changed: {:.2} → {:.2}",
-            then.load1, now.load1
-        ));
-    }
     let steady = steady_state(&r.series);
     if let Some(s) = steady.as_ref().filter(|s| !s.steady) {
         flags.push(format!(
@@ -319,6 +385,7 @@ pub fn check(r: &Readings) -> Checks {
     Checks {
         steal_pct,
         foreign_pct,
+        softirq_pct,
         client_busy_pct,
         settings: now.clone(),
         steady,
@@ -341,6 +408,7 @@ mod tests {
     }
 
     fn readings(before: &str, after: &str, server_ticks: Option<u64>) -> Readings {
+        let server_cpu_s = server_ticks.map(|t| t as f64 / 100.0);
         Readings {
             missed_pct: None,
             late_pct: None,
@@ -351,7 +419,7 @@ mod tests {
             after: parse_proc_stat(after),
             server_cpus: vec![0],
             client_cpus: vec![1],
-            server_ticks,
+            server_cpu_s,
             start: settings(2.0),
             reference: settings(2.0),
             smt: Vec::new(),
@@ -360,14 +428,15 @@ mod tests {
     }
 
     const BEFORE: &str = "cpu  1 1 1 1 1 1 1 1 0 0\ncpu0 100 0 50 1000 0 0 10 0 0 0\ncpu1 200 0 20 900 0 0 5 0 0 0\nintr 5\n";
-    /// After `BEFORE`, a clean run: cpu0 60 busy ticks, 58 of them the server's; cpu1 50 busy.
+    /// After `BEFORE`, a clean run: cpu0 60 busy ticks, 58 of them the server's and 2 softirq;
+    /// cpu1 50 busy.
     const QUIET: &str = "cpu0 150 0 58 1040 0 0 12 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
 
     #[test]
     fn clean_run_raises_no_flag() {
         let c = check(&readings(BEFORE, QUIET, Some(58)));
         assert!(c.flags.is_empty(), "{:?}", c.flags);
-        assert!((c.foreign_pct.unwrap() - 2.0).abs() < 1e-9);
+        assert!(c.foreign_pct.unwrap().abs() < 1e-9);
         assert!((c.client_busy_pct - 50.0).abs() < 1e-9);
     }
 
@@ -386,6 +455,36 @@ mod tests {
             2,
             "steal and foreign CPU contaminate the round"
         );
+    }
+
+    #[test]
+    fn softirq_on_the_server_cores_is_not_foreign() {
+        // cpu0: 80 busy ticks, 25 of them irq + softirq, 55 the server's: 0 foreign.
+        let after = "cpu0 150 0 55 1020 0 5 30 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let c = check(&readings(BEFORE, after, Some(55)));
+        assert!(c.repeat.is_empty(), "{:?}", c.flags);
+        assert!(c.foreign_pct.unwrap().abs() < 1e-9);
+        assert!((c.softirq_pct - 25.0).abs() < 1e-9);
+        // Another task's 20 ticks on cpu0 are.
+        let busy = "cpu0 170 0 55 1000 0 5 30 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let c = check(&readings(BEFORE, busy, Some(55)));
+        assert!((c.foreign_pct.unwrap() - 20.0).abs() < 1e-9, "{:?}", c);
+    }
+
+    #[test]
+    fn a_server_that_did_not_do_the_work_is_implausible() {
+        // cpu0's tasks: 50 + 8 ticks; the measured server had 2 of them.
+        let r = readings(BEFORE, QUIET, Some(2));
+        let why = implausible(&r, 0.02, 50_000).unwrap();
+        assert!(why.contains("outside what ab started"), "{why}");
+        // It had them all: plausible.
+        assert!(implausible(&readings(BEFORE, QUIET, Some(58)), 0.58, 50_000).is_none());
+        // An idle core and no CPU at all for 5000 requests.
+        let idle = readings(BEFORE, BEFORE, Some(0));
+        assert!(implausible(&idle, 0.0, 5000)
+            .unwrap()
+            .contains("µs of CPU per request"));
+        assert!(implausible(&idle, 0.0, 10).is_none());
     }
 
     #[test]
@@ -439,14 +538,15 @@ mod tests {
     }
 
     #[test]
-    fn changed_settings_and_load_are_flagged() {
+    fn changed_settings_are_flagged_and_the_load_average_is_not() {
         let mut r = readings(BEFORE, BEFORE, Some(0));
         r.start.thp = Some("always".into());
+        // ab's own load moves it in every run: it says nothing about the machine.
         r.start.load1 = 3.5;
         r.smt = smt_shared(&[0], &[1], |_| Some("0-1".into()));
         let text = check(&r).flags.join("; ");
         assert!(text.contains("THP changed: madvise → always"), "{text}");
-        assert!(text.contains("load average changed: 2.00 → 3.50"), "{text}");
+        assert!(!text.contains("load average"), "{text}");
         assert!(
             text.contains("SMT siblings: server CPU 0 and client CPU 1"),
             "{text}"

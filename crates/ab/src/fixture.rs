@@ -2,6 +2,7 @@
 //! config templates), per-run scratch directories, and backends that run for the whole
 //! comparison on their own CPUs and are never measured.
 
+use crate::cgroup::{self, Accounting, Cgroup};
 use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -58,8 +59,30 @@ impl Drop for Scratch {
     }
 }
 
-/// Wait until something answers on `host:port`, and check that it is `server`'s process tree.
-pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16) -> Result<()> {
+/// `0,2,3`: a CPU list as `taskset -c` and `--cpuset-cpus` take it (`{server_cpus}`).
+pub fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `{cgroup}`: the cgroup made for the process, for a container runtime's `--cgroup-parent`.
+pub fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str) -> Result<()> {
+    match cgroup {
+        Some(cg) => vars.set("cgroup", cg.path()),
+        None if command.contains("{cgroup}") => bail!(
+            "`{command}` uses {{cgroup}}, but no cgroup could be made below ab's own (not root, or no delegation)"
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Wait until something answers on `host:port`, and check that it is `server`'s: a process in
+/// its cgroup (or /proc tree), or in the container it started; and that all of them run on
+/// `cpus`.
+pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16, cpus: &[usize]) -> Result<()> {
     let t0 = Instant::now();
     loop {
         if let Some(why) = server.exited() {
@@ -73,8 +96,17 @@ pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16) -> Result<()> 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    if let Some(found) = server.locate() {
+        eprintln!("ab: {found}");
+    }
     if !server.owns_port(port) {
-        bail!("{host}:{port} is answered by a process outside its process tree (port shared via SO_REUSEPORT?)");
+        bail!("{host}:{port} is answered by a process outside what it started (its cgroup, or its /proc tree where no cgroup could be made): an already running server, or a port shared via SO_REUSEPORT?");
+    }
+    if let Some(pid) = server.unpinned(cpus) {
+        bail!(
+            "a process of it runs outside the CPUs given ({}), so its cores would be shared: {pid} (a container runtime resets the affinity ab gives: add --cpuset-cpus {{server_cpus}})",
+            cpu_list(cpus)
+        );
     }
     Ok(())
 }
@@ -94,6 +126,7 @@ impl Backends {
         host: &str,
         ports: procs::PortRange,
         cpus: &[usize],
+        accounting: Option<Accounting>,
         vars: &mut Vars,
     ) -> Result<Backends> {
         let mut procs = Vec::new();
@@ -103,16 +136,22 @@ impl Backends {
             taken.push(clear);
             let tls = procs::free_port(host, ports, &taken)?;
             taken.push(tls);
-            let scratch = Scratch::new(&format!("backend{}", i + 1))?;
+            let tag = format!("backend{}", i + 1);
+            let scratch = Scratch::new(&tag)?;
+            let cgroup = cgroup::for_process(&tag, accounting)?;
             let mut own = vars.clone();
             own.set("backend_port", clear);
             own.set("backend_tls_port", tls);
             own.set("tmp", scratch.path().display());
-            let command = own.render(command);
-            let mut p = ServerProc::start(&command, cpus, &scratch.path().join("stderr"))?;
-            wait_ready(&mut p, host, clear)
-                .with_context(|| format!("backend {}: `{command}`", i + 1))?;
-            eprintln!("backend {} on {host}:{clear} (TLS {tls}): {command}", i + 1);
+            set_cgroup(&mut own, cgroup.as_ref(), command)?;
+            let rendered = own.render(command);
+            let mut p = ServerProc::start(&rendered, cpus, scratch.path(), cgroup)?;
+            wait_ready(&mut p, host, clear, cpus)
+                .with_context(|| format!("backend {}: `{rendered}`", i + 1))?;
+            eprintln!(
+                "backend {} on {host}:{clear} (TLS {tls}): {rendered}",
+                i + 1
+            );
             procs.push((p, scratch));
             if i == 0 {
                 vars.set("backend_port", clear);

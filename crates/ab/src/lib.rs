@@ -1,5 +1,6 @@
 //! See the crate description.
 mod cell;
+mod cgroup;
 pub mod cli;
 mod compare;
 mod contam;

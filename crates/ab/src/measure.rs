@@ -6,14 +6,15 @@
 //!   its connections up and then measures a window that starts at an agreed instant, and each
 //!   server's CPU read in nanoseconds at both ends of that window.
 
+use crate::cgroup::{self, Accounting};
 use crate::contam::{self, Checks, Readings, Settings};
 use crate::fixture::{self, Scratch, Vars};
 use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
+use loadterm_load::report::Report as LoadReport;
 use serde::Serialize;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a variant is.
@@ -53,6 +54,9 @@ pub struct RunSpec {
     /// Open loop at a rate the pilot checked: a run whose client sent a larger share of its
     /// sends over 1 ms late than this is run again (`contam::late_limit_pct`).
     pub late_limit_pct: Option<f64>,
+    /// How the servers' CPU and memory are read (`--accounting`; `None`: the machine's
+    /// cgroups, else the /proc tree).
+    pub accounting: Option<Accounting>,
 }
 
 /// Metrics of one run (medians etc. are computed over runs later). Server-side metrics are
@@ -71,7 +75,19 @@ pub struct Run {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub corrected_p99_ms: Option<f64>,
+    /// The server's cost per request: its cgroup's CPU, plus the interrupt and softirq time
+    /// on the server cores outside its runtime when it had them to itself (its network stack:
+    /// on loopback, the delivery of what it sends runs there).
     pub cpu_us_per_req: Option<f64>,
+    /// The parts of `cpu_us_per_req`: user and system (the runtime's split by ticks, which
+    /// counts a softirq run inside a syscall as system), and irq + softirq outside the
+    /// runtime (`None` when the variants shared the server cores: their network work cannot
+    /// be told apart, and is charged to none).
+    pub user_us_per_req: Option<f64>,
+    pub system_us_per_req: Option<f64>,
+    pub softirq_us_per_req: Option<f64>,
+    /// How the server's CPU and memory were read (none in endpoint mode).
+    pub accounting: Option<Accounting>,
     /// Server CPU time / wall time over the measured run (1.0 = one core saturated).
     pub server_cpu_util: Option<f64>,
     pub rss_peak_mib: Option<f64>,
@@ -157,17 +173,19 @@ fn client(
     url: &str,
     duration: Duration,
     json: Option<&std::path::Path>,
-) -> Result<Option<serde_json::Value>> {
+) -> Result<Option<LoadReport>> {
     let out = client_command(spec, url, duration, json, &[])?
         .output()
         .context("cannot run loadterm load")?;
     client_result(out, json)
 }
 
+/// The client's report, read as the load crate's own type: a field it renamed fails here,
+/// loudly, instead of reading as zero.
 fn client_result(
     out: std::process::Output,
     json: Option<&std::path::Path>,
-) -> Result<Option<serde_json::Value>> {
+) -> Result<Option<LoadReport>> {
     if !out.status.success() {
         bail!(
             "load run failed: {}",
@@ -249,8 +267,9 @@ fn sleep_until(t: std::time::SystemTime) {
 
 /// One measured window on servers kept running, all at once: each gets its own client, every
 /// client starts its window at the same agreed instant, and each server's CPU (nanoseconds,
-/// every thread of its tree) is read at that instant and `duration` later. Measured together,
-/// the variants share whatever else the machine does in that second, and their ratio cancels it.
+/// from its cgroup or every thread of its tree) is read at that instant and `duration` later.
+/// Measured together, the variants share whatever else the machine does in that second, and
+/// their ratio cancels it.
 pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Result<Vec<Run>> {
     let t_start = Instant::now();
     let Some(first) = jobs.first() else {
@@ -283,10 +302,7 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
         clients.push((child, json_path));
     }
     let read = |jobs: &[(&RunSpec, &str, &mut Started)], clients: &[(std::process::Child, _)]| {
-        let servers: Vec<procs::Sample> = jobs
-            .iter()
-            .map(|(_, _, s)| procs::sample_tree(s.server.pid()))
-            .collect();
+        let servers: Vec<procs::Sample> = jobs.iter().map(|(_, _, s)| s.server.sample()).collect();
         let client_ticks: Vec<u64> = clients
             .iter()
             .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
@@ -300,7 +316,7 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
     sleep_until(at + duration);
     let after = read(jobs, &clients);
     let wall = t0.elapsed().as_secs_f64();
-    let reports: Vec<Result<serde_json::Value>> = clients
+    let reports: Vec<Result<LoadReport>> = clients
         .into_iter()
         .map(|(child, json_path)| {
             let out = child
@@ -311,25 +327,18 @@ pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Res
             report?.context("the load report is missing")
         })
         .collect();
-    let cpu_s: Vec<f64> = (0..jobs.len())
-        .map(|k| after.0[k].cpu_ns.saturating_sub(before.0[k].cpu_ns) as f64 / 1e9)
-        .collect();
     // For the foreign-CPU check, every server measured in this window is "own" CPU.
-    let all_ticks = (cpu_s.iter().sum::<f64>() * procs::clk_tck()).round() as u64;
+    let all_ns: u64 = (0..jobs.len())
+        .map(|k| after.0[k].cpu_ns.saturating_sub(before.0[k].cpu_ns))
+        .sum();
+    let alone = jobs.len() == 1;
     let mut runs = Vec::new();
     for (k, report) in reports.into_iter().enumerate() {
-        let (spec, variant, _) = &jobs[k];
+        let (spec, variant, started) = &jobs[k];
         let report = report?;
-        let misaligned_s = report["clock"]["window_start_unix_s"]
-            .as_f64()
-            .map_or(0.0, |w| w - at_s);
-        let (s0, s1) = (before.0[k], after.0[k]);
-        let server = ServerReadings {
-            cpu_s: cpu_s[k],
-            ticks: all_ticks,
-            ctx: s1.ctx_switches.saturating_sub(s0.ctx_switches),
-            rss_kib: (s1.rss_kib, s1.rss_kib),
-        };
+        let misaligned_s = report.run.clock.window_start_unix_s - at_s;
+        let server =
+            ServerReadings::between(&started.server, &before.0[k], &after.0[k], all_ns, alone);
         let mut run = run_of(
             spec,
             variant,
@@ -367,14 +376,42 @@ fn report_path(variant: &str, round: usize) -> std::path::PathBuf {
     ))
 }
 
-/// What was read of the server's tree over a measured run.
+/// What was read of the server over a measured run.
 struct ServerReadings {
     cpu_s: f64,
-    /// The same CPU in clock ticks, for the foreign-CPU check against /proc/stat's ticks.
-    ticks: u64,
+    user_s: f64,
+    system_s: f64,
+    /// CPU of every server measured in the same window, seconds: none of it is foreign.
+    all_cpu_s: f64,
+    /// The server had the server cores to itself: their irq and softirq time is its own.
+    alone: bool,
     ctx: u64,
     /// (peak, mean) KiB.
     rss_kib: (u64, u64),
+    accounting: Accounting,
+}
+
+impl ServerReadings {
+    /// Between two samples of a long-lived server (nanoseconds: its cgroup, or its threads).
+    fn between(
+        server: &ServerProc,
+        b: &procs::Sample,
+        a: &procs::Sample,
+        all_ns: u64,
+        alone: bool,
+    ) -> Self {
+        let s = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e9;
+        ServerReadings {
+            cpu_s: s(a.cpu_ns, b.cpu_ns),
+            user_s: s(a.user_ns, b.user_ns),
+            system_s: s(a.system_ns, b.system_ns),
+            all_cpu_s: all_ns as f64 / 1e9,
+            alone,
+            ctx: a.ctx_switches.saturating_sub(b.ctx_switches),
+            rss_kib: (a.rss_kib, a.rss_kib),
+            accounting: server.accounting().0,
+        }
+    }
 }
 
 fn start_server(
@@ -386,12 +423,15 @@ fn start_server(
     let clear = procs::free_port(&spec.host, spec.ports, &[])?;
     let tls = procs::free_port(&spec.host, spec.ports, &[clear])?;
     let scratch = Scratch::new(variant)?;
+    let cgroup = cgroup::for_process(variant, spec.accounting)?;
     let mut vars = spec.vars.clone();
     vars.set("host", &spec.host);
     vars.set("clear_port", clear);
     vars.set("tls_port", tls);
     vars.set("tmp", scratch.path().display());
     vars.set("variant", variant);
+    vars.set("server_cpus", fixture::cpu_list(&spec.server_cpus));
+    fixture::set_cgroup(&mut vars, cgroup.as_ref(), command)?;
     if let Some((name, template)) = config {
         let path = scratch.path().join(name);
         std::fs::write(&path, vars.render(template))
@@ -399,16 +439,26 @@ fn start_server(
         vars.set("config", path.display());
     }
     let command = vars.render(command);
-    let mut server =
-        ServerProc::start(&command, &spec.server_cpus, &scratch.path().join("stderr"))?;
+    let mut server = ServerProc::start(&command, &spec.server_cpus, scratch.path(), cgroup)?;
     let (scheme, port) = if matches!(spec.proto.as_str(), "h1" | "h2c") {
         ("http", clear)
     } else {
         ("https", tls)
     };
-    if let Err(e) = fixture::wait_ready(&mut server, &spec.host, port) {
+    if let Err(e) = fixture::wait_ready(&mut server, &spec.host, port, &spec.server_cpus) {
         server.stop(Duration::from_secs(3));
         return Err(e.context(format!("variant {variant}: `{command}`")));
+    }
+    // Said once per variant: every later start is read the same way.
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut said) = SAID.lock() {
+        if !said.iter().any(|v| v == variant) {
+            said.push(variant.to_owned());
+            eprintln!(
+                "ab: variant {variant}: CPU and memory from {}",
+                server.accounting().1
+            );
+        }
     }
     Ok(Started {
         server,
@@ -427,10 +477,15 @@ pub fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
         }
         Target::Endpoint(url) => (None, url.trim_end_matches('/').to_owned()),
     };
-    let root = started.as_ref().map(|s| s.server.pid());
-    let result = measured(spec, variant, round, &format!("{base}{}", spec.url), root);
+    let result = measured(
+        spec,
+        variant,
+        round,
+        &format!("{base}{}", spec.url),
+        started.as_ref().map(|s| &s.server),
+    );
     if let Some(s) = started {
-        s.server.stop(Duration::from_secs(3));
+        s.stop();
     }
     let mut run = result?;
     run.wall_s = t_start.elapsed().as_secs_f64();
@@ -442,59 +497,63 @@ fn measured(
     variant: &str,
     round: usize,
     url: &str,
-    root: Option<u32>,
+    server: Option<&ServerProc>,
 ) -> Result<Run> {
     prove_and_warm(spec, variant, url)?;
     let json_path = report_path(variant, round);
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = root.map(|tree_root| {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut peak, mut sum, mut n) = (0u64, 0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                let rss = procs::sample_tree(tree_root).rss_kib;
-                peak = peak.max(rss);
-                sum += rss;
-                n += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            (peak, sum.checked_div(n).unwrap_or(0))
-        })
-    });
-    let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
-    let before = root.map(procs::sample_tree);
-    let stat_before = contam::read_proc_stat();
-    let t0 = Instant::now();
-    let report = client(spec, url, spec.duration, Some(&json_path));
-    let wall = t0.elapsed().as_secs_f64();
-    let stat_after = contam::read_proc_stat();
-    let after = root.map(procs::sample_tree);
-    stop.store(true, Ordering::Relaxed);
-    let rss = sampler.map(|s| s.join().unwrap_or((0, 0)));
-    let _ = std::fs::remove_file(&json_path);
-    let report = report?.context("the load report is missing")?;
-    let server = match (before, after, rss) {
-        (Some(b), Some(a), Some(rss)) => {
-            let ticks = a.cpu_ticks.saturating_sub(b.cpu_ticks);
-            Some(ServerReadings {
-                cpu_s: ticks as f64 / procs::clk_tck(),
-                ticks,
-                ctx: a.ctx_switches.saturating_sub(b.ctx_switches),
-                rss_kib: rss,
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = server.map(|server| {
+            let stop = &stop;
+            scope.spawn(move || {
+                let (mut peak, mut sum, mut n) = (0u64, 0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let rss = server.sample().rss_kib;
+                    peak = peak.max(rss);
+                    sum += rss;
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (peak, sum.checked_div(n).unwrap_or(0))
             })
-        }
-        _ => None,
-    };
-    run_of(
-        spec,
-        variant,
-        round,
-        &report,
-        wall,
-        server,
-        (stat_before, stat_after),
-        settings,
-    )
+        });
+        let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
+        let before = server.map(ServerProc::sample);
+        let stat_before = contam::read_proc_stat();
+        let t0 = Instant::now();
+        let report = client(spec, url, spec.duration, Some(&json_path));
+        let wall = t0.elapsed().as_secs_f64();
+        let stat_after = contam::read_proc_stat();
+        let after = server.map(ServerProc::sample);
+        stop.store(true, Ordering::Relaxed);
+        let rss = sampler.map(|s| s.join().unwrap_or((0, 0)));
+        let _ = std::fs::remove_file(&json_path);
+        let report = report?.context("the load report is missing")?;
+        let readings = match (server, before, after, rss) {
+            (Some(server), Some(b), Some(a), Some(rss)) => {
+                // A cgroup keeps the time of processes that ended; a /proc tree loses it
+                // from the nanoseconds of exited threads, but not from its ticks.
+                let mut r = ServerReadings::between(server, &b, &a, 0, true);
+                if !server.in_cgroup() {
+                    r.cpu_s = a.cpu_ticks.saturating_sub(b.cpu_ticks) as f64 / procs::clk_tck();
+                }
+                r.all_cpu_s = r.cpu_s;
+                r.rss_kib = rss;
+                Some(r)
+            }
+            _ => None,
+        };
+        run_of(
+            spec,
+            variant,
+            round,
+            &report,
+            wall,
+            readings,
+            (stat_before, stat_after),
+            settings,
+        )
+    })
 }
 
 /// A run's metrics from the client's report and the server's readings.
@@ -503,7 +562,7 @@ fn run_of(
     spec: &RunSpec,
     variant: &str,
     round: usize,
-    report: &serde_json::Value,
+    report: &LoadReport,
     wall: f64,
     server: Option<ServerReadings>,
     stat: (
@@ -512,50 +571,40 @@ fn run_of(
     ),
     settings: Settings,
 ) -> Result<Run> {
-    let f = |path: &[&str]| {
-        path.iter()
-            .fold(report, |v, k| &v[*k])
-            .as_f64()
-            .unwrap_or(0.0)
-    };
-    let requests = f(&["requests", "completed"]);
-    if requests == 0.0 {
+    let requests = report.requests.completed;
+    if requests == 0 {
         bail!("variant {variant}: no request completed in the measured run");
     }
-    let errors = ["connect", "tls", "timeout", "reset", "protocol"]
-        .iter()
-        .map(|k| f(&["errors", k]))
-        .sum::<f64>();
+    let n = requests as f64;
+    let latency = report
+        .latency_us
+        .as_ref()
+        .context("the load report has no latency although requests completed")?;
+    let errors = report.errors.transport.total();
     // Open loop: the sends the schedule asked for that never went out (the client fell behind).
-    let missed_pct = report["open_loop"]["sent"].as_f64().map(|sent| {
-        let missed = f(&["open_loop", "missed"]);
-        missed / (sent + missed).max(1.0) * 100.0
-    });
-    let late_pct = report["open_loop"]["sent"]
-        .as_f64()
-        .map(|sent| f(&["open_loop", "late"]) / sent.max(1.0) * 100.0);
-    let corrected = report["latency_corrected_us"]["p99"]
-        .as_f64()
-        .map(|v| v / 1e3);
+    let open = report.open_loop.as_ref();
+    let missed_pct = open.map(|o| o.missed as f64 / ((o.sent + o.missed) as f64).max(1.0) * 100.0);
+    let late_pct = open.map(|o| o.late as f64 / (o.sent as f64).max(1.0) * 100.0);
+    let corrected = report
+        .latency_corrected_us
+        .as_ref()
+        .map(|p| p.p99 as f64 / 1e3);
     // Complete seconds only: the last, partial one would look like a drop in throughput.
     let full_seconds = spec.duration.as_secs() as usize;
-    let series: Vec<f64> = report["timeseries"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .take(full_seconds)
-                .map(|s| s["requests"].as_f64().unwrap_or(0.0))
-                .collect()
-        })
-        .unwrap_or_default();
-    let checks = contam::check(&Readings {
+    let series: Vec<f64> = report
+        .timeseries
+        .iter()
+        .take(full_seconds)
+        .map(|s| s.requests as f64)
+        .collect();
+    let readings = Readings {
         wall_s: wall,
         ticks_per_s: procs::clk_tck(),
         before: stat.0,
         after: stat.1,
         server_cpus: spec.server_cpus.clone(),
         client_cpus: spec.client_cpus.clone(),
-        server_ticks: server.as_ref().map(|s| s.ticks),
+        server_cpu_s: server.as_ref().map(|s| s.all_cpu_s),
         missed_pct,
         late_pct,
         late_limit_pct: spec.late_limit_pct,
@@ -563,25 +612,45 @@ fn run_of(
         reference: spec.reference.clone(),
         smt: spec.smt.clone(),
         series: series.clone(),
-    });
+    };
+    if let Some(s) = &server {
+        if let Some(why) = contam::implausible(&readings, s.cpu_s, requests) {
+            return Err(contam::Implausible(format!("variant {variant}: {why}")).into());
+        }
+    }
+    let checks = contam::check(&readings);
+    // The server cores' interrupt and softirq time, charged to a server that had them alone.
+    let softirq_s = server
+        .as_ref()
+        .filter(|s| s.alone)
+        .map(|s| readings.network_s(s.cpu_s));
+    let per_req = |s: f64| s * 1e6 / n;
     Ok(Run {
         variant: variant.to_owned(),
         round,
-        requests: requests as u64,
-        errors: errors as u64,
-        rps: f(&["rps"]),
-        mb_per_s: f(&["bytes_per_s"]) / 1e6,
-        bytes_per_req: f(&["bytes", "total"]) / requests,
-        mean_ms: f(&["latency_us", "mean"]) / 1e3,
-        p50_ms: f(&["latency_us", "p50"]) / 1e3,
-        p95_ms: f(&["latency_us", "p95"]) / 1e3,
-        p99_ms: f(&["latency_us", "p99"]) / 1e3,
+        requests,
+        errors,
+        rps: report.rps,
+        mb_per_s: report.bytes_per_s / 1e6,
+        bytes_per_req: report.bytes.total as f64 / n,
+        mean_ms: latency.mean / 1e3,
+        p50_ms: latency.p50 as f64 / 1e3,
+        p95_ms: latency.p95 as f64 / 1e3,
+        p99_ms: latency.p99 as f64 / 1e3,
         corrected_p99_ms: corrected,
-        cpu_us_per_req: server.as_ref().map(|s| s.cpu_s * 1e6 / requests),
-        server_cpu_util: server.as_ref().map(|s| s.cpu_s / wall),
+        cpu_us_per_req: server
+            .as_ref()
+            .map(|s| per_req(s.cpu_s + softirq_s.unwrap_or(0.0))),
+        user_us_per_req: server.as_ref().map(|s| per_req(s.user_s)),
+        system_us_per_req: server.as_ref().map(|s| per_req(s.system_s)),
+        softirq_us_per_req: softirq_s.map(per_req),
+        accounting: server.as_ref().map(|s| s.accounting),
+        server_cpu_util: server
+            .as_ref()
+            .map(|s| (s.cpu_s + softirq_s.unwrap_or(0.0)) / wall),
         rss_peak_mib: server.as_ref().map(|s| s.rss_kib.0 as f64 / 1024.0),
         rss_mean_mib: server.as_ref().map(|s| s.rss_kib.1 as f64 / 1024.0),
-        ctx_switches_per_req: server.as_ref().map(|s| s.ctx as f64 / requests),
+        ctx_switches_per_req: server.as_ref().map(|s| s.ctx as f64 / n),
         missed_pct,
         late_pct,
         client_cpu_util: None,

@@ -1,6 +1,8 @@
-//! Server processes: started through `sh -c` in their own process group, pinned to the server
-//! CPUs; measured from /proc over the whole process tree; stopped with SIGTERM then SIGKILL.
+//! Server processes: started through `sh -c` in their own process group and cgroup, pinned to
+//! the server CPUs; measured from the cgroup (or, where none could be made, the /proc tree);
+//! stopped with SIGTERM then SIGKILL, their containers through the runtime.
 
+use crate::cgroup::{self, Accounting, Cgroup};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -64,45 +66,147 @@ pub fn pin_self(cpus: &[usize]) {
     }
 }
 
+/// A started server or backend: the process ab started, its cgroup (where one could be made),
+/// and the container it runs, if it is one.
 pub struct ServerProc {
     child: Child,
     /// Where its stderr goes (a file, not a pipe: a long-lived process writing logs would block
     /// on a full pipe nobody reads).
     log: std::path::PathBuf,
+    cgroup: Option<Cgroup>,
+    container: Option<Container>,
+    /// The started process exited and left processes in its cgroup: a daemon, measured and
+    /// stopped through the cgroup.
+    daemon: bool,
 }
 
-/// CPU, memory and scheduling counters of a process tree at one instant.
+/// A `podman run` / `docker run` variant: the runtime's command and the file ab asked it to
+/// write the container's id into (`--cidfile`).
+struct Container {
+    runtime: String,
+    cidfile: std::path::PathBuf,
+}
+
+impl Container {
+    fn id(&self) -> Option<String> {
+        std::fs::read_to_string(&self.cidfile)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The container's first process, as its runtime reports it.
+    fn pid(&self) -> Option<u32> {
+        let out = Command::new(&self.runtime)
+            .args(["inspect", "--format", "{{.State.Pid}}"])
+            .arg(self.id()?)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+    }
+
+    /// Stop and remove the container (it may outlive its `run` command: detached, or a
+    /// runtime killed before it could forward the signal).
+    fn remove(&self, grace: Duration) {
+        if let Some(id) = self.id() {
+            let _ = Command::new(&self.runtime)
+                .args(["rm", "-f", "-t", &grace.as_secs().max(1).to_string(), &id])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The container runtime a command runs (`podman run …`, `docker run …`), and the command
+/// with `--cidfile FILE` added after `run` unless it names one already.
+fn container_command(command: &str, cidfile: &std::path::Path) -> Option<(String, String)> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let at = words.windows(2).position(|w| {
+        matches!(w[0].rsplit('/').next(), Some("podman") | Some("docker")) && w[1] == "run"
+    })?;
+    let runtime = words[at].to_owned();
+    if command.contains("--cidfile") {
+        return None;
+    }
+    // After the first "RUNTIME run": the word boundaries of the original are kept.
+    let key = format!("{runtime} run");
+    let pos = command.find(&key)? + key.len();
+    let with = format!(
+        "{} --cidfile {}{}",
+        &command[..pos],
+        cidfile.display(),
+        &command[pos..]
+    );
+    Some((runtime, with))
+}
+
+/// CPU, memory and scheduling counters of a server at one instant.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sample {
-    /// utime + stime, clock ticks.
+    /// utime + stime of the /proc tree, clock ticks (cgroups: the same from `cpu_ns`).
     pub cpu_ticks: u64,
-    /// The same CPU time from the scheduler's own account of every thread
-    /// (`/proc/PID/task/TID/schedstat`, first field), nanoseconds. Unlike the ticks, a
-    /// one-second window reads it to the microsecond; but threads that exit between two
-    /// readings take their time with them, so it is for long-lived servers.
+    /// CPU time in nanoseconds: the cgroup's usage, or, for a /proc tree, the scheduler's own
+    /// account of every thread (`/proc/PID/task/TID/schedstat`, first field). Unlike the
+    /// ticks, a one-second window reads it to the microsecond; but in a /proc tree, threads
+    /// that exit between two readings take their time with them.
     pub cpu_ns: u64,
+    pub user_ns: u64,
+    pub system_ns: u64,
     pub rss_kib: u64,
     pub ctx_switches: u64,
 }
 
 impl ServerProc {
-    pub fn start(command: &str, cpus: &[usize], log: &std::path::Path) -> Result<ServerProc> {
-        let err = std::fs::File::create(log)
+    /// Start `command` through `sh -c` in its own process group, pinned to `cpus`, inside
+    /// `cgroup` (made for it, removed when it stops), with its stderr and any container id
+    /// file in `dir`.
+    pub fn start(
+        command: &str,
+        cpus: &[usize],
+        dir: &std::path::Path,
+        cgroup: Option<Cgroup>,
+    ) -> Result<ServerProc> {
+        let log = dir.join("stderr");
+        let err = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
+        let (container, command) = match container_command(command, &dir.join("cid")) {
+            Some((runtime, with)) => (
+                Some(Container {
+                    runtime,
+                    cidfile: dir.join("cid"),
+                }),
+                with,
+            ),
+            None => (None, command.to_owned()),
+        };
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
-            .arg(command)
+            .arg(&command)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
             .process_group(0);
         pin(&mut cmd, cpus.to_vec());
+        if let Some(cg) = &cgroup {
+            let files = cg.procs_files();
+            // SAFETY: `enter` makes only open/write/close calls between fork and exec.
+            unsafe { cmd.pre_exec(move || cgroup::enter(&files)) };
+        }
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start `{command}`"))?;
         Ok(ServerProc {
             child,
-            log: log.to_owned(),
+            log,
+            cgroup,
+            container,
+            daemon: false,
         })
     }
 
@@ -110,10 +214,44 @@ impl ServerProc {
         self.child.id()
     }
 
-    /// Whether the process already exited (its stderr then explains why).
+    /// How this server's CPU and memory are read, for the report: e.g. "cgroup v1
+    /// /loadterm-ab-…", with what ab found on the way (a container's cgroup, a daemon).
+    pub fn accounting(&self) -> (Accounting, String) {
+        match &self.cgroup {
+            Some(cg) => {
+                let mut text = format!("{} {}", cg.accounting(), cg.path());
+                if !cg.has_memory() {
+                    text.push_str(" (memory from its processes: no memory controller there)");
+                }
+                if self.daemon {
+                    text.push_str(" (a daemon: the started process exited, its cgroup kept running)");
+                }
+                (cg.accounting(), text)
+            }
+            None => (
+                Accounting::ProcTree,
+                "the /proc tree under the started process (no cgroup could be made: not root, or no delegation)".into(),
+            ),
+        }
+    }
+
+    /// Whether the server is gone (its stderr then explains why). A started process that
+    /// exited and left processes in its cgroup is a daemon: still running.
     pub fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => {
+                if let Some(cg) = &self.cgroup {
+                    let left = cg.pids().len();
+                    if left > 0 {
+                        if !self.daemon {
+                            self.daemon = true;
+                            eprintln!(
+                                "ab: the started process exited ({status}) and left {left} processes in its cgroup: measured through the cgroup, stopped with it"
+                            );
+                        }
+                        return None;
+                    }
+                }
                 let err = std::fs::read_to_string(&self.log).unwrap_or_default();
                 let lines: Vec<&str> = err.lines().collect();
                 let tail = lines[lines.len().saturating_sub(5)..].join(" / ");
@@ -123,10 +261,52 @@ impl ServerProc {
         }
     }
 
-    /// Whether a socket listening on `port` (TCP) belongs to this process tree.
+    /// Once the server answers: a container's cgroup, where its runtime put it outside the
+    /// server's own (no `--cgroup-parent {cgroup}`), is read too. Returns what was found.
+    pub fn locate(&mut self) -> Option<String> {
+        let c = self.container.as_ref()?;
+        let (id, pid) = (c.id()?, c.pid()?);
+        let cg = self.cgroup.as_mut()?;
+        let path = cg.follow(pid)?;
+        Some(format!(
+            "container {} runs in cgroup {path}, outside {}: measured there too (--cgroup-parent {{cgroup}} keeps it below)",
+            &id[..id.len().min(12)],
+            cg.path()
+        ))
+    }
+
+    /// Every process of the server: its cgroup's, or its /proc tree.
+    fn pids(&self) -> Vec<u32> {
+        match &self.cgroup {
+            Some(cg) => cg.pids(),
+            None => tree(self.pid()),
+        }
+    }
+
+    /// CPUs some process of the server may run on outside `cpus` (a container whose runtime
+    /// reset the affinity ab gave it), as "PID: LIST".
+    pub fn unpinned(&self, cpus: &[usize]) -> Option<String> {
+        if cpus.is_empty() {
+            return None;
+        }
+        self.pids().into_iter().find_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+                .trim()
+                .to_owned();
+            crate::contam::parse_cpu_list(&list)
+                .iter()
+                .any(|c| !cpus.contains(c))
+                .then(|| format!("{pid}: CPUs {list}"))
+        })
+    }
+
+    /// Whether a socket listening on `port` (TCP) belongs to this server.
     pub fn owns_port(&self, port: u16) -> bool {
         let inodes = listening_inodes(port);
-        tree(self.pid()).into_iter().any(|pid| {
+        self.pids().into_iter().any(|pid| {
             std::fs::read_dir(format!("/proc/{pid}/fd"))
                 .into_iter()
                 .flatten()
@@ -144,8 +324,42 @@ impl ServerProc {
         })
     }
 
-    /// SIGTERM to the group, SIGKILL after `grace`.
+    /// CPU, memory and context switches of the server now.
+    pub fn sample(&self) -> Sample {
+        let Some(cg) = &self.cgroup else {
+            return sample_tree(self.pid());
+        };
+        let u = cg.usage();
+        let pids = cg.pids();
+        let mut s = Sample {
+            cpu_ns: u.cpu_ns,
+            cpu_ticks: (u.cpu_ns as f64 * clk_tck() / 1e9).round() as u64,
+            user_ns: u.user_ns,
+            system_ns: u.system_ns,
+            rss_kib: u.anon_kib.unwrap_or(0),
+            ctx_switches: 0,
+        };
+        for pid in pids {
+            let p = sample_process(pid);
+            s.ctx_switches += p.ctx_switches;
+            if u.anon_kib.is_none() {
+                s.rss_kib += p.rss_kib;
+            }
+        }
+        s
+    }
+
+    /// Whether CPU is read from a cgroup (exact at any window) or from a /proc tree.
+    pub fn in_cgroup(&self) -> bool {
+        self.cgroup.is_some()
+    }
+
+    /// Stop the server: its container through the runtime, SIGTERM to its process group,
+    /// SIGKILL after `grace`, then whatever is left in its cgroup, which is removed.
     pub fn stop(mut self, grace: Duration) {
+        if let Some(c) = &self.container {
+            c.remove(grace);
+        }
         let pgid = self.pid() as i32;
         // SAFETY: plain kill(2) on our own child's process group.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
@@ -159,6 +373,15 @@ impl ServerProc {
         // SAFETY: as above; the group may already be gone.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = self.child.wait();
+        if let Some(cg) = self.cgroup.take() {
+            let path = cg.path().to_owned();
+            if let Err(e) = cg.remove(grace) {
+                eprintln!("ab: {e:#}");
+            }
+            if self.container.is_some() {
+                cgroup::remove_runtime_leftovers(&path);
+            }
+        }
     }
 }
 
@@ -190,28 +413,43 @@ pub fn tree(root: u32) -> Vec<u32> {
 pub fn sample_tree(root: u32) -> Sample {
     let mut s = Sample::default();
     for pid in tree(root) {
-        if let Some(f) = stat_fields(pid) {
-            // After "pid (comm)": field 3 is index 0, so utime (14) and stime (15) are 11, 12.
-            let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            s.cpu_ticks += t(11) + t(12);
-        }
-        // Anonymous pages only (heap, stacks): the binary's file pages count in VmRSS by how
-        // the file came into the page cache (a fresh copy of the same build maps 1.4 MiB more),
-        // which read as a memory change between two builds.
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            s.rss_kib += status_value(&status, "RssAnon:");
-        }
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-            for t in tasks.flatten() {
-                if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
-                    s.ctx_switches += status_value(&st, "voluntary_ctxt_switches:")
-                        + status_value(&st, "nonvoluntary_ctxt_switches:");
-                }
-                s.cpu_ns += std::fs::read_to_string(t.path().join("schedstat"))
-                    .ok()
-                    .and_then(|st| st.split_whitespace().next()?.parse::<u64>().ok())
-                    .unwrap_or(0);
+        let p = sample_process(pid);
+        s.cpu_ticks += p.cpu_ticks;
+        s.cpu_ns += p.cpu_ns;
+        s.user_ns += p.user_ns;
+        s.system_ns += p.system_ns;
+        s.rss_kib += p.rss_kib;
+        s.ctx_switches += p.ctx_switches;
+    }
+    s
+}
+
+/// One process's counters.
+fn sample_process(pid: u32) -> Sample {
+    let mut s = Sample::default();
+    if let Some(f) = stat_fields(pid) {
+        // After "pid (comm)": field 3 is index 0, so utime (14) and stime (15) are 11, 12.
+        let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        s.cpu_ticks = t(11) + t(12);
+        let ns = |ticks: u64| (ticks as f64 * 1e9 / clk_tck()) as u64;
+        (s.user_ns, s.system_ns) = (ns(t(11)), ns(t(12)));
+    }
+    // Anonymous pages only (heap, stacks): the binary's file pages count in VmRSS by how
+    // the file came into the page cache (a fresh copy of the same build maps 1.4 MiB more),
+    // which read as a memory change between two builds.
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        s.rss_kib = status_value(&status, "RssAnon:");
+    }
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
+                s.ctx_switches += status_value(&st, "voluntary_ctxt_switches:")
+                    + status_value(&st, "nonvoluntary_ctxt_switches:");
             }
+            s.cpu_ns += std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|st| st.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
     s

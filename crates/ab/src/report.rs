@@ -29,6 +29,8 @@ pub struct Variant {
     pub name: String,
     pub command: String,
     pub url: String,
+    /// How its server's CPU and memory were read (none in endpoint mode).
+    pub accounting: Option<crate::cgroup::Accounting>,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,18 +128,18 @@ fn flag_lines(c: &Cell) -> Vec<String> {
 /// the clean runs too.
 fn checks_table(c: &Cell) -> String {
     let mut s = String::from(
-        "| round | variant | steal | foreign CPU (server cores) | client cores busy | load avg | req/s first → last third |\n|---|---|---|---|---|---|---|\n",
+        "| round | variant | steal | foreign CPU (server cores) | client cores busy | irq + softirq (server cores) | req/s first → last third |\n|---|---|---|---|---|---|---|\n",
     );
     for r in &c.runs {
         let k = &r.checks;
         s += &format!(
-            "| {} | {} | {:.1}% | {} | {:.0}% | {:.2} | {} |\n",
+            "| {} | {} | {:.1}% | {} | {:.0}% | {:.1}% | {} |\n",
             r.round + 1,
             r.variant,
             k.steal_pct,
             k.foreign_pct.map_or("n/a".into(), |f| format!("{f:.1}%")),
             k.client_busy_pct,
-            k.settings.load1,
+            k.softirq_pct,
             k.steady
                 .as_ref()
                 .map_or("n/a (under 3 s)".into(), |t| format!(
@@ -226,7 +228,10 @@ fn environment_text(r: &Report) -> String {
     );
     for c in r.cells.iter().take(1) {
         for v in &c.variants {
-            s += &format!("{}: {}   (URL {})\n", v.name, v.command, v.url);
+            let acc = v
+                .accounting
+                .map_or(String::new(), |a| format!("   (CPU from {a})"));
+            s += &format!("{}: {}   (URL {}){acc}\n", v.name, v.command, v.url);
         }
     }
     s
@@ -407,6 +412,7 @@ pub(crate) mod tests {
             name: name.to_owned(),
             command: format!("loadterm serve -L {{host}}:{{clear_port}}:{{tls_port}} # {name}"),
             url: "/?s=1k".to_owned(),
+            accounting: Some(crate::cgroup::Accounting::CgroupV1),
         };
         Report {
             interrupted: false,

@@ -1,0 +1,542 @@
+//! The cgroup of each server (and backend) ab starts: made below ab's own cgroup, entered by
+//! the command before it runs, read for CPU and memory, emptied and removed when the variant
+//! stops. Whatever the command does (forks a daemon and exits, starts a container whose
+//! runtime puts it under `--cgroup-parent {cgroup}`), its processes stay inside, so what is
+//! read is the variant's whole cost. Where no cgroup can be made, the /proc tree under the
+//! started process is the fallback (`Accounting::ProcTree`).
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How a variant's CPU and memory were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accounting {
+    /// cgroup v2: `cpu.stat`, `memory.stat` (anon) where the memory controller is enabled.
+    CgroupV2,
+    /// cgroup v1: `cpuacct.usage` and `cpuacct.stat`, `memory.stat` (total_rss).
+    CgroupV1,
+    /// The /proc tree under the started process (no cgroup could be made).
+    ProcTree,
+}
+
+impl std::fmt::Display for Accounting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Accounting::CgroupV2 => "cgroup v2",
+            Accounting::CgroupV1 => "cgroup v1",
+            Accounting::ProcTree => "/proc tree",
+        })
+    }
+}
+
+/// A cgroup's counters at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_ns: u64,
+    pub user_ns: u64,
+    pub system_ns: u64,
+    /// Anonymous memory (heap, stacks), KiB; `None` without a memory controller.
+    pub anon_kib: Option<u64>,
+}
+
+/// The directories of one cgroup, one per hierarchy ab reads.
+#[derive(Debug, Clone, Default)]
+struct Dirs {
+    /// v2: the one directory; v1: the cpuacct hierarchy's.
+    cpu: PathBuf,
+    /// The memory controller's directory (v1: its own hierarchy; v2: the same directory,
+    /// when the controller is enabled there).
+    memory: Option<PathBuf>,
+}
+
+/// A cgroup ab made for one process, removed by `remove` (or when dropped).
+#[derive(Debug)]
+pub struct Cgroup {
+    accounting: Accounting,
+    dirs: Dirs,
+    /// Its path inside the CPU hierarchy, as container runtimes take it (`--cgroup-parent`).
+    path: String,
+    /// CPU hierarchy directories of the variant's processes that are not below this one (a
+    /// container whose runtime put it elsewhere): read with it, never removed.
+    extra_cpu: Vec<PathBuf>,
+    /// A container's own memory cgroup: its memory is the container's, without its
+    /// runtime's processes (`podman run`, conmon) that stay in the variant's cgroup.
+    container_memory: Option<PathBuf>,
+    removed: bool,
+}
+
+/// One line of /proc/self/cgroup: hierarchy id, controllers, path.
+fn own_cgroups(text: &str) -> Vec<(String, Vec<String>, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let id = f.next()?.to_owned();
+            let controllers = f.next()?.split(',').filter(|c| !c.is_empty());
+            Some((
+                id,
+                controllers.map(str::to_owned).collect(),
+                f.next()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// cgroup mounts from /proc/self/mountinfo: (mount point, root inside the hierarchy, fs type,
+/// super options).
+fn cgroup_mounts(text: &str) -> Vec<(PathBuf, String, String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let left: Vec<&str> = left.split_whitespace().collect();
+            let mut right = right.split_whitespace();
+            let fstype = right.next()?;
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                return None;
+            }
+            let _source = right.next()?;
+            Some((
+                PathBuf::from(left.get(4)?),
+                left.get(3)?.to_string(),
+                fstype.to_owned(),
+                right.next().unwrap_or("").to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Where a v1 controller's hierarchy is mounted, and this process's path inside it.
+fn v1_dir(controller: &str, own: &str, mounts: &str) -> Option<(PathBuf, String)> {
+    let (_, _, path) = own_cgroups(own)
+        .into_iter()
+        .find(|(id, c, _)| id != "0" && c.iter().any(|c| c == controller))?;
+    let (mount, root, _, _) = cgroup_mounts(mounts)
+        .into_iter()
+        .find(|(_, _, t, opts)| t == "cgroup" && opts.split(',').any(|o| o == controller))?;
+    Some((join(&mount, &root, &path), path))
+}
+
+/// The v2 hierarchy's mount and this process's path inside it.
+fn v2_dir(own: &str, mounts: &str) -> Option<(PathBuf, String)> {
+    let (_, _, path) = own_cgroups(own)
+        .into_iter()
+        .find(|(id, c, _)| id == "0" && c.is_empty())?;
+    let (mount, root, _, _) = cgroup_mounts(mounts)
+        .into_iter()
+        .find(|(_, _, t, _)| t == "cgroup2")?;
+    Some((join(&mount, &root, &path), path))
+}
+
+/// `path` (inside a hierarchy) under `mount`, which shows the hierarchy from `root`.
+fn join(mount: &Path, root: &str, path: &str) -> PathBuf {
+    let rel = path
+        .strip_prefix(root.trim_end_matches('/'))
+        .unwrap_or(path)
+        .trim_start_matches('/');
+    mount.join(rel)
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    read(path)?.trim().parse().ok()
+}
+
+/// `key value` lines (cpu.stat, memory.stat).
+fn stat_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+impl Dirs {
+    fn usage(&self, accounting: Accounting) -> Usage {
+        let mut u = Usage::default();
+        match accounting {
+            Accounting::CgroupV1 => {
+                u.cpu_ns = read_u64(&self.cpu.join("cpuacct.usage")).unwrap_or(0);
+                // cpuacct.stat's user and system ticks sum to the runtime (the kernel scales
+                // them to it, as for /proc/PID/stat); cpuacct.usage_user and _sys are raw
+                // tick counts that fell 35% short of it here.
+                let stat = read(&self.cpu.join("cpuacct.stat")).unwrap_or_default();
+                let (user, system) = (
+                    stat_value(&stat, "user").unwrap_or(0),
+                    stat_value(&stat, "system").unwrap_or(0),
+                );
+                let share = user as f64 / ((user + system) as f64).max(1.0);
+                u.user_ns = (u.cpu_ns as f64 * share) as u64;
+                u.system_ns = u.cpu_ns - u.user_ns;
+                u.anon_kib = self.memory.as_ref().and_then(|m| {
+                    // total_rss: this cgroup and its children (a container's runtime
+                    // makes its own below ours).
+                    stat_value(&read(&m.join("memory.stat"))?, "total_rss").map(|b| b / 1024)
+                });
+            }
+            Accounting::CgroupV2 => {
+                let stat = read(&self.cpu.join("cpu.stat")).unwrap_or_default();
+                let us = |k| stat_value(&stat, k).unwrap_or(0) * 1000;
+                (u.cpu_ns, u.user_ns, u.system_ns) =
+                    (us("usage_usec"), us("user_usec"), us("system_usec"));
+                u.anon_kib = self.memory.as_ref().and_then(|m| {
+                    stat_value(&read(&m.join("memory.stat"))?, "anon").map(|b| b / 1024)
+                });
+            }
+            Accounting::ProcTree => {}
+        }
+        u
+    }
+
+    /// Every pid in this cgroup and its children.
+    fn pids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.cpu.clone()];
+        while let Some(dir) = stack.pop() {
+            out.extend(
+                read(&dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<u32>().ok()),
+            );
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                stack.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Cgroup {
+    /// A new cgroup named `name` below ab's own, with the accounting asked for (`None`: v1
+    /// where the cpuacct controller is on a v1 hierarchy, as on hybrid layouts; else v2).
+    /// `Err` says why none could be made, for the report.
+    pub fn create(name: &str, want: Option<Accounting>) -> Result<Cgroup, String> {
+        let own = read(Path::new("/proc/self/cgroup")).unwrap_or_default();
+        let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
+        let v1 = v1_dir("cpuacct", &own, &mounts);
+        let accounting = match want {
+            Some(a) => a,
+            None if v1.is_some() => Accounting::CgroupV1,
+            None => Accounting::CgroupV2,
+        };
+        let (parent, own_path, memory_parent) = match accounting {
+            Accounting::CgroupV1 => {
+                let (dir, path) = v1.ok_or("no cgroup v1 hierarchy with the cpuacct controller")?;
+                (dir, path, v1_dir("memory", &own, &mounts).map(|(d, _)| d))
+            }
+            Accounting::CgroupV2 => {
+                let (dir, path) = v2_dir(&own, &mounts).ok_or("no cgroup v2 hierarchy")?;
+                (dir.clone(), path, Some(dir))
+            }
+            Accounting::ProcTree => return Err("asked for (--accounting proc-tree)".into()),
+        };
+        let make = |parent: &Path| -> Result<PathBuf, String> {
+            let dir = parent.join(name);
+            std::fs::create_dir(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            Ok(dir)
+        };
+        let cpu = make(&parent)?;
+        let memory = match (accounting, memory_parent) {
+            // The memory controller of v2 is there only if ab's own cgroup enabled it for its
+            // children; ab changes nothing outside what it made.
+            (Accounting::CgroupV2, _) => cpu.join("memory.stat").exists().then(|| cpu.clone()),
+            (_, Some(m)) => make(&m).ok(),
+            _ => None,
+        };
+        Ok(Cgroup {
+            accounting,
+            dirs: Dirs { cpu, memory },
+            path: format!("{}/{name}", own_path.trim_end_matches('/')),
+            extra_cpu: Vec::new(),
+            container_memory: None,
+            removed: false,
+        })
+    }
+
+    pub fn accounting(&self) -> Accounting {
+        self.accounting
+    }
+
+    /// Its path inside the CPU hierarchy (`{cgroup}`, for `--cgroup-parent`).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The `cgroup.procs` files a process writes its pid into to enter this cgroup.
+    pub fn procs_files(&self) -> Vec<CString> {
+        let mut dirs = vec![&self.dirs.cpu];
+        dirs.extend(self.dirs.memory.iter().filter(|m| **m != self.dirs.cpu));
+        dirs.iter()
+            .filter_map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_vec()).ok())
+            .collect()
+    }
+
+    /// Read the cgroups of a container's process `pid` too: its CPU where its runtime put it
+    /// outside this cgroup, and its memory in any case. Returns its CPU cgroup's path when
+    /// that is read besides.
+    pub fn follow(&mut self, pid: u32) -> Option<String> {
+        let own = read(Path::new(&format!("/proc/{pid}/cgroup")))?;
+        let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
+        let (cpu, path, memory) = match self.accounting {
+            Accounting::CgroupV1 => {
+                let (cpu, path) = v1_dir("cpuacct", &own, &mounts)?;
+                (cpu, path, v1_dir("memory", &own, &mounts).map(|(d, _)| d))
+            }
+            Accounting::CgroupV2 => {
+                let (cpu, path) = v2_dir(&own, &mounts)?;
+                let memory = cpu.join("memory.stat").exists().then(|| cpu.clone());
+                (cpu, path, memory)
+            }
+            Accounting::ProcTree => return None,
+        };
+        self.container_memory = memory.or(self.container_memory.take());
+        if cpu.starts_with(&self.dirs.cpu) || self.extra_cpu.iter().any(|d| cpu.starts_with(d)) {
+            return None;
+        }
+        self.extra_cpu.push(cpu);
+        Some(path)
+    }
+
+    /// CPU and memory of the variant: its cgroup and the cgroups it follows.
+    pub fn usage(&self) -> Usage {
+        let mut total = self.dirs.usage(self.accounting);
+        for d in &self.extra_cpu {
+            let u = Dirs {
+                cpu: d.clone(),
+                memory: None,
+            }
+            .usage(self.accounting);
+            total.cpu_ns += u.cpu_ns;
+            total.user_ns += u.user_ns;
+            total.system_ns += u.system_ns;
+        }
+        if let Some(m) = &self.container_memory {
+            total.anon_kib = Dirs {
+                cpu: m.clone(),
+                memory: Some(m.clone()),
+            }
+            .usage(self.accounting)
+            .anon_kib;
+        }
+        total
+    }
+
+    /// Every process in it (and in the cgroups it follows).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.dirs.pids();
+        for d in &self.extra_cpu {
+            pids.extend(
+                Dirs {
+                    cpu: d.clone(),
+                    memory: None,
+                }
+                .pids(),
+            );
+        }
+        pids
+    }
+
+    /// Whether its memory is read from a memory controller (else from its processes).
+    pub fn has_memory(&self) -> bool {
+        self.dirs.memory.is_some() || self.container_memory.is_some()
+    }
+
+    /// Signal every process of the cgroup (not of the ones it follows: those belong to a
+    /// container, stopped through its runtime).
+    fn signal_all(&self, sig: libc::c_int) {
+        for pid in self.dirs.pids() {
+            // SAFETY: plain kill(2) on a process of a cgroup ab made for its own child.
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+    }
+
+    /// Stop every process left in it (SIGTERM, SIGKILL after `grace`) and remove it, with the
+    /// cgroups a container runtime made below it. Also run on drop, so that no exit path
+    /// leaves one behind.
+    pub fn remove(mut self, grace: Duration) -> Result<()> {
+        self.remove_now(grace)
+    }
+
+    fn remove_now(&mut self, grace: Duration) -> Result<()> {
+        if self.removed {
+            return Ok(());
+        }
+        self.removed = true;
+        if !self.dirs.pids().is_empty() {
+            self.signal_all(libc::SIGTERM);
+            let t0 = Instant::now();
+            while !self.dirs.pids().is_empty() && t0.elapsed() < grace {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let t0 = Instant::now();
+        loop {
+            self.signal_all(libc::SIGKILL);
+            let mut left = Vec::new();
+            for dir in std::iter::once(&self.dirs.cpu).chain(self.dirs.memory.iter()) {
+                if let Err(e) = remove_tree(dir) {
+                    left.push(format!("{}: {e}", dir.display()));
+                }
+            }
+            if left.is_empty() {
+                return Ok(());
+            }
+            // A killed process leaves its cgroup only once it has been reaped.
+            if t0.elapsed() > Duration::from_secs(5) {
+                bail!("cannot remove cgroup {}", left.join("; "));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_now(Duration::from_secs(3)) {
+            eprintln!("ab: {e:#}");
+        }
+    }
+}
+
+/// Remove `dir` and the cgroups below it, deepest first.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&e.path())?;
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// Remove the directories a container runtime made at `path` in the other hierarchies (it
+/// takes `--cgroup-parent` as one path for all of them; on v1, ab made it only in cpuacct and
+/// memory): only empty ones, at the path of a cgroup ab made.
+pub fn remove_runtime_leftovers(path: &str) {
+    let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
+    for (mount, root, _, _) in cgroup_mounts(&mounts) {
+        // rmdir(2) refuses a cgroup that still holds a process: only empty ones go.
+        let _ = remove_tree(&join(&mount, &root, path));
+    }
+}
+
+/// Enter the cgroups whose `cgroup.procs` files are `files` (in a child, between fork and
+/// exec: open(2) and write(2) only).
+pub fn enter(files: &[CString]) -> std::io::Result<()> {
+    for f in files {
+        // SAFETY: async-signal-safe calls on a valid NUL-terminated path; "0" means the
+        // writing process itself.
+        unsafe {
+            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if n < 0 {
+                return Err(err);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A cgroup name unique to this run of ab: `loadterm-ab-PID-N-TAG`.
+pub fn unique_name(tag: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "loadterm-ab-{}-{n}-{}",
+        std::process::id(),
+        tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    )
+}
+
+/// Make the cgroup for one process, or say why it is read from /proc instead.
+pub fn for_process(tag: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
+    match Cgroup::create(&unique_name(tag), want) {
+        Ok(c) => Ok(Some(c)),
+        // Asked for explicitly: that is what the user wants, or it is an error.
+        Err(why) if want.is_some_and(|w| w != Accounting::ProcTree) => {
+            Err(anyhow::anyhow!(why)).context(format!("--accounting {want:?}"))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWN_HYBRID: &str =
+        "9:name=systemd:/\n4:memory:/process_api/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n";
+    const MOUNTS_HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn hybrid_layout_gives_each_controller_its_own_directory() {
+        assert_eq!(
+            v1_dir("cpuacct", OWN_HYBRID, MOUNTS_HYBRID),
+            Some((PathBuf::from("/sys/fs/cgroup/cpuacct"), "/".to_owned()))
+        );
+        assert_eq!(
+            v1_dir("memory", OWN_HYBRID, MOUNTS_HYBRID),
+            Some((
+                PathBuf::from("/sys/fs/cgroup/memory/process_api/abc"),
+                "/process_api/abc".to_owned()
+            ))
+        );
+        assert_eq!(
+            v2_dir(OWN_HYBRID, MOUNTS_HYBRID).map(|(d, _)| d),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+    }
+
+    #[test]
+    fn pure_v2_and_comounted_v1_are_found() {
+        let own = "0::/user.slice/session-1.scope\n";
+        let mounts = "25 22 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(v1_dir("cpuacct", own, mounts), None);
+        assert_eq!(
+            v2_dir(own, mounts).map(|(d, _)| d),
+            Some(PathBuf::from("/sys/fs/cgroup/user.slice/session-1.scope"))
+        );
+        // cpu and cpuacct mounted together; a container that sees its own cgroup as its root.
+        let own = "3:cpu,cpuacct:/docker/x\n";
+        let mounts =
+            "40 31 0:30 /docker/x /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+        assert_eq!(
+            v1_dir("cpuacct", own, mounts).map(|(d, _)| d),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"))
+        );
+    }
+
+    #[test]
+    fn stat_files_are_read_by_key() {
+        let cpu = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n";
+        assert_eq!(stat_value(cpu, "user_usec"), Some(1000));
+        assert_eq!(stat_value(cpu, "usage"), None);
+        let mem = "cache 4096\nrss 8192\ntotal_rss 16384\n";
+        assert_eq!(stat_value(mem, "total_rss"), Some(16384));
+    }
+}
