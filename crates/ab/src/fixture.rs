@@ -100,7 +100,7 @@ pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16, cpus: &[usize]
         eprintln!("ab: {found}");
     }
     if !server.owns_port(port) {
-        bail!("{host}:{port} is answered by a process outside what it started (its cgroup, or its /proc tree where no cgroup could be made): an already running server, or a port shared via SO_REUSEPORT?");
+        return Err(crate::contam::Implausible(format!("{host}:{port} is answered by a process outside what ab started and measures (the command's cgroup, or its /proc tree where no cgroup could be made): an already running server or container, or a port shared via SO_REUSEPORT")).into());
     }
     if let Some(pid) = server.unpinned(cpus) {
         bail!(
