@@ -3,6 +3,7 @@
 //! robustness tests, the fuzz target) and response encoder (`h1::encode`: the thread-per-core
 //! spike in `bench/spike-epoll`, which answers with the engine's own bytes); everything else is
 //! private to the crate.
+mod buffers;
 pub mod cli;
 mod config;
 mod detachable;

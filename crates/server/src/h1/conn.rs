@@ -6,14 +6,14 @@
 //! (one boxed future: the parser state, the buffers, every request's own state) lasts while
 //! requests keep coming; once it has waited `IDLE_HOLD` for a next request with nothing
 //! buffered, it ends, and the connection's task waits for its socket to become readable holding
-//! the socket and little else. On clear TCP, past `park::PARK_AFTER` the task ends too and the
+//! the socket and little else. On clear TCP, past `PARK_AFTER` the task ends too and the
 //! socket is parked (`Handover::Idle`).
 
 use super::body::RequestBody;
-use super::buffers;
 use super::encode;
 use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
+use crate::buffers;
 use crate::config::Config;
 use crate::detachable::Detachable;
 use crate::prefixed::Prefixed;
@@ -53,6 +53,11 @@ const IOV: usize = 8;
 /// How long a busy period waits for a next request before the connection turns idle (under
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
+/// How long an idle connection keeps its task before it is handed over to be parked (`park`).
+/// Parking and resuming cost about six system calls (epoll registrations moved between tokio's
+/// set and the worker's), negligible once per second but not once per request: a connection
+/// whose requests come less than this apart stays in its task.
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
@@ -85,7 +90,7 @@ pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     /// The connection turns idle: give back the buffers the stream holds with nothing in them.
     fn release(&mut self) {}
 
-    /// The stream is its socket, and nothing more: once idle for `park::PARK_AFTER` it can be
+    /// The stream is its socket, and nothing more: once idle for `PARK_AFTER` it can be
     /// handed over whole (`Handover::Idle`) and the task end.
     const PARKS: bool = false;
 }
@@ -256,7 +261,7 @@ struct PeriodOptions {
 pub(crate) enum Handover<IO> {
     /// Switched to HTTP/2 (`Upgrade: h2c`).
     Upgrade(Upgrade<IO>),
-    /// Idle for `park::PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
+    /// Idle for `PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
     /// readable, then served again with `serve(.., until)`, or closed at `until`.
     Idle { io: IO, until: Instant },
 }
@@ -302,7 +307,7 @@ async fn run<IO: ByteStream>(
                 until = Some(deadline);
                 io.release();
                 let park = IO::PARKS
-                    .then(|| Instant::now() + crate::park::PARK_AFTER)
+                    .then(|| Instant::now() + PARK_AFTER)
                     .filter(|&at| at < deadline);
                 let wake = match io.idle_socket() {
                     Some(sock) => {
