@@ -4,6 +4,7 @@
 
 use loadterm_codec::chunked;
 use loadterm_codec::syntax::content_length;
+use loadterm_plan::{is_interim, response_has_body};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Done {
@@ -77,7 +78,8 @@ impl Parser {
                 }
             };
             let (done, body) = parsed?;
-            if is_interim(done.status) {
+            // After a 101 the connection speaks another protocol: no final response follows.
+            if is_interim(done.status) && done.status != 101 {
                 return Ok(Event::Interim { consumed: used });
             }
             if matches!(body, Body::Length(0)) {
@@ -145,12 +147,6 @@ impl Parser {
     }
 }
 
-/// 1xx heads precede the final response, except 101, after which the connection speaks
-/// another protocol.
-fn is_interim(status: u16) -> bool {
-    (100..200).contains(&status) && status != 101
-}
-
 /// Where the head that `buf` starts with ends (after its empty line), searching from `from`.
 fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|p| from + p + 4)
@@ -209,7 +205,7 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
     if encoded && length.is_some() {
         return Err(ParseError);
     }
-    let body = if head_request || status < 200 || status == 204 || status == 304 {
+    let body = if !response_has_body(head_request, status) {
         Body::Length(0)
     } else if chunked {
         Body::Chunked(chunked::ChunkedDecoder::new())

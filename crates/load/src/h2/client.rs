@@ -11,6 +11,7 @@ use loadterm_codec::h2::{
     WINDOW_UPDATE,
 };
 use loadterm_codec::hpack;
+use loadterm_plan::{is_interim, response_has_body};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -548,7 +549,7 @@ impl Client {
             if status == 101 {
                 return Err(ProtocolError("101 on HTTP/2"));
             }
-            if (100..200).contains(&status) {
+            if is_interim(status) {
                 // Interim response: the final one follows. One that ends the stream is
                 // malformed (RFC 9113 §8.1).
                 self.events.push(Event::Interim { slot: s.slot });
@@ -558,10 +559,9 @@ impl Client {
                 return Ok(());
             }
             s.status = Some(status);
-            // No body follows a HEAD's response, a 204's or a 304's, whatever its
-            // content-length says.
-            let bodiless = self.head_requests || status == 204 || status == 304;
-            s.content_length = head.content_length.filter(|_| !bodiless);
+            s.content_length = head
+                .content_length
+                .filter(|_| response_has_body(self.head_requests, status));
             // As HTTP/1.1 would spell the status line, so that head bytes compare.
             s.head_bytes = head.field_bytes + 12;
             self.events.push(Event::Head { slot: s.slot });
