@@ -1,13 +1,15 @@
 //! What to answer, decided from the request alone: the haterm/httpterm request vocabulary
 //! (`/?s=1k&r=404&t=10...`) turned into a [`Plan`], plus the content every answer is made of
-//! (body bytes, reason phrases, help and error page texts), and the HTTP rules both ends apply
-//! to a response ([`response_has_body`], [`is_interim`]).
+//! (body bytes, reason phrases, help and error page texts), the HTTP rules both ends apply to a
+//! response ([`response_has_body`], [`is_interim`]), and the two errors by which every command
+//! tells the binary its exit status ([`exit`]).
 //!
 //! Pure functions, no I/O. How a plan is carried out (interim responses, body reading, delay,
 //! head fields, framing, connection reuse) is `loadterm-exchange`'s job.
 
 pub mod body;
 pub mod dist;
+pub mod exit;
 pub mod pages;
 pub mod query;
 pub mod reason;

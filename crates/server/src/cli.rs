@@ -7,6 +7,7 @@ use crate::shutdown::Shutdown;
 use crate::stats::Totals;
 use crate::tls::{self, CertSource, Curve, Identity, Policy};
 use anyhow::{Context, Result};
+use loadterm_plan::exit::usage_error;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -144,15 +145,6 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
         d if d.is_zero() => Err(format!("timeout '{s}' must be positive")),
         d => Ok(d),
     }
-}
-
-/// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(msg.to_string()).into()
 }
 
 fn cpus_available() -> usize {
