@@ -742,6 +742,7 @@ fn all_failed(total: &Recorder, startup: &Startup, addr: std::net::SocketAddr) -
 /// instant of the interrupt); a second SIGINT kills the process as usual. SIGUSR1 is ignored:
 /// `kill -USR1 $(pidof loadterm)`, meant for the server's statistics, reaches load clients too,
 /// and its default action would kill them. One thread with its own runtime for the signals.
+#[allow(unsafe_code)] // signal: SIGINT's default action restored
 fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
     use tokio::signal::unix::{signal, SignalKind};
     // A SIGINT ignored when we started (a background job of a non-interactive shell, nohup)
@@ -786,6 +787,7 @@ fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
 }
 
 /// Whether SIGINT's disposition is "ignore" (read before installing a handler).
+#[allow(unsafe_code)] // sigaction, read only
 fn sigint_ignored() -> bool {
     // SAFETY: sigaction with a null new action only reads the current one into `old`.
     unsafe {

@@ -7,6 +7,8 @@
 //! Pure functions, no I/O. How a plan is carried out (interim responses, body reading, delay,
 //! head fields, framing, connection reuse) is `loadterm-exchange`'s job.
 
+#![forbid(unsafe_code)]
+
 pub mod body;
 pub mod dist;
 pub mod exit;

@@ -89,6 +89,7 @@ pub(crate) fn start(
 pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the size given is `set`'s own.
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
         return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
     }
@@ -110,8 +111,10 @@ fn pin(cpus: &[usize]) -> Result<()> {
         if cpu >= libc::CPU_SETSIZE as usize {
             bail!("CPU {cpu} is out of range");
         }
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
+    // SAFETY: the size given is `set`'s own; the kernel only reads it.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
         return Err(std::io::Error::last_os_error().into());
     }

@@ -452,6 +452,7 @@ impl Future for IdleWait<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IdleWake> {
         // SAFETY: `stop` and `sleep` stay pinned: a `IdleWait` is neither `Unpin` nor moved out of.
         let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: `stop` is pinned with `this` (above).
         if unsafe { Pin::new_unchecked(&mut this.stop) }
             .poll(cx)
             .is_ready()
@@ -461,6 +462,7 @@ impl Future for IdleWait<'_> {
         match this.sock.poll_read_ready(cx) {
             Poll::Ready(Ok(())) => Poll::Ready(IdleWake::Readable),
             Poll::Ready(Err(_)) => Poll::Ready(IdleWake::Gone),
+            // SAFETY: `sleep` is pinned with `this` (above).
             Poll::Pending => unsafe { Pin::new_unchecked(&mut this.sleep) }
                 .poll(cx)
                 .map(|()| IdleWake::Slept),
