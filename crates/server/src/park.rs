@@ -12,8 +12,8 @@
 //! runtimes, so a connection parks and resumes on the thread that accepted it.
 
 use crate::config::Config;
-use crate::shutdown::{ConnSlot, Shutdown};
-use crate::stats;
+use crate::plumbing::shutdown::{ConnSlot, Shutdown};
+use crate::plumbing::stats;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
@@ -100,7 +100,7 @@ pub(crate) fn park(idle: Idle) -> Parking {
         lot.deadlines.insert((idle.until, key));
         entry.insert(idle);
         stats::parked(true);
-        crate::trim::released();
+        crate::plumbing::trim::released();
         Parking::Parked
     })
 }
@@ -262,7 +262,7 @@ fn expire(now: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Transport;
+    use crate::plumbing::stats::Transport;
     use std::io::{Read, Write};
     use std::sync::atomic::AtomicUsize;
 

@@ -15,11 +15,11 @@ use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
 use crate::buffers;
 use crate::config::Config;
-use crate::detachable::Detachable;
-use crate::prefixed::Prefixed;
-use crate::shutdown::Shutdown;
-use crate::stats::{self, Metered, Proto};
-use crate::tls_stream::TlsStream;
+use crate::plumbing::shutdown::Shutdown;
+use crate::plumbing::stats::{self, Metered, Proto};
+use crate::stream::detachable::Detachable;
+use crate::stream::prefixed::Prefixed;
+use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
     BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
     Version,
@@ -65,7 +65,7 @@ enum PeriodEnd {
     /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting for the next
     /// request until this instant.
     Idle(Instant),
-    /// Close the connection: flush what is buffered, then a lingering close (`crate::linger`).
+    /// Close the connection: flush what is buffered, then a lingering close (`crate::stream::linger`).
     Close,
     /// The peer went away, or the request was aborted: drop without further writes.
     Abort,
@@ -331,13 +331,13 @@ async fn run<IO: ByteStream>(
                     }
                     IdleWake::Slept | IdleWake::Gone => return None,
                     IdleWake::Shutdown => {
-                        crate::linger::close(&mut io).await;
+                        crate::stream::linger::close(&mut io).await;
                         return None;
                     }
                 }
             }
             PeriodEnd::Close => {
-                crate::linger::close(&mut io).await;
+                crate::stream::linger::close(&mut io).await;
                 return None;
             }
             PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
@@ -732,7 +732,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             if_match: self.head.if_match.as_deref(),
             if_none_match: self.head.if_none_match.as_deref(),
         };
-        let x = crate::thread_ctx::exchange(&req, t_first);
+        let x = crate::plumbing::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
         self.req_body = RequestBody::new(framing);
         Ok((x, t_first))
