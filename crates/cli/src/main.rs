@@ -1,6 +1,7 @@
 //! The `loadterm` binary: its subcommands, plus haterm's argv (`loadterm -L ...`).
 
 use clap::{CommandFactory, Parser, Subcommand};
+use loadterm_plan::exit::{Interrupted, UsageError};
 
 #[derive(Parser)]
 #[command(
@@ -119,7 +120,7 @@ fn main() -> std::process::ExitCode {
     let Err(e) = result else {
         return std::process::ExitCode::SUCCESS;
     };
-    if e.is::<loadterm_load::cli::Interrupted>() || e.is::<loadterm_ab::cli::Interrupted>() {
+    if e.is::<Interrupted>() || e.is::<loadterm_ab::cli::Interrupted>() {
         // The results were reported; 128 + SIGINT, as a shell says of a command it stopped.
         eprintln!("loadterm: interrupted");
         return std::process::ExitCode::from(130);
@@ -134,7 +135,5 @@ fn main() -> std::process::ExitCode {
 }
 
 fn is_usage_error(e: &anyhow::Error) -> bool {
-    e.is::<loadterm_server::cli::UsageError>()
-        || e.is::<loadterm_load::cli::UsageError>()
-        || e.is::<loadterm_ab::cli::UsageError>()
+    e.is::<UsageError>() || e.is::<loadterm_ab::cli::UsageError>()
 }

@@ -407,6 +407,16 @@ fn request_line_rules() {
     );
 }
 
+/// A request line of binary garbage is not a request line: 400 (RFC 9112 §3), not the 501 of a
+/// method too long, though its first word is longer than any method.
+#[test]
+fn binary_garbage_is_400() {
+    let s = strict();
+    // Every byte but SP, from 0xff down: one word of 255 bytes, CR and LF inside it.
+    let garbage: Vec<u8> = (0..=255u8).rev().filter(|&b| b != b' ').collect();
+    assert_refused(s.clear_port, "binary garbage", &garbage, 400);
+}
+
 /// A 2xx to CONNECT opens a tunnel; the server must not answer 2xx and go on parsing HTTP.
 #[test]
 fn connect_is_refused_and_closes() {

@@ -2,6 +2,8 @@
 //! HPACK (RFC 7541) and HTTP/2 frame constants, and the header-compression primitives HPACK and
 //! QPACK (RFC 9204) have in common: the Huffman code and prefixed integers.
 
+#![forbid(unsafe_code)]
+
 pub mod chunked;
 pub mod h2;
 pub mod hpack;

@@ -9,6 +9,7 @@
 //! runtime polls. Most of them complete at once (a head or a small body appended to a buffer).
 
 use crate::{Body, BodyRead, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Step};
+use loadterm_plan::is_interim;
 use std::borrow::Cow;
 use std::future::Future;
 use std::time::Instant;
@@ -121,7 +122,7 @@ impl Exchange {
                     e.sleep_until(t).await;
                     now = e.now();
                 }
-                Step::Head(head) if head.status < 200 => e.interim(&head).await?,
+                Step::Head(head) if is_interim(head.status) => e.interim(&head).await?,
                 Step::Head(head) => e.head(&head).await?,
                 Step::Body(Body::Text(text)) => e.text(text).await?,
                 Step::Body(Body::Generated(body)) => e.generated(body).await?,

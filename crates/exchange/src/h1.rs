@@ -2,7 +2,7 @@
 //! the plan; only [`crate::Exchange`] calls it. One deliberate fix: a body that cannot be framed (HTTP/1.0 + `k=1`) is always
 //! close-delimited, never left unframed on an open connection.
 
-use loadterm_plan::{status_allows_body, ConnForce, Plan};
+use loadterm_plan::{response_has_body, ConnForce, Plan};
 
 /// What the engine learnt from the request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +68,10 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
     // A length that lies breaks the connection's framing for the client: close after it, so
     // the lie shows as a truncated (or overlong) response and not as a garbled next one.
     let lying = !plan.is_head && forced.is_some_and(|b| b != plan.size);
-    let chunked_te =
-        plan.chunked && response_11 && status_allows_body(plan.status) && !plan.is_head;
+    let has_body = response_has_body(plan.is_head, plan.status);
+    let chunked_te = plan.chunked && response_11 && has_body;
     // The body's end is known without closing: a length, chunking, or no body at all.
-    let bodyless = plan.is_head || !status_allows_body(plan.status);
+    let bodyless = !has_body;
     let delimited = content_length.is_some() || chunked_te || bodyless;
     let client_ka = if req.is_11 {
         !req.conn_close

@@ -20,6 +20,8 @@
 //! (times come in as arguments). [`Exchange::drive`] carries the steps out with an [`Engine`],
 //! the engine's framing, waits and clock.
 
+#![forbid(unsafe_code)]
+
 mod drive;
 pub mod h1;
 pub mod head;

@@ -6,6 +6,8 @@
 //! static table and literals, and their QPACK instruction streams may carry next to nothing. Purpose-built instead of the `h3` crate, which copied every body
 //! byte (see docs/PERFORMANCE.md).
 
+#![forbid(unsafe_code)]
+
 pub mod fields;
 pub mod frame;
 pub mod message;

@@ -8,6 +8,8 @@
 //!
 //! The TLS structures are parsed with `tls-parser`; this crate only applies JA4's rules.
 
+#![forbid(unsafe_code)]
+
 pub mod quic;
 pub mod tcp;
 

@@ -8,6 +8,7 @@ use crate::setup::{Options, Proto, Setup};
 use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
+use loadterm_plan::exit::{usage_error, Interrupted};
 use loadterm_plan::units::parse_duration;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -345,15 +346,6 @@ fn progress_line(elapsed: Duration, done: u64, last_s: u64, errors: u64, goal: G
     };
     let eta = eta.map_or(String::new(), |s| format!("  ETA {s:.0}s"));
     format!("{secs:>6.1}s  {last_s:>8} req/s  {of}  {errors} errors{eta}")
-}
-
-/// Invalid options: the binary prints it as clap prints its own and exits with status 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(msg.to_string()).into()
 }
 
 pub fn run(mut a: LoadArgs) -> Result<()> {
@@ -746,16 +738,11 @@ fn all_failed(total: &Recorder, startup: &Startup, addr: std::net::SocketAddr) -
     )
 }
 
-/// The run was stopped by SIGINT; its results were reported. The binary exits with status
-/// 130 (128 + SIGINT), as a shell reports a command killed by it.
-#[derive(Debug, thiserror::Error)]
-#[error("interrupted")]
-pub struct Interrupted;
-
 /// SIGINT ends the run early, with its results (the workers watch the returned receiver: the
 /// instant of the interrupt); a second SIGINT kills the process as usual. SIGUSR1 is ignored:
 /// `kill -USR1 $(pidof loadterm)`, meant for the server's statistics, reaches load clients too,
 /// and its default action would kill them. One thread with its own runtime for the signals.
+#[allow(unsafe_code)] // signal: SIGINT's default action restored
 fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
     use tokio::signal::unix::{signal, SignalKind};
     // A SIGINT ignored when we started (a background job of a non-interactive shell, nohup)
@@ -800,6 +787,7 @@ fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
 }
 
 /// Whether SIGINT's disposition is "ignore" (read before installing a handler).
+#[allow(unsafe_code)] // sigaction, read only
 fn sigint_ignored() -> bool {
     // SAFETY: sigaction with a null new action only reads the current one into `old`.
     unsafe {
@@ -856,6 +844,7 @@ fn stdout(text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadterm_plan::exit::UsageError;
 
     /// Each worker's connection slots and share of `-n` in an unsharded run.
     fn assign(

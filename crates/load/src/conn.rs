@@ -9,7 +9,7 @@ use crate::shared::WorkerRef;
 use std::time::Duration;
 
 /// Run one connection slot until the worker runs out of work, reconnecting as needed.
-pub async fn run(w: WorkerRef, slot: u64) {
+pub(crate) async fn run(w: WorkerRef, slot: u64) {
     let mut failures = 0u32;
     let mut first_attempt = true;
     let mut scheds = Schedules::new(w.pace, w.start, slot, w.setup.streams as u64);

@@ -7,7 +7,7 @@
 
 /// Hidden: they are here for h2load's command lines, not to be offered.
 #[derive(Debug, Default, clap::Args)]
-pub struct H2loadFlags {
+pub(crate) struct H2loadFlags {
     #[arg(short = 'f', long = "max-frame-size", hide = true)]
     max_frame_size: Option<String>,
     #[arg(short = 'w', long = "window-bits", hide = true)]
@@ -66,7 +66,7 @@ fn size(v: &str) -> Option<u64> {
 impl H2loadFlags {
     /// `-w`, `-W`, `-f`, `--header-table-size` with h2load's meaning and ranges: window bits
     /// 0 to 30, a frame size from 16K to 16M − 1, a table size up to 4G − 1.
-    pub fn offer(&self) -> Result<crate::setup::Offer, String> {
+    pub(crate) fn offer(&self) -> Result<crate::setup::Offer, String> {
         let bits = |flag: &str, v: &Option<String>| -> Result<Option<u8>, String> {
             v.as_deref()
                 .map(|v| match v.parse::<u8>() {
@@ -106,7 +106,7 @@ impl H2loadFlags {
 
     /// The first flag given that loadterm does not run as h2load would, and why, with what to
     /// use instead; `None` when every flag given is run (or asks for what loadterm does).
-    pub fn refused(&self) -> Option<String> {
+    pub(crate) fn refused(&self) -> Option<String> {
         let no = |flag: &str, given: bool, instead: &str| {
             given.then(|| format!("{flag} (h2load) is not supported: {instead}"))
         };

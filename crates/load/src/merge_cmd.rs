@@ -1,9 +1,10 @@
 //! `loadterm merge` command line: reads the files, hands them to `merge`, writes the results.
 
-use crate::cli::{emit, JsonOut, UsageError};
+use crate::cli::{emit, JsonOut};
 use crate::merge;
 use crate::report::Report;
 use anyhow::{Context, Result};
+use loadterm_plan::exit::usage_error;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -43,16 +44,14 @@ pub fn run(a: MergeArgs) -> Result<()> {
         }
     }
     if !logs.is_empty() && a.hdr_log.is_none() {
-        return Err(UsageError(
-            "interval logs given: say where to write their merge with --hdr-log".into(),
-        )
-        .into());
+        return Err(usage_error(
+            "interval logs given: say where to write their merge with --hdr-log",
+        ));
     }
     if reports.is_empty() && a.json.is_some() {
-        return Err(UsageError(
-            "--json needs reports to merge (only interval logs were given)".into(),
-        )
-        .into());
+        return Err(usage_error(
+            "--json needs reports to merge (only interval logs were given)",
+        ));
     }
     // All inputs are read and merged before anything is written.
     let report = (!reports.is_empty())

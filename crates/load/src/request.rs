@@ -7,7 +7,7 @@ use loadterm_codec::hpack;
 /// The request's fields for HTTP/2 and HTTP/3: pseudo-headers first, then user-agent (unless
 /// given), the -H headers (less Host, which is :authority, and connection-specific ones, which
 /// are malformed there: RFC 9113 §8.2.2, RFC 9114 §4.2), content-length for uploads.
-pub fn fields(
+pub(crate) fn fields(
     method: &http::Method,
     tls: bool,
     authority: &str,
@@ -49,7 +49,7 @@ pub fn fields(
 
 /// The HTTP/2 request's header block (HPACK without indexing: one block serves every
 /// connection and stream).
-pub fn h2_block<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
+pub(crate) fn h2_block<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::new();
     for (n, v) in fields {
         hpack::put_field(&mut out, n.as_bytes(), v);
@@ -58,7 +58,10 @@ pub fn h2_block<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Ve
 }
 
 /// The HTTP/3 request's HEADERS frame (QPACK, static table and literals) and, for uploads, the DATA frame's head.
-pub fn h3<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>, data_len: usize) -> Bytes {
+pub(crate) fn h3<'a>(
+    fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    data_len: usize,
+) -> Bytes {
     use loadterm_h3::{frame, qpack};
     let mut section = Vec::new();
     qpack::begin(&mut section);
@@ -73,7 +76,7 @@ pub fn h3<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>, data_len: u
     Bytes::from(out)
 }
 
-pub fn h1(
+pub(crate) fn h1(
     method: &http::Method,
     path: &str,
     authority: &str,

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// When requests may be sent.
 #[derive(Debug, Clone, Copy)]
-pub enum Pace {
+pub(crate) enum Pace {
     /// As fast as responses come back.
     Closed,
     /// Each connection sends one request every `interval` (a connection is one slot on
@@ -21,14 +21,20 @@ pub enum Pace {
 /// that falls behind still gets every past time, in order, so each late send is measured from
 /// when it was due.
 #[derive(Debug)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     next: Option<Instant>,
     interval: Duration,
 }
 
 impl Schedule {
     /// Slot `stream` of `streams` on connection `conn` (HTTP/1.1: stream 0 of 1).
-    pub fn new(pace: Pace, start: Instant, conn: u64, stream: u64, streams: u64) -> Schedule {
+    pub(crate) fn new(
+        pace: Pace,
+        start: Instant,
+        conn: u64,
+        stream: u64,
+        streams: u64,
+    ) -> Schedule {
         match pace {
             Pace::Closed => Schedule {
                 next: None,
@@ -51,11 +57,11 @@ impl Schedule {
     }
 
     /// The next intended time, if open loop.
-    pub fn peek(&self) -> Option<Instant> {
+    pub(crate) fn peek(&self) -> Option<Instant> {
         self.next
     }
 
-    pub fn advance(&mut self) -> Option<Instant> {
+    pub(crate) fn advance(&mut self) -> Option<Instant> {
         let n = self.next?;
         self.next = Some(n + self.interval);
         Some(n)
@@ -65,14 +71,14 @@ impl Schedule {
 /// The schedules of one connection slot, for whichever protocol it ends up speaking (with ALPN
 /// that is known only after the handshake). They outlive connections: a reopened connection
 /// carries on where the last one stopped instead of replaying the schedule from the start.
-pub struct Schedules {
+pub(crate) struct Schedules {
     pub h1: Schedule,
     pub streams: Vec<Schedule>,
 }
 
 impl Schedules {
     /// Connection `conn`'s schedules, with `streams` slots for HTTP/2 and 3.
-    pub fn new(pace: Pace, start: Instant, conn: u64, streams: u64) -> Schedules {
+    pub(crate) fn new(pace: Pace, start: Instant, conn: u64, streams: u64) -> Schedules {
         Schedules {
             h1: Schedule::new(pace, start, conn, 0, 1),
             streams: (0..streams)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
+pub(crate) enum Proto {
     H1,
     H2,
     H2c,
@@ -22,7 +22,7 @@ pub enum Proto {
 impl Proto {
     /// The protocol used: the one asked for, or with ALPN the ones servers picked
     /// (`record::ALPN_*` bits; none yet: `alpn`).
-    pub fn used(self, alpn: u8) -> &'static str {
+    pub(crate) fn used(self, alpn: u8) -> &'static str {
         use crate::record::{ALPN_H1, ALPN_H2};
         match (self, alpn) {
             (Proto::Alpn, ALPN_H1) => "h1",
@@ -32,7 +32,7 @@ impl Proto {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Proto::H1 => "h1",
             Proto::H2 => "h2",
@@ -45,7 +45,7 @@ impl Proto {
 
 /// One URL of the run (all share scheme, host and port).
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// The whole HTTP/1.1 request, prebuilt.
     pub h1_request: Bytes,
     /// The HTTP/2 request's HPACK header block, prebuilt.
@@ -54,7 +54,7 @@ pub struct Target {
     pub h3_request: Bytes,
 }
 
-pub struct Setup {
+pub(crate) struct Setup {
     pub proto: Proto,
     pub addr: SocketAddr,
     pub server_name: ServerName<'static>,
@@ -72,7 +72,7 @@ pub struct Setup {
 /// What the client offers the server beyond the protocols' defaults: h2load's `-w`, `-W`,
 /// `-f` and `--header-table-size`, with h2load's meaning and defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offer {
+pub(crate) struct Offer {
     /// Each stream's receive window, 2^bits − 1 (`-w`): HTTP/2's SETTINGS_INITIAL_WINDOW_SIZE
     /// (default 30), HTTP/3's initial stream flow-control limit (bits capped at 26, as h2load
     /// does; not given: 8 MiB).
@@ -99,23 +99,23 @@ impl Default for Offer {
 
 impl Offer {
     /// HTTP/2's stream window.
-    pub fn h2_stream_window(&self) -> u32 {
+    pub(crate) fn h2_stream_window(&self) -> u32 {
         (1u32 << self.stream_window_bits.unwrap_or(30)) - 1
     }
 
     /// HTTP/2's connection window.
-    pub fn h2_conn_window(&self) -> u32 {
+    pub(crate) fn h2_conn_window(&self) -> u32 {
         (1u32 << self.conn_window_bits.unwrap_or(30)) - 1
     }
 
     /// HTTP/3's (stream, connection) windows when given: 2^min(bits, 26) − 1.
-    pub fn h3_windows(&self) -> (Option<u32>, Option<u32>) {
+    pub(crate) fn h3_windows(&self) -> (Option<u32>, Option<u32>) {
         let w = |bits: Option<u8>| bits.map(|b| (1u32 << b.min(26)) - 1);
         (w(self.stream_window_bits), w(self.conn_window_bits))
     }
 }
 
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     pub urls: &'a [String],
     pub proto: Option<Proto>,
     pub connect_to: Option<&'a str>,
@@ -151,7 +151,7 @@ fn url_port(u: &http::Uri, default: u16) -> Result<u16> {
 }
 
 impl Setup {
-    pub fn new(o: &Options<'_>) -> Result<Setup> {
+    pub(crate) fn new(o: &Options<'_>) -> Result<Setup> {
         let uris: Vec<http::Uri> = o
             .urls
             .iter()
@@ -314,7 +314,7 @@ impl Setup {
     }
 
     /// The `i`-th request's target (URLs are used round-robin).
-    pub fn target(&self, i: u64) -> &Target {
+    pub(crate) fn target(&self, i: u64) -> &Target {
         &self.targets[(i % self.targets.len() as u64) as usize]
     }
 }

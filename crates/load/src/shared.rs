@@ -14,7 +14,7 @@ use std::time::Instant;
 
 /// Live counters for the progress line (shared across workers; relaxed atomics).
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub done: AtomicU64,
     pub errors: AtomicU64,
 }
@@ -23,7 +23,7 @@ pub struct Progress {
 /// instead of letting it burn its whole budget on retries: when every connection slot failed
 /// its first attempt and no connection was ever made, the run ends (shared across workers).
 #[derive(Debug)]
-pub struct Startup {
+pub(crate) struct Startup {
     slots: u64,
     failed: AtomicU64,
     connected: AtomicBool,
@@ -33,7 +33,7 @@ pub struct Startup {
 }
 
 impl Startup {
-    pub fn new(slots: usize) -> Startup {
+    pub(crate) fn new(slots: usize) -> Startup {
         Startup {
             slots: slots as u64,
             failed: AtomicU64::new(0),
@@ -44,19 +44,19 @@ impl Startup {
     }
 
     /// True the first time only: whether to print the warning that the rate cannot be carried.
-    pub fn first_rate_warning(&self) -> bool {
+    pub(crate) fn first_rate_warning(&self) -> bool {
         !self.rate_warned.swap(true, Ordering::Relaxed)
     }
 
     /// A connection was made (TCP, TLS and ALPN done, or QUIC handshake done).
-    pub fn connected(&self) {
+    pub(crate) fn connected(&self) {
         if !self.connected.load(Ordering::Relaxed) {
             self.connected.store(true, Ordering::Relaxed);
         }
     }
 
     /// Whether a connection was ever made.
-    pub fn any_connected(&self) -> bool {
+    pub(crate) fn any_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
 
@@ -69,13 +69,13 @@ impl Startup {
     }
 
     /// Whether the run was stopped because no connection could be made.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)
     }
 }
 
 /// One worker thread's state, shared by its connection tasks.
-pub struct Worker {
+pub(crate) struct Worker {
     pub setup: Arc<Setup>,
     pub rec: RefCell<Recorder>,
     /// Requests this worker may still start (`-n`), or unlimited until `deadline` (`-D`).
@@ -94,7 +94,7 @@ pub struct Worker {
 
 impl Worker {
     /// Whether more requests may start now: new ones, or ones given back.
-    pub fn more(&self) -> bool {
+    pub(crate) fn more(&self) -> bool {
         self.fresh() || (self.running() && !self.retries.borrow().is_empty())
     }
 
@@ -112,7 +112,7 @@ impl Worker {
     }
 
     /// Take the right to send one request; returns its index (for round-robin URLs).
-    pub fn take(&self) -> Option<u64> {
+    pub(crate) fn take(&self) -> Option<u64> {
         if !self.fresh() {
             return None;
         }
@@ -125,7 +125,7 @@ impl Worker {
     }
 
     /// A request given back to send again: its index and intended time.
-    pub fn take_retry(&self) -> Option<(u64, Option<Instant>)> {
+    pub(crate) fn take_retry(&self) -> Option<(u64, Option<Instant>)> {
         let mut retries = self.retries.borrow_mut();
         if retries.is_empty() || !self.running() {
             return None;
@@ -136,7 +136,7 @@ impl Worker {
     /// A connection could not be made: that costs one request, a new one or else one given
     /// back (which would otherwise keep a `-n` run going), so that a run against a server
     /// that is gone ends.
-    pub fn forfeit(&self) {
+    pub(crate) fn forfeit(&self) {
         if self.take().is_none() {
             self.take_retry();
         }
@@ -144,7 +144,7 @@ impl Worker {
 
     /// Requests the server did not process, to send again on another connection (RFC 9112
     /// §9.3.2), counted as retried rather than lost.
-    pub fn give_back(&self, again: impl Iterator<Item = (u64, Option<Instant>)>) {
+    pub(crate) fn give_back(&self, again: impl Iterator<Item = (u64, Option<Instant>)>) {
         let mut retries = self.retries.borrow_mut();
         let before = retries.len();
         retries.extend(again);
@@ -152,7 +152,7 @@ impl Worker {
         self.rec.borrow_mut().retried(n, Instant::now());
     }
 
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.rec.borrow_mut().error(kind, Instant::now());
         if let Some(p) = &self.progress {
             p.errors.fetch_add(1, Ordering::Relaxed);
@@ -161,7 +161,7 @@ impl Worker {
 
     /// A connection attempt failed: counted, its reason kept if it is the first of its kind;
     /// `first` when it was the slot's first attempt.
-    pub fn failed(&self, f: &Failure, first: bool) {
+    pub(crate) fn failed(&self, f: &Failure, first: bool) {
         self.error(f.kind);
         self.rec.borrow_mut().reason(f, Instant::now());
         if first {
@@ -170,11 +170,11 @@ impl Worker {
     }
 
     /// An interim (1xx) response head arrived; the request still waits for its final one.
-    pub fn interim(&self) {
+    pub(crate) fn interim(&self) {
         self.rec.borrow_mut().interim(Instant::now());
     }
 
-    pub fn done(&self, s: &crate::record::Sample) {
+    pub(crate) fn done(&self, s: &crate::record::Sample) {
         self.rec.borrow_mut().done(s);
         if let Some(p) = &self.progress {
             p.done.fetch_add(1, Ordering::Relaxed);
@@ -182,7 +182,7 @@ impl Worker {
     }
 }
 
-pub type WorkerRef = Rc<Worker>;
+pub(crate) type WorkerRef = Rc<Worker>;
 
 #[cfg(test)]
 mod tests {

@@ -154,7 +154,7 @@ fn load_roots(sources: &[Trust]) -> Result<Roots> {
 /// (`Other(OtherError(CaUsedAsEndEntity))`, `received fatal alert: HandshakeFailure`); the
 /// wrappers go and each CamelCase name becomes lower-case words. (QUIC handshake errors reach
 /// us as quinn's copy of that text only, so the text is what is rewritten.)
-pub fn readable(rustls_message: &str) -> String {
+pub(crate) fn readable(rustls_message: &str) -> String {
     let mut m = rustls_message.to_owned();
     while let Some(start) = m.find("Other(OtherError(") {
         let inner = start + "Other(OtherError(".len();
@@ -205,7 +205,7 @@ pub fn readable(rustls_message: &str) -> String {
 
 /// A failed TLS (or QUIC) handshake with `name`, from rustls's message; a certificate the
 /// client does not trust says how to fix it.
-pub fn failure(name: &str, rustls_message: &str) -> Failure {
+pub(crate) fn failure(name: &str, rustls_message: &str) -> Failure {
     let rustls_message = readable(rustls_message);
     let reason = match rustls_message.strip_prefix("invalid peer certificate: ") {
         Some(why) => format!(
@@ -383,7 +383,7 @@ fn validity(der: &[u8]) -> Option<(u64, u64)> {
     Some((time(t1, v1)?, time(t2, v2)?))
 }
 
-pub fn client_config(
+pub(crate) fn client_config(
     insecure: bool,
     cacert: Option<&Path>,
     alpn: &[&[u8]],
@@ -422,7 +422,7 @@ pub fn client_config(
 
 /// QUIC for HTTP/3: the (stream, connection) receive windows when given (h2load's `-w`, `-W`,
 /// from `Offer::h3_windows`).
-pub fn quic_config(
+pub(crate) fn quic_config(
     tls: rustls::ClientConfig,
     (stream, conn): (Option<u32>, Option<u32>),
 ) -> Result<quinn::ClientConfig> {

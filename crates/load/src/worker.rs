@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What one worker thread is given.
-pub struct Job {
+pub(crate) struct Job {
     pub setup: Arc<Setup>,
     /// Its connection slots.
     pub conns: Vec<u64>,
@@ -38,7 +38,7 @@ pub struct Job {
 }
 
 /// Start worker thread `i`.
-pub fn spawn(i: usize, job: Job) -> Result<JoinHandle<Result<Recorder>>> {
+pub(crate) fn spawn(i: usize, job: Job) -> Result<JoinHandle<Result<Recorder>>> {
     loadterm_runtime::spawn(format!("load-{i}"), job.cpu, move || run(job))
         .context("cannot start a worker thread")
 }

@@ -1,12 +1,17 @@
 //! What to answer, decided from the request alone: the haterm/httpterm request vocabulary
 //! (`/?s=1k&r=404&t=10...`) turned into a [`Plan`], plus the content every answer is made of
-//! (body bytes, reason phrases, help and error page texts).
+//! (body bytes, reason phrases, help and error page texts), the HTTP rules both ends apply to a
+//! response ([`response_has_body`], [`is_interim`]), and the two errors by which every command
+//! tells the binary its exit status ([`exit`]).
 //!
 //! Pure functions, no I/O. How a plan is carried out (interim responses, body reading, delay,
 //! head fields, framing, connection reuse) is `loadterm-exchange`'s job.
 
+#![forbid(unsafe_code)]
+
 pub mod body;
 pub mod dist;
+pub mod exit;
 pub mod pages;
 pub mod query;
 pub mod reason;
@@ -157,7 +162,7 @@ impl Plan {
         if !status_allows_body(status) {
             plan.get_size = 0;
         }
-        if is_head || !status_allows_body(status) {
+        if !response_has_body(is_head, status) {
             plan.size = 0;
         }
         Outcome::Respond(plan)
@@ -166,7 +171,7 @@ impl Plan {
     /// Interim (1xx) statuses asked for as the final answer: engines send the head and then
     /// end the exchange (close on H1, end the stream on H2/H3).
     pub fn is_informational(&self) -> bool {
-        self.status < 200
+        is_interim(self.status)
     }
 
     /// Whether a content-length header belongs on this response (framing aside).
@@ -243,8 +248,20 @@ pub fn etag(seed: i64, target: &[u8]) -> u32 {
 }
 
 /// 1xx, 204 and 304 never carry a body.
-pub fn status_allows_body(status: u16) -> bool {
+fn status_allows_body(status: u16) -> bool {
     !(status < 200 || status == 204 || status == 304)
+}
+
+/// Whether a response carries a body, whatever its `content-length` says: never to a HEAD
+/// request, never with a status that allows none (RFC 9110 §6.4.1). The server's plans and the
+/// load client's three protocols decide it here.
+pub fn response_has_body(request_is_head: bool, status: u16) -> bool {
+    !request_is_head && status_allows_body(status)
+}
+
+/// A 1xx response is interim: the final response follows it (RFC 9110 §15.2).
+pub fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status)
 }
 
 #[cfg(test)]
@@ -312,6 +329,22 @@ mod tests {
         assert_eq!(ok("/?r=304&s=5").size, 0);
         assert_eq!(ok("/?r=103&s=5").size, 0);
         assert_eq!(ok("/?r=404&s=5").size, 5);
+    }
+
+    #[test]
+    fn bodies_and_interim_responses() {
+        for (head, status, body) in [
+            (false, 200, true),
+            (false, 404, true),
+            (true, 200, false),
+            (false, 103, false),
+            (false, 204, false),
+            (false, 304, false),
+        ] {
+            assert_eq!(response_has_body(head, status), body, "{head} {status}");
+        }
+        assert!(is_interim(100) && is_interim(103) && is_interim(199));
+        assert!(!is_interim(200) && !is_interim(99));
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! `loadterm serve` command line, including haterm's options (`-L`, `-G 'nbthread 1'`, `-C`, `-v`...).
 
+use crate::config::haterm_cfg::{self, Directive};
+use crate::config::listen::{self, Kind, ListenSpec, Listener};
+use crate::config::tls::{self, CertSource, Curve, Identity, Policy};
 use crate::config::Config;
-use crate::haterm_cfg::{self, Directive};
-use crate::listen::{self, Kind, ListenSpec, Listener};
-use crate::shutdown::Shutdown;
-use crate::stats::Totals;
-use crate::tls::{self, CertSource, Curve, Identity, Policy};
+use crate::plumbing::shutdown::Shutdown;
+use crate::plumbing::stats::Totals;
 use anyhow::{Context, Result};
+use loadterm_plan::exit::usage_error;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,15 +147,6 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(msg.to_string()).into()
-}
-
 fn cpus_available() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -250,7 +242,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if !(0.0..=1000.0).contains(&a.burn) {
         return Err(usage_error("--burn must be a percentage in [0, 1000]"));
     }
-    crate::thread_ctx::set_burn(a.burn);
+    crate::plumbing::thread_ctx::set_burn(a.burn);
     let (stop, shutdown) = Shutdown::new();
     let mut cfg = Config {
         timeout: a.timeout,
@@ -320,7 +312,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         return Ok(());
     }
     let pins = pinning(&lines.cpu_maps, cfg.threads)?;
-    let metrics = a.metrics.map(crate::metrics::start).transpose()?;
+    let metrics = a.metrics.map(crate::plumbing::metrics::start).transpose()?;
     let (crypto, warnings) = lines.policy.crypto();
     warn(&warnings);
     // The default identity, if a listener or --cert-out needs it; `crt` lists loaded once each.
@@ -355,7 +347,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         bound.push((l, identity));
     }
     let cfg = Arc::new(cfg);
-    crate::thread_ctx::seed(cfg.seed);
+    crate::plumbing::thread_ctx::seed(cfg.seed);
     let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
     announce(&bound, &cfg, defaulted, metrics);
     let r = shut_down_on_signal(stop, &conns, cfg.grace);
@@ -557,7 +549,7 @@ fn announce(
 /// down gracefully: return once every connection has ended, the grace period is over, or a
 /// second signal arrives (the process then exits).
 fn shut_down_on_signal(
-    stop: crate::shutdown::Trigger,
+    stop: crate::plumbing::shutdown::Trigger,
     conns: &AtomicUsize,
     grace: Duration,
 ) -> Result<()> {

@@ -11,8 +11,8 @@
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
-use crate::detachable::Detachable;
-use crate::prefixed::Prefixed;
+use crate::stream::detachable::Detachable;
+use crate::stream::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, HelloTransport};
 use std::collections::{HashMap, VecDeque};
@@ -94,8 +94,8 @@ pub(crate) async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
     stats: &Stats,
-) -> Result<(Prefixed<Detachable>, String), crate::stats::Failure> {
-    use crate::stats::Failure;
+) -> Result<(Prefixed<Detachable>, String), crate::plumbing::stats::Failure> {
+    use crate::plumbing::stats::Failure;
     let mut buf = Vec::with_capacity(2048);
     let read = tokio::time::timeout(timeout, async {
         loop {

@@ -3,25 +3,20 @@
 //! robustness tests, the fuzz target) and response encoder (`h1::encode`: the thread-per-core
 //! spike in `bench/spike-epoll`, which answers with the engine's own bytes); everything else is
 //! private to the crate.
+//!
+//! The modules by what they are: the HTTP engines (`h1`, `h2_engine`, `h3`), the stream layers
+//! under them (`stream`), the process plumbing (`plumbing`) and the configuration (`config`);
+//! `workers` runs the listeners and hands each connection to its engine, `park` keeps idle
+//! HTTP/1 connections out of their tasks, `ja4` fingerprints clients, `buffers` lends
+//! connections their buffers.
+mod buffers;
 pub mod cli;
 mod config;
-mod detachable;
 pub mod h1;
 mod h2_engine;
 mod h3;
-mod handshake_turns;
-mod haterm_cfg;
 mod ja4;
-mod layer;
-mod linger;
-mod listen;
-mod metrics;
 mod park;
-mod prefixed;
-mod shutdown;
-mod stats;
-mod thread_ctx;
-mod tls;
-mod tls_stream;
-mod trim;
+mod plumbing;
+mod stream;
 mod workers;

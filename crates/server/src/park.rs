@@ -1,8 +1,8 @@
 //! Idle HTTP/1 connections (clear TCP and TLS), parked out of tokio. Once a connection has been
-//! idle for `PARK_AFTER`, its task ends and its socket waits in its worker's own epoll set (a
-//! `mio::Poll` that the worker awaits through `Lot::woken`), as an entry of a slab plus its
-//! deadline; a socket that turns readable is given back to the worker, which serves it in a new
-//! task. A parked clear connection costs about 100 bytes of this process's memory, where a task
+//! idle for `h1::conn`'s `PARK_AFTER`, its task ends and its socket waits in its worker's own
+//! epoll set (a `mio::Poll` that the worker awaits through `Lot::woken`), as an entry of a slab
+//! plus its deadline; a socket that turns readable is given back to the worker, which serves it
+//! in a new task. A parked clear connection costs about 100 bytes of this process's memory, where a task
 //! waiting on its socket costs its future (~640 bytes), tokio's registration (256) and the
 //! allocator's overhead: HAProxy keeps an idle connection as little more than its fd and timer.
 //! A TLS connection also keeps its session (`Resume`: its keys and sequence numbers, no
@@ -12,8 +12,8 @@
 //! runtimes, so a connection parks and resumes on the thread that accepted it.
 
 use crate::config::Config;
-use crate::shutdown::{ConnSlot, Shutdown};
-use crate::stats;
+use crate::plumbing::shutdown::{ConnSlot, Shutdown};
+use crate::plumbing::stats;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
@@ -27,12 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
-
-/// How long an idle connection keeps its task before it is parked. Parking and resuming cost
-/// about six system calls (epoll registrations moved between tokio's set and ours), negligible
-/// once per second but not once per request: a connection whose requests come less than this
-/// apart stays in its task.
-pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// An idle connection out of its task: its socket, its place among the open connections,
 /// until when its next request is awaited, and, over TLS, its session.
@@ -106,7 +100,7 @@ pub(crate) fn park(idle: Idle) -> Parking {
         lot.deadlines.insert((idle.until, key));
         entry.insert(idle);
         stats::parked(true);
-        crate::trim::released();
+        crate::plumbing::trim::released();
         Parking::Parked
     })
 }
@@ -268,7 +262,7 @@ fn expire(now: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Transport;
+    use crate::plumbing::stats::Transport;
     use std::io::{Read, Write};
     use std::sync::atomic::AtomicUsize;
 

@@ -4,9 +4,9 @@
 
 use super::handshake;
 use crate::config;
-use crate::shutdown::{ConnSlot, Trigger};
-use crate::stats::Transport;
-use crate::tls::{CertSource, Crypto, Curve, Identity, Policy};
+use crate::config::tls::{CertSource, Crypto, Curve, Identity, Policy};
+use crate::plumbing::shutdown::{ConnSlot, Trigger};
+use crate::plumbing::stats::Transport;
 use rustls::pki_types::ServerName;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -56,7 +56,7 @@ fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let slot = ConnSlot::new(&Arc::new(AtomicUsize::new(0)), Transport::Tls);
     let served = tokio::spawn(handshake(
         server,
-        crate::tls_stream::server_config(tls),
+        crate::stream::tls_stream::server_config(tls),
         cfg,
         Vec::new(),
         slot,

@@ -1,14 +1,15 @@
 //! Worker threads: each owns a current-thread tokio runtime and its own SO_REUSEPORT sockets
 //! (bound up front), so nothing on the request path is shared; `cpu-map` pins them.
 
+use crate::config::listen::{self, Kind, Listener};
+use crate::config::tls::Identity;
 use crate::config::{Config, ExtraHeaders};
-use crate::detachable::Detachable;
 use crate::h1::TlsInner;
-use crate::listen::{self, Kind, Listener};
-use crate::shutdown::ConnSlot;
-use crate::stats::{self, Failure, Metered, Protection, Transport};
-use crate::tls::Identity;
-use crate::{h1, h2_engine, h3, ja4, park, tls_stream};
+use crate::plumbing::shutdown::ConnSlot;
+use crate::plumbing::stats::{self, Failure, Metered, Protection, Transport};
+use crate::stream::detachable::Detachable;
+use crate::stream::tls_stream;
+use crate::{h1, h2_engine, h3, ja4, park};
 use anyhow::{bail, Context, Result};
 use http::HeaderValue;
 use rustls::ServerConfig;
@@ -68,7 +69,7 @@ pub(crate) fn start(
             }
         }
     }
-    crate::trim::start().context("cannot start the memory trimming thread")?;
+    crate::plumbing::trim::start().context("cannot start the memory trimming thread")?;
     let conns = Arc::new(AtomicUsize::new(0));
     for (i, sockets) in per_worker.into_iter().enumerate() {
         let (cfg, conns) = (cfg.clone(), conns.clone());
@@ -89,6 +90,7 @@ pub(crate) fn start(
 pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the size given is `set`'s own.
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
         return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
     }
@@ -110,8 +112,10 @@ fn pin(cpus: &[usize]) -> Result<()> {
         if cpu >= libc::CPU_SETSIZE as usize {
             bail!("CPU {cpu} is out of range");
         }
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
+    // SAFETY: the size given is `set`'s own; the kernel only reads it.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
         return Err(std::io::Error::last_os_error().into());
     }
@@ -123,7 +127,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     if let Err(e) = loadterm_runtime::timer::start() {
         eprintln!("loadterm: warning: no precise timer ({e}); delays may run up to 1 ms long");
     }
-    tokio::spawn(crate::trim::release_thread_caches());
+    tokio::spawn(crate::plumbing::trim::release_thread_caches());
     // Opened before the listeners accept: idle HTTP/1 connections park in it.
     let lot = match sockets.clear.is_empty() && sockets.tls.is_empty() {
         true => None,
@@ -355,14 +359,16 @@ async fn handshake<IO>(
     let accepting = Box::pin(timeout_opt(
         cfg.timeout,
         // One handshake step per turn of the loop: established connections first.
-        crate::handshake_turns::one_step_per_turn(handshake),
+        crate::stream::handshake_turns::one_step_per_turn(handshake),
     ));
     let stream = match accepting.await {
         Some(Ok(stream)) => {
             stats::handshake_ok(Transport::Tls);
             stream
         }
-        Some(Err(e)) => return stats::handshake_failed(Transport::Tls, crate::tls::failure(&e)),
+        Some(Err(e)) => {
+            return stats::handshake_failed(Transport::Tls, crate::config::tls::failure(&e))
+        }
         None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
     };
     match session(stream, cfg, extra, slot) {

@@ -4,9 +4,10 @@
 
 use loadterm_codec::chunked;
 use loadterm_codec::syntax::content_length;
+use loadterm_plan::{is_interim, response_has_body};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Done {
+pub(super) struct Done {
     pub status: u16,
     pub head_bytes: u64,
     pub body_bytes: u64,
@@ -15,7 +16,7 @@ pub struct Done {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub(super) enum Event {
     /// Need more bytes (everything given was consumed or kept).
     More,
     /// An interim (1xx, not 101) response head ended after `consumed` bytes of the input: it
@@ -26,7 +27,7 @@ pub enum Event {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParseError;
+pub(super) struct ParseError;
 
 #[derive(Debug)]
 enum Body {
@@ -39,14 +40,14 @@ enum Body {
 /// Parser for one connection's response stream. Heads are parsed from a small internal buffer;
 /// body bytes are only counted.
 #[derive(Debug, Default)]
-pub struct Parser {
+pub(super) struct Parser {
     head: Vec<u8>,
     state: Option<(Done, Body)>,
 }
 
 impl Parser {
     /// `head_request`: the response to a HEAD has no body.
-    pub fn feed(&mut self, input: &[u8], head_request: bool) -> Result<Event, ParseError> {
+    pub(super) fn feed(&mut self, input: &[u8], head_request: bool) -> Result<Event, ParseError> {
         let mut used = 0;
         if self.state.is_none() {
             let parsed = if self.head.is_empty() {
@@ -77,7 +78,8 @@ impl Parser {
                 }
             };
             let (done, body) = parsed?;
-            if is_interim(done.status) {
+            // After a 101 the connection speaks another protocol: no final response follows.
+            if is_interim(done.status) && done.status != 101 {
                 return Ok(Event::Interim { consumed: used });
             }
             if matches!(body, Body::Length(0)) {
@@ -127,13 +129,13 @@ impl Parser {
     }
 
     /// Between responses: the next byte fed starts a response head (interim or final).
-    pub fn idle(&self) -> bool {
+    pub(super) fn idle(&self) -> bool {
         self.state.is_none() && self.head.is_empty()
     }
 
     /// The connection ended: completes a close-delimited response, if one is in progress. A
     /// response cut short (in its head, or before its length or last chunk) is an error.
-    pub fn eof(&mut self) -> Result<Option<Done>, ParseError> {
+    pub(super) fn eof(&mut self) -> Result<Option<Done>, ParseError> {
         let partial = !self.head.is_empty();
         self.head.clear();
         match self.state.take() {
@@ -143,12 +145,6 @@ impl Parser {
             None => Ok(None),
         }
     }
-}
-
-/// 1xx heads precede the final response, except 101, after which the connection speaks
-/// another protocol.
-fn is_interim(status: u16) -> bool {
-    (100..200).contains(&status) && status != 101
 }
 
 /// Where the head that `buf` starts with ends (after its empty line), searching from `from`.
@@ -209,7 +205,7 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
     if encoded && length.is_some() {
         return Err(ParseError);
     }
-    let body = if head_request || status < 200 || status == 204 || status == 304 {
+    let body = if !response_has_body(head_request, status) {
         Body::Length(0)
     } else if chunked {
         Body::Chunked(chunked::ChunkedDecoder::new())

@@ -11,13 +11,14 @@ use loadterm_codec::h2::{
     WINDOW_UPDATE,
 };
 use loadterm_codec::hpack;
+use loadterm_plan::{is_interim, response_has_body};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Receive window per stream and per connection by default, as h2load's (`-w 30 -W 30`): large
 /// enough that window updates are rare.
 #[cfg(test)]
-pub const WINDOW: u32 = (1 << 30) - 1;
+pub(super) const WINDOW: u32 = (1 << 30) - 1;
 /// RST_STREAM's error code for a request the server did not process (RFC 9113 §7).
 const REFUSED_STREAM: u32 = 0x7;
 /// SETTINGS_MAX_FRAME_SIZE's default (RFC 9113 §6.5.2): the largest frame the server accepts
@@ -37,13 +38,13 @@ const PROTOCOL_ERROR: u32 = 0x1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("HTTP/2 protocol error: {0}")]
-pub struct ProtocolError(pub &'static str);
+pub(super) struct ProtocolError(pub &'static str);
 
 type Result<T> = std::result::Result<T, ProtocolError>;
 
 /// What happened to a request; `slot` is the caller's token given to [`Client::start`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub(super) enum Event {
     /// The final response head arrived.
     Head { slot: usize },
     /// The response is complete.
@@ -109,7 +110,7 @@ struct DataFrame {
     pad: usize,
 }
 
-pub struct Client {
+pub(super) struct Client {
     out: Vec<u8>,
     events: Vec<Event>,
     streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
@@ -146,13 +147,13 @@ impl Default for Client {
 
 impl Client {
     /// The requests sent will be HEADs.
-    pub fn head_requests(&mut self) {
+    pub(super) fn head_requests(&mut self) {
         self.head_requests = true;
     }
 
     /// A new connection offering `offer` (windows, frame size, HPACK table; h2load's `-w`,
     /// `-W`, `-f`, `--header-table-size`); its preface and settings are ready in the output.
-    pub fn new(offer: &Offer) -> Client {
+    pub(super) fn new(offer: &Offer) -> Client {
         let mut c = Client {
             out: Vec::with_capacity(16 * 1024),
             events: Vec::new(),
@@ -201,22 +202,22 @@ impl Client {
     }
 
     /// Whether a new request may start now.
-    pub fn can_start(&self) -> bool {
+    pub(super) fn can_start(&self) -> bool {
         !self.goaway && self.streams.len() < self.max_streams && self.next_id < 1 << 31
     }
 
     /// Requests in flight.
-    pub fn in_flight(&self) -> usize {
+    pub(super) fn in_flight(&self) -> usize {
         self.streams.len()
     }
 
     /// The server said GOAWAY: no new requests on this connection.
-    pub fn going_away(&self) -> bool {
+    pub(super) fn going_away(&self) -> bool {
         self.goaway
     }
 
     /// Start a request with a prebuilt HPACK header block and an optional body.
-    pub fn start(&mut self, block: &[u8], body: &Bytes, slot: usize) {
+    pub(super) fn start(&mut self, block: &[u8], body: &Bytes, slot: usize) {
         debug_assert!(self.can_start());
         let id = self.next_id;
         self.next_id += 2;
@@ -254,22 +255,22 @@ impl Client {
     }
 
     /// Bytes to write: swapped into `buf`, which must be empty.
-    pub fn take_output(&mut self, buf: &mut Vec<u8>) {
+    pub(super) fn take_output(&mut self, buf: &mut Vec<u8>) {
         debug_assert!(buf.is_empty());
         std::mem::swap(&mut self.out, buf);
     }
 
-    pub fn has_output(&self) -> bool {
+    pub(super) fn has_output(&self) -> bool {
         !self.out.is_empty()
     }
 
     /// Outcomes since the last call.
-    pub fn events(&mut self) -> std::vec::Drain<'_, Event> {
+    pub(super) fn events(&mut self) -> std::vec::Drain<'_, Event> {
         self.events.drain(..)
     }
 
     /// Process bytes read from the server.
-    pub fn feed(&mut self, mut input: &[u8]) -> Result<()> {
+    pub(super) fn feed(&mut self, mut input: &[u8]) -> Result<()> {
         while !input.is_empty() {
             if self.data.is_some() {
                 input = self.data_payload(input)?;
@@ -548,7 +549,7 @@ impl Client {
             if status == 101 {
                 return Err(ProtocolError("101 on HTTP/2"));
             }
-            if (100..200).contains(&status) {
+            if is_interim(status) {
                 // Interim response: the final one follows. One that ends the stream is
                 // malformed (RFC 9113 §8.1).
                 self.events.push(Event::Interim { slot: s.slot });
@@ -558,10 +559,9 @@ impl Client {
                 return Ok(());
             }
             s.status = Some(status);
-            // No body follows a HEAD's response, a 204's or a 304's, whatever its
-            // content-length says.
-            let bodiless = self.head_requests || status == 204 || status == 304;
-            s.content_length = head.content_length.filter(|_| !bodiless);
+            s.content_length = head
+                .content_length
+                .filter(|_| response_has_body(self.head_requests, status));
             // As HTTP/1.1 would spell the status line, so that head bytes compare.
             s.head_bytes = head.field_bytes + 12;
             self.events.push(Event::Head { slot: s.slot });

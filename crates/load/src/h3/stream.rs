@@ -9,6 +9,7 @@ use loadterm_h3::fields::{BodyLength, ResponseFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::qpack;
 use loadterm_h3::reader::{ReadError, Reader};
+use loadterm_plan::{is_interim, response_has_body};
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -228,16 +229,14 @@ async fn read_response(
                     // 101 has no place in HTTP/3 (RFC 9114 §4.5).
                     (None, 101) => return Err(Fail::Protocol),
                     // Interim (1xx): the final head follows.
-                    (None, s) if s < 200 => {
+                    (None, s) if is_interim(s) => {
                         interim = true;
                         w.interim();
                     }
                     (None, s) => {
                         status = Some(s);
-                        // No body follows a HEAD's response, a 204's or a 304's, whatever its
-                        // content-length says.
-                        let bodiless = w.setup.is_head || s == 204 || s == 304;
-                        body = BodyLength::new(facts.content_length.filter(|_| !bodiless));
+                        let has_body = response_has_body(w.setup.is_head, s);
+                        body = BodyLength::new(facts.content_length.filter(|_| has_body));
                         first_byte = at;
                         // As HTTP/1.1 would spell the status line, so that head bytes compare.
                         head_bytes = fields + 12;

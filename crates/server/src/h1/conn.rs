@@ -6,20 +6,20 @@
 //! (one boxed future: the parser state, the buffers, every request's own state) lasts while
 //! requests keep coming; once it has waited `IDLE_HOLD` for a next request with nothing
 //! buffered, it ends, and the connection's task waits for its socket to become readable holding
-//! the socket and little else. On clear TCP, past `park::PARK_AFTER` the task ends too and the
+//! the socket and little else. On clear TCP, past `PARK_AFTER` the task ends too and the
 //! socket is parked (`Handover::Idle`).
 
 use super::body::RequestBody;
-use super::buffers;
 use super::encode;
 use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
+use crate::buffers;
 use crate::config::Config;
-use crate::detachable::Detachable;
-use crate::prefixed::Prefixed;
-use crate::shutdown::Shutdown;
-use crate::stats::{self, Metered, Proto};
-use crate::tls_stream::TlsStream;
+use crate::plumbing::shutdown::Shutdown;
+use crate::plumbing::stats::{self, Metered, Proto};
+use crate::stream::detachable::Detachable;
+use crate::stream::prefixed::Prefixed;
+use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
     BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
     Version,
@@ -53,6 +53,11 @@ const IOV: usize = 8;
 /// How long a busy period waits for a next request before the connection turns idle (under
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
+/// How long an idle connection keeps its task before it is handed over to be parked (`park`).
+/// Parking and resuming cost about six system calls (epoll registrations moved between tokio's
+/// set and the worker's), negligible once per second but not once per request: a connection
+/// whose requests come less than this apart stays in its task.
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
@@ -60,7 +65,7 @@ enum PeriodEnd {
     /// No next request within `IDLE_HOLD`, nothing buffered: turn idle, waiting for the next
     /// request until this instant.
     Idle(Instant),
-    /// Close the connection: flush what is buffered, then a lingering close (`crate::linger`).
+    /// Close the connection: flush what is buffered, then a lingering close (`crate::stream::linger`).
     Close,
     /// The peer went away, or the request was aborted: drop without further writes.
     Abort,
@@ -85,7 +90,7 @@ pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     /// The connection turns idle: give back the buffers the stream holds with nothing in them.
     fn release(&mut self) {}
 
-    /// The stream is its socket, and nothing more: once idle for `park::PARK_AFTER` it can be
+    /// The stream is its socket, and nothing more: once idle for `PARK_AFTER` it can be
     /// handed over whole (`Handover::Idle`) and the task end.
     const PARKS: bool = false;
 }
@@ -256,7 +261,7 @@ struct PeriodOptions {
 pub(crate) enum Handover<IO> {
     /// Switched to HTTP/2 (`Upgrade: h2c`).
     Upgrade(Upgrade<IO>),
-    /// Idle for `park::PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
+    /// Idle for `PARK_AFTER` (only when `IO::PARKS`): to be parked until it turns
     /// readable, then served again with `serve(.., until)`, or closed at `until`.
     Idle { io: IO, until: Instant },
 }
@@ -302,7 +307,7 @@ async fn run<IO: ByteStream>(
                 until = Some(deadline);
                 io.release();
                 let park = IO::PARKS
-                    .then(|| Instant::now() + crate::park::PARK_AFTER)
+                    .then(|| Instant::now() + PARK_AFTER)
                     .filter(|&at| at < deadline);
                 let wake = match io.idle_socket() {
                     Some(sock) => {
@@ -326,13 +331,13 @@ async fn run<IO: ByteStream>(
                     }
                     IdleWake::Slept | IdleWake::Gone => return None,
                     IdleWake::Shutdown => {
-                        crate::linger::close(&mut io).await;
+                        crate::stream::linger::close(&mut io).await;
                         return None;
                     }
                 }
             }
             PeriodEnd::Close => {
-                crate::linger::close(&mut io).await;
+                crate::stream::linger::close(&mut io).await;
                 return None;
             }
             PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
@@ -447,6 +452,7 @@ impl Future for IdleWait<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IdleWake> {
         // SAFETY: `stop` and `sleep` stay pinned: a `IdleWait` is neither `Unpin` nor moved out of.
         let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: `stop` is pinned with `this` (above).
         if unsafe { Pin::new_unchecked(&mut this.stop) }
             .poll(cx)
             .is_ready()
@@ -456,6 +462,7 @@ impl Future for IdleWait<'_> {
         match this.sock.poll_read_ready(cx) {
             Poll::Ready(Ok(())) => Poll::Ready(IdleWake::Readable),
             Poll::Ready(Err(_)) => Poll::Ready(IdleWake::Gone),
+            // SAFETY: `sleep` is pinned with `this` (above).
             Poll::Pending => unsafe { Pin::new_unchecked(&mut this.sleep) }
                 .poll(cx)
                 .map(|()| IdleWake::Slept),
@@ -725,7 +732,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
             if_match: self.head.if_match.as_deref(),
             if_none_match: self.head.if_none_match.as_deref(),
         };
-        let x = crate::thread_ctx::exchange(&req, t_first);
+        let x = crate::plumbing::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
         self.req_body = RequestBody::new(framing);
         Ok((x, t_first))

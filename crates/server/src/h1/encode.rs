@@ -24,7 +24,7 @@ thread_local! {
 
 /// Append `head`, dated now, with `extra` header lines (each CRLF-terminated, usually none).
 pub fn head(out: &mut Vec<u8>, head: &ResponseHead, extra: &[u8]) {
-    let date = crate::thread_ctx::date();
+    let date = crate::plumbing::thread_ctx::date();
     HEADS.with_borrow_mut(|heads| heads.write(head, &date, extra, out));
 }
 

@@ -273,9 +273,16 @@ fn refusal(buf: &[u8], e: httparse::Error) -> ErrorPage {
         // httparse says Token for a bad method and for a bad target alike.
         httparse::Error::Token => {
             let method = first_word(buf);
-            if method.len() > MAX_METHOD {
+            // Only the token characters the word starts with can be a method: binary garbage
+            // is not a request line (400), whatever its length. A token longer than any method
+            // is refused as `partial` refuses it, however the bytes were split into reads.
+            let token = method
+                .iter()
+                .position(|&b| CLASS[b as usize] & TCHAR == 0)
+                .unwrap_or(method.len());
+            if token > MAX_METHOD {
                 ErrorPage::MethodTooLong
-            } else if method.is_empty() || method.iter().any(|&b| CLASS[b as usize] & TCHAR == 0) {
+            } else if token == 0 || token < method.len() {
                 ErrorPage::InvalidMethod
             } else if buf[offset(buf, method) + method.len()..].starts_with(b"  ") {
                 // An empty target: two spaces after the method.
@@ -588,6 +595,22 @@ mod tests {
             p("\x01\x02 garbage\r\n\r\n").0,
             Parsed::Error(InvalidMethod)
         );
+    }
+
+    #[test]
+    fn binary_garbage_is_not_a_request_line() {
+        // Longer than any method and no space in it: still 400, not the long method's 501.
+        let garbage: Vec<u8> = (0..=255u8).filter(|&b| b != b' ').rev().collect();
+        let got = parse(&garbage, &mut RequestHead::default(), false);
+        assert_eq!(got, Parsed::Error(ErrorPage::InvalidMethod));
+        let text = [&b"GET"[..], &[0xff; 64], b"\r\n\r\n"].concat();
+        let got = parse(&text, &mut RequestHead::default(), true);
+        assert_eq!(got, Parsed::Error(ErrorPage::InvalidMethod));
+        // A token longer than any method, then a byte that ends it badly: 501 as when the
+        // token arrives alone.
+        let long = [&[b'A'; MAX_METHOD + 1][..], b"\x00 / HTTP/1.1\r\n\r\n"].concat();
+        let got = parse(&long, &mut RequestHead::default(), false);
+        assert_eq!(got, Parsed::Error(ErrorPage::MethodTooLong));
     }
 
     #[test]

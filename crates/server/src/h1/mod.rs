@@ -4,7 +4,6 @@
 //! copying.
 
 pub mod body;
-pub(crate) mod buffers;
 mod conn;
 pub mod encode;
 pub mod head;

@@ -6,7 +6,7 @@
 use super::conn::ByteStream;
 use super::{serve, Options};
 use crate::config;
-use crate::shutdown::Trigger;
+use crate::plumbing::shutdown::Trigger;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};

@@ -211,7 +211,7 @@ pub(super) async fn send(
                 return Err(io::ErrorKind::WriteZero.into());
             }
             // Past the byte-counting wrapper: counted here.
-            crate::stats::bytes_out(crate::stats::Transport::Tcp, moved);
+            crate::plumbing::stats::bytes_out(crate::plumbing::stats::Transport::Tcp, moved);
             left -= moved;
         }
     }

@@ -8,11 +8,11 @@
 //!
 //! The guard is also where every HTTP/2 connection's close is decided: whoever ends it (the `h2`
 //! crate after its own GOAWAY, the driver after a flood, an idle timeout or shutdown), the
-//! transport's shutdown lingers (`crate::linger`) so that the client gets to read the last
+//! transport's shutdown lingers (`crate::stream::linger`) so that the client gets to read the last
 //! frames.
 
-use crate::layer::{Layer, Layered};
-use crate::linger::Linger;
+use crate::stream::layer::{Layer, Layered};
+use crate::stream::linger::Linger;
 use loadterm_codec::h2::{flag, CONTINUATION, PING, PREFACE, PRIORITY, SETTINGS, WINDOW_UPDATE};
 use std::io;
 use std::sync::Arc;
@@ -178,7 +178,7 @@ impl Layer for FloodBudget {
         self.ledger.wrote(n);
     }
 
-    /// Every connection's close lingers (`crate::linger`), whoever ends it; meanwhile `h2`
+    /// Every connection's close lingers (`crate::stream::linger`), whoever ends it; meanwhile `h2`
     /// reads nothing more.
     fn poll_shutdown<IO: AsyncRead + AsyncWrite + Unpin>(
         &mut self,

@@ -10,7 +10,7 @@ mod sim_tests;
 mod stream;
 pub(crate) mod upgrade;
 
-use crate::stats::{self, ErrorKind, Protection};
+use crate::plumbing::stats::{self, ErrorKind, Protection};
 use futures::FutureExt;
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -199,7 +199,7 @@ where
     stats::protection(Protection::H2ControlFlood);
     conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
     let _ = tokio::time::timeout(
-        crate::linger::LINGER,
+        crate::stream::linger::LINGER,
         std::future::poll_fn(|cx| conn.poll_closed(cx)),
     )
     .await;

@@ -4,7 +4,7 @@
 
 use super::{serve_connection, ConnError};
 use crate::config;
-use crate::shutdown::Trigger;
+use crate::plumbing::shutdown::Trigger;
 use bytes::Bytes;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;

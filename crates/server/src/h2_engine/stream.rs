@@ -4,7 +4,7 @@
 //! exchange goes on from it on a task of its own.
 
 use crate::config::Config;
-use crate::stats::{self, ErrorKind, Protection, Proto};
+use crate::plumbing::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use futures::FutureExt;
 use h2::server::SendResponse;
@@ -171,7 +171,7 @@ impl Stream {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let if_match = joined(req.headers(), http::header::IF_MATCH);
         let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
-        let x = crate::thread_ctx::exchange(
+        let x = crate::plumbing::thread_ctx::exchange(
             &loadterm_exchange::Request {
                 version: Version::H2,
                 is_head: req.method() == http::Method::HEAD,
@@ -275,7 +275,7 @@ impl Responder {
     }
 
     fn response(&self, head: &ResponseHead) -> Result<Response<()>, http::Error> {
-        let date = crate::thread_ctx::date();
+        let date = crate::plumbing::thread_ctx::date();
         let mut fields = LAST_FIELDS.with_borrow_mut(|last| match last {
             Some((h, d, fields)) if h == head && *d == date => Ok(fields.clone()),
             _ => {

@@ -4,7 +4,7 @@
 //! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
 //! connection whose first stream is already half-closed.
 
-use crate::prefixed::Prefixed;
+use crate::stream::prefixed::Prefixed;
 use loadterm_codec::h2::{flag, HEADERS, PREFACE, SETTINGS};
 use loadterm_codec::hpack::put_literal;
 use std::time::Duration;

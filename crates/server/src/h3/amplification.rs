@@ -14,7 +14,7 @@
 //! could send a forged Handshake header, which this check cannot open; that only gives it
 //! quinn's own, looser limit back.
 
-use crate::stats::{self, Protection};
+use crate::plumbing::stats::{self, Protection};
 use loadterm_ja4::quic::{self, PacketKind};
 use quinn::udp::Transmit;
 use std::collections::{HashMap, VecDeque};

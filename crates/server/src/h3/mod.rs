@@ -9,8 +9,8 @@ mod socket;
 mod stream;
 
 use crate::ja4;
-use crate::shutdown::ConnSlot;
-use crate::stats::{self, ErrorKind, Failure, Protection, Transport};
+use crate::plumbing::shutdown::ConnSlot;
+use crate::plumbing::stats::{self, ErrorKind, Failure, Protection, Transport};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::reader::{ReadError, Reader};
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn server_config(
-    identity: &crate::tls::Identity,
+    identity: &crate::config::tls::Identity,
     cfg: &crate::config::Config,
 ) -> Result<quinn::ServerConfig> {
     let tls = identity.rustls_config(&[b"h3"], true)?;
@@ -77,7 +77,7 @@ impl Drop for Opening {
 /// worker thread, inside that worker's current-thread runtime; `conns` counts open connections.
 pub(crate) async fn run_endpoint(
     socket: std::net::UdpSocket,
-    identity: Arc<crate::tls::Identity>,
+    identity: Arc<crate::config::tls::Identity>,
     cfg: Arc<crate::config::Config>,
     conns: Arc<AtomicUsize>,
 ) -> Result<()> {

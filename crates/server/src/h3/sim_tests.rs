@@ -6,7 +6,7 @@
 
 use super::{serve_endpoint, server_config};
 use crate::config;
-use crate::shutdown::Trigger;
+use crate::plumbing::shutdown::Trigger;
 use crate::workers::tls_sim_tests::identity;
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::qpack;

@@ -4,7 +4,7 @@
 //! 13% of server CPU in memcpy).
 
 use crate::config::Config;
-use crate::stats::{self, ErrorKind, Protection, Proto};
+use crate::plumbing::stats::{self, ErrorKind, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
@@ -127,7 +127,7 @@ fn headers_frame(
     SCRATCH.with(|s| {
         head.fields(
             &mut s.borrow_mut(),
-            &crate::thread_ctx::date(),
+            &crate::plumbing::thread_ctx::date(),
             |name, value| qpack::field(out, name, value),
         )
     });
@@ -368,7 +368,7 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
             if_match: head.if_match.as_deref(),
             if_none_match: head.if_none_match.as_deref(),
         };
-        Ok(crate::thread_ctx::exchange(&req, t_first))
+        Ok(crate::plumbing::thread_ctx::exchange(&req, t_first))
     })
 }
 

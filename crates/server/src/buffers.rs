@@ -1,6 +1,7 @@
-//! Connection buffers, lent per thread: a connection holds its read and write buffers only while
-//! it has bytes in them, and gives them back while it waits for a next request, as HAProxy does.
-//! An idle keep-alive connection then costs its socket and its task, not 20 KiB of buffers.
+//! Connection buffers, lent per thread (the HTTP/1 engine's and the TLS stream's): a connection
+//! holds its read and write buffers only while it has bytes in them, and gives them back while it
+//! waits for a next request, as HAProxy does. An idle keep-alive connection then costs its socket
+//! and its task, not 20 KiB of buffers.
 
 use std::cell::RefCell;
 

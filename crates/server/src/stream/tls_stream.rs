@@ -1,5 +1,5 @@
 //! The server's TLS stream, with the buffers owned here: they are held while the connection is
-//! busy and given back to the thread's pool (`h1::buffers`) once it turns idle, so that a
+//! busy and given back to the thread's pool (`buffers`) once it turns idle, so that a
 //! parked connection keeps its keys and sequence numbers and nothing else (the buffered
 //! `ServerConnection` kept a 4 KiB record buffer for ever).
 //!
@@ -12,7 +12,7 @@
 //! sequence number is not 0, as it is not after the session tickets), and opened in place in
 //! the read buffer with rustls's decrypter for the suite.
 
-use crate::h1::buffers;
+use crate::buffers;
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::crypto::cipher::{InboundOpaqueMessage, MessageDecrypter, OutboundChunks};
 use rustls::kernel::KernelConnection;

@@ -68,7 +68,7 @@ const FLUSHED_IN: Duration = Duration::from_millis(50);
 pub(crate) async fn release_thread_caches() {
     loop {
         FLUSH.notified().await;
-        crate::h1::buffers::clear();
+        crate::buffers::clear();
         #[cfg(feature = "jemalloc")]
         jemalloc_do(c"thread.tcache.flush");
     }

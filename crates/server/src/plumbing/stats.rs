@@ -3,7 +3,7 @@
 //! only the owner writes it, with a plain load and store (no atomic read-modify-write, no lock),
 //! and a scrape or a summary sums every block. Counting is always on.
 
-use crate::layer::{Layer, Layered};
+use crate::stream::layer::{Layer, Layered};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! A stream that replays bytes before reading its socket again: the HTTP/2 upgrade (the
 //! rewritten request as stream 1) and `--ja4` (the ClientHello, read before rustls) use it.
 
-use crate::layer::{Layer, Layered};
+use crate::stream::layer::{Layer, Layered};
 use std::io;
 use std::task::Poll;
 use tokio::io::ReadBuf;

@@ -3,7 +3,7 @@
 //! `prometheus-client` crate's encoder), read from the per-thread counters at scrape time.
 //! One request per connection, handled in turn: a scrape is rare and quick.
 
-use crate::stats::{Protection, Proto, Totals, Transport, CLASSES};
+use crate::plumbing::stats::{Protection, Proto, Totals, Transport, CLASSES};
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -313,7 +313,7 @@ impl Collector for Stats {
             "loadterm_errors",
             "Errors by kind.",
             Counter,
-            crate::stats::ErrorKind::ALL
+            crate::plumbing::stats::ErrorKind::ALL
                 .iter()
                 .map(|&k| (vec![("kind", k.label().to_string())], t.errors[k as usize])),
         )?;

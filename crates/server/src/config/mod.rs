@@ -1,5 +1,11 @@
 //! Settings shared by every listener and engine, built once from the command line; the engines'
-//! own settings (HTTP/2, HTTP/3) live here too, so that no engine module is imported back.
+//! own settings (HTTP/2, HTTP/3) live here too, so that no engine module is imported back. Below
+//! it, what the command line is turned into: haterm's configuration lines (`haterm_cfg`), the
+//! listeners (`listen`), the TLS identities and policy (`tls`).
+
+pub(crate) mod haterm_cfg;
+pub(crate) mod listen;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +49,7 @@ pub(crate) struct Config {
     pub seed: Option<u32>,
     /// `--ja4`: fingerprint every TLS and QUIC client (`x-ja4`), counted here.
     pub ja4: Option<Arc<crate::ja4::Stats>>,
-    pub shutdown: crate::shutdown::Shutdown,
+    pub shutdown: crate::plumbing::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,
 }
@@ -132,8 +138,8 @@ pub(crate) fn defaults<A: clap::Args + clap::FromArgMatches>() -> A {
 /// Settings for the engines' simulated-pair tests: every default, `timeout` as the client
 /// timeout, no date (byte-stable heads), seeded; with the trigger of its shutdown.
 #[cfg(test)]
-pub(crate) fn for_tests(timeout: Duration) -> (crate::shutdown::Trigger, Arc<Config>) {
-    let (stop, shutdown) = crate::shutdown::Shutdown::new();
+pub(crate) fn for_tests(timeout: Duration) -> (crate::plumbing::shutdown::Trigger, Arc<Config>) {
+    let (stop, shutdown) = crate::plumbing::shutdown::Shutdown::new();
     let cfg = Config {
         timeout,
         threads: 1,

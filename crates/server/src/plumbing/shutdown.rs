@@ -3,7 +3,7 @@
 //! their streams. A `watch` channel works across the workers' separate runtimes; HTTP/1 waits use
 //! a flag and a `Notify` instead, which cost less per request.
 
-use crate::stats::{self, Transport};
+use crate::plumbing::stats::{self, Transport};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::futures::Notified;
@@ -100,7 +100,7 @@ impl ConnSlot {
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-        crate::trim::released();
+        crate::plumbing::trim::released();
         if let Some(t) = self.1 {
             stats::closed(t);
         }
