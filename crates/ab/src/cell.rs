@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// The load every run of a cell gets.
 #[derive(Debug, Clone, Copy)]
-pub enum Regime {
+pub(crate) enum Regime {
     /// A saturating client (`-c`, `-m`): CPU per request includes batching.
     Closed,
     /// Open loop at this many requests per second.
@@ -125,14 +125,14 @@ fn kept(checks: &[PilotCheck]) -> (usize, Kept) {
 }
 
 /// Servers of a cell: started for each run, or once for the whole cell.
-pub enum Servers {
+pub(crate) enum Servers {
     Fresh,
     Kept(Vec<Option<Started>>),
 }
 
 impl Servers {
     /// Kept servers, one per variant, started (and warmed up) now.
-    pub fn kept(specs: &[RunSpec], names: &[String]) -> Result<Servers> {
+    pub(crate) fn kept(specs: &[RunSpec], names: &[String]) -> Result<Servers> {
         // Filled in place, so that a start that fails drops (and stops) the ones started.
         let mut kept = Servers::Kept(Vec::new());
         for (spec, name) in specs.iter().zip(names) {
@@ -202,7 +202,7 @@ impl Drop for Servers {
 }
 
 /// Everything a cell's rounds need.
-pub struct CellPlan<'a> {
+pub(crate) struct CellPlan<'a> {
     pub tag: String,
     /// Variants in order, the baseline first (and the A/A twin last, when `twin`).
     pub names: Vec<String>,
@@ -226,7 +226,7 @@ pub struct CellPlan<'a> {
 
 impl CellPlan<'_> {
     /// The cell measured: `variants` as reported (the A/A twin, if any, last and left out).
-    pub fn run(mut self, servers: &mut Servers, mut variants: Vec<Variant>) -> Result<Cell> {
+    pub(crate) fn run(mut self, servers: &mut Servers, mut variants: Vec<Variant>) -> Result<Cell> {
         let (rate, regime, late_limit) = self.choose_rate(servers)?;
         if let Some(r) = rate {
             for s in &mut self.specs {

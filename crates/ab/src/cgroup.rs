@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// How a variant's CPU and memory were read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum Accounting {
+pub(crate) enum Accounting {
     /// cgroup v2: `cpu.stat`, `memory.stat` (anon) where the memory controller is enabled.
     CgroupV2,
     /// cgroup v1: `cpuacct.usage` and `cpuacct.stat`, `memory.stat` (total_rss).
@@ -36,7 +36,7 @@ impl std::fmt::Display for Accounting {
 
 /// A cgroup's counters at one instant.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub cpu_ns: u64,
     pub user_ns: u64,
     pub system_ns: u64,
@@ -56,7 +56,7 @@ struct Dirs {
 
 /// A cgroup ab made for one process, removed by `remove` (or when dropped).
 #[derive(Debug)]
-pub struct Cgroup {
+pub(crate) struct Cgroup {
     accounting: Accounting,
     dirs: Dirs,
     /// Its path inside the CPU hierarchy, as container runtimes take it (`--cgroup-parent`).
@@ -221,7 +221,7 @@ impl Cgroup {
     /// A new cgroup named `name` below ab's own, with the accounting asked for (`None`: v1
     /// where the cpuacct controller is on a v1 hierarchy, as on hybrid layouts; else v2).
     /// `Err` says why none could be made, for the report.
-    pub fn create(name: &str, want: Option<Accounting>) -> Result<Cgroup, String> {
+    pub(crate) fn create(name: &str, want: Option<Accounting>) -> Result<Cgroup, String> {
         let own = read(Path::new("/proc/self/cgroup")).unwrap_or_default();
         let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
         let v1 = v1_dir("cpuacct", &own, &mounts);
@@ -265,17 +265,17 @@ impl Cgroup {
         })
     }
 
-    pub fn accounting(&self) -> Accounting {
+    pub(crate) fn accounting(&self) -> Accounting {
         self.accounting
     }
 
     /// Its path inside the CPU hierarchy (`{cgroup}`, for `--cgroup-parent`).
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.path
     }
 
     /// The `cgroup.procs` files a process writes its pid into to enter this cgroup.
-    pub fn procs_files(&self) -> Vec<CString> {
+    pub(crate) fn procs_files(&self) -> Vec<CString> {
         let mut dirs = vec![&self.dirs.cpu];
         dirs.extend(self.dirs.memory.iter().filter(|m| **m != self.dirs.cpu));
         dirs.iter()
@@ -286,7 +286,7 @@ impl Cgroup {
     /// Read the cgroups of a container's process `pid` too: its CPU where its runtime put it
     /// outside this cgroup, and its memory in any case. Returns its CPU cgroup's path when
     /// that is read besides.
-    pub fn follow(&mut self, pid: u32) -> Option<String> {
+    pub(crate) fn follow(&mut self, pid: u32) -> Option<String> {
         let own = read(Path::new(&format!("/proc/{pid}/cgroup")))?;
         let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
         let (cpu, path, memory) = match self.accounting {
@@ -310,7 +310,7 @@ impl Cgroup {
     }
 
     /// CPU and memory of the variant: its cgroup and the cgroups it follows.
-    pub fn usage(&self) -> Usage {
+    pub(crate) fn usage(&self) -> Usage {
         let mut total = self.dirs.usage(self.accounting);
         for d in &self.extra_cpu {
             let u = Dirs {
@@ -334,7 +334,7 @@ impl Cgroup {
     }
 
     /// Every process in it (and in the cgroups it follows).
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         let mut pids = self.dirs.pids();
         for d in &self.extra_cpu {
             pids.extend(
@@ -349,12 +349,13 @@ impl Cgroup {
     }
 
     /// Whether its memory is read from a memory controller (else from its processes).
-    pub fn has_memory(&self) -> bool {
+    pub(crate) fn has_memory(&self) -> bool {
         self.dirs.memory.is_some() || self.container_memory.is_some()
     }
 
     /// Signal every process of the cgroup (not of the ones it follows: those belong to a
     /// container, stopped through its runtime).
+    #[allow(unsafe_code)] // kill
     fn signal_all(&self, sig: libc::c_int) {
         for pid in self.dirs.pids() {
             // SAFETY: plain kill(2) on a process of a cgroup ab made for its own child.
@@ -365,7 +366,7 @@ impl Cgroup {
     /// Stop every process left in it (SIGTERM, SIGKILL after `grace`) and remove it, with the
     /// cgroups a container runtime made below it. Also run on drop, so that no exit path
     /// leaves one behind.
-    pub fn remove(mut self, grace: Duration) -> Result<()> {
+    pub(crate) fn remove(mut self, grace: Duration) -> Result<()> {
         self.remove_now(grace)
     }
 
@@ -426,7 +427,7 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
 /// Remove the directories a container runtime made at `path` in the other hierarchies (it
 /// takes `--cgroup-parent` as one path for all of them; on v1, ab made it only in cpuacct and
 /// memory): only empty ones, at the path of a cgroup ab made.
-pub fn remove_runtime_leftovers(path: &str) {
+pub(crate) fn remove_runtime_leftovers(path: &str) {
     let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
     for (mount, root, _, _) in cgroup_mounts(&mounts) {
         // rmdir(2) refuses a cgroup that still holds a process: only empty ones go.
@@ -436,7 +437,8 @@ pub fn remove_runtime_leftovers(path: &str) {
 
 /// Enter the cgroups whose `cgroup.procs` files are `files` (in a child, between fork and
 /// exec: open(2) and write(2) only).
-pub fn enter(files: &[CString]) -> std::io::Result<()> {
+#[allow(unsafe_code)] // open, write
+pub(crate) fn enter(files: &[CString]) -> std::io::Result<()> {
     for f in files {
         // SAFETY: async-signal-safe calls on a valid NUL-terminated path; "0" means the
         // writing process itself.
@@ -457,7 +459,7 @@ pub fn enter(files: &[CString]) -> std::io::Result<()> {
 }
 
 /// A cgroup name unique to this run of ab: `loadterm-ab-PID-N-TAG`.
-pub fn unique_name(tag: &str) -> String {
+pub(crate) fn unique_name(tag: &str) -> String {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!(
@@ -468,7 +470,7 @@ pub fn unique_name(tag: &str) -> String {
 }
 
 /// Make the cgroup for one process, or say why it is read from /proc instead.
-pub fn for_process(tag: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
+pub(crate) fn for_process(tag: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
     match Cgroup::create(&unique_name(tag), want) {
         Ok(c) => Ok(Some(c)),
         // Asked for explicitly: that is what the user wants, or it is an error.

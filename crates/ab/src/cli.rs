@@ -8,6 +8,7 @@ use crate::measure::{RunSpec, Target};
 use crate::procs;
 use crate::report::{self, Cell, Report, Variant};
 use anyhow::{bail, Context, Result};
+use loadterm_plan::exit::{usage_error, Interrupted};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
 use std::path::PathBuf;
@@ -185,21 +186,6 @@ fn parse_pct(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("'{s}' must be between 0% and 100%"))
     }
-}
-
-/// SIGINT or SIGTERM stopped the comparison; the rounds measured until then were reported
-/// (`main` exits with 130).
-#[derive(Debug, thiserror::Error)]
-#[error("interrupted")]
-pub struct Interrupted;
-
-/// A command line that cannot run (reported like clap's own errors: `main` exits with 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-fn usage_error(msg: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(msg.to_string()).into()
 }
 
 fn with_size(url: &str, size: &str) -> String {

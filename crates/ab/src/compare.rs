@@ -5,7 +5,7 @@ use crate::stats;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     pub metric: String,
     pub variant: String,
     pub rounds: usize,
@@ -40,7 +40,7 @@ fn describe(metric: &str) -> (&'static str, &'static str, &'static str) {
 
 /// A change in percent with its sign always written: the one convention of every report is
 /// "change = variant / baseline − 1", so −5% means the variant's value is 5% below the baseline's.
-pub fn signed_pct(x: f64) -> String {
+pub(crate) fn signed_pct(x: f64) -> String {
     format!("{x:+.1}%")
 }
 
@@ -123,7 +123,7 @@ fn exact_value(x: f64) -> String {
 /// The headline metric: the geometric mean of the per-round ratios with a Student-t 95%
 /// interval (`sequential`), the estimate whose width decides when a run has measured enough.
 /// `precision_pct`: the width asked for, said in the verdict when it was not reached.
-pub fn headline(
+pub(crate) fn headline(
     metric: &str,
     baseline: &str,
     variant: &str,
@@ -190,7 +190,7 @@ pub fn headline(
 
 /// Paired by round: runs of `variant` and `baseline` with the same round number; the median
 /// ratio with its order-statistic interval and Wilcoxon's p (every metric but the headline).
-pub fn compare(
+pub(crate) fn compare(
     metric: &str,
     baseline: &str,
     variant: &str,
@@ -263,11 +263,16 @@ pub fn compare(
 }
 
 /// A variant whose median req/s is this far below a fixed rate did not hold it.
-pub const RATE_HELD_SLACK: f64 = 0.02;
+pub(crate) const RATE_HELD_SLACK: f64 = 0.02;
 
 /// At a fixed rate the client sets requests per second: instead of comparing the rate with
 /// itself, whether both variants held it (one that could not is named).
-pub fn rate_held(baseline: &str, variant: &str, runs: &[Run], rate: f64) -> Option<Comparison> {
+pub(crate) fn rate_held(
+    baseline: &str,
+    variant: &str,
+    runs: &[Run],
+    rate: f64,
+) -> Option<Comparison> {
     let pairs = pairs("rps", baseline, variant, runs);
     if pairs.is_empty() {
         return None;

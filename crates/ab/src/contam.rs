@@ -6,35 +6,35 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Steal above this share of the measured cores' capacity flags the run.
-pub const STEAL_PCT: f64 = 2.0;
+pub(crate) const STEAL_PCT: f64 = 2.0;
 /// CPU used on the server's cores by anything but the server, above this share of their capacity.
-pub const FOREIGN_PCT: f64 = 5.0;
+pub(crate) const FOREIGN_PCT: f64 = 5.0;
 /// The client's cores at or above this busy share: req/s then measures the client.
-pub const CLIENT_SATURATED_PCT: f64 = 95.0;
+pub(crate) const CLIENT_SATURATED_PCT: f64 = 95.0;
 /// Open loop: more than this share of the scheduled sends never made means the client could
 /// not keep the rate, and the server saw a lighter load than the other variants. (Sends a
 /// millisecond late are the timer's granularity, and do not change the load.)
-pub const MISSED_PCT: f64 = 1.0;
+pub(crate) const MISSED_PCT: f64 = 1.0;
 /// A client that sent more than this share of its sends over 1 ms late was behind its schedule.
 /// On time, the pilot's clients sent 0–5% late (on a busy machine); behind, 20–95% (docs/AB.md).
-pub const CLIENT_LATE_MAX_PCT: f64 = 10.0;
+pub(crate) const CLIENT_LATE_MAX_PCT: f64 = 10.0;
 /// Server cores busy with tasks beyond this share of their capacity, of which the measured
 /// servers got under `MEASURED_MIN_SHARE`: the load is served by something ab does not
 /// measure.
-pub const BUSY_FOR_PLAUSIBILITY_PCT: f64 = 10.0;
-pub const MEASURED_MIN_SHARE: f64 = 0.1;
+pub(crate) const BUSY_FOR_PLAUSIBILITY_PCT: f64 = 10.0;
+pub(crate) const MEASURED_MIN_SHARE: f64 = 0.1;
 /// Below this much CPU per request (µs) over `PLAUSIBLE_MIN_REQUESTS` requests, no HTTP server
 /// answered them (loadterm's cheapest row costs over 1 µs).
-pub const PLAUSIBLE_MIN_US: f64 = 0.1;
-pub const PLAUSIBLE_MIN_REQUESTS: u64 = 1000;
+pub(crate) const PLAUSIBLE_MIN_US: f64 = 0.1;
+pub(crate) const PLAUSIBLE_MIN_REQUESTS: u64 = 1000;
 /// Steady state: first and last thirds of the per-second series differ by more than this many
 /// standard errors *and* by more than this share.
-pub const STEADY_Z: f64 = 3.0;
-pub const STEADY_PCT: f64 = 2.0;
+pub(crate) const STEADY_Z: f64 = 3.0;
+pub(crate) const STEADY_PCT: f64 = 2.0;
 
 /// Cumulative ticks of one CPU from /proc/stat.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CpuTicks {
+pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq (guest time is already inside user).
     pub busy: u64,
     /// irq + softirq: the network stack's work done outside any task's account (on loopback,
@@ -44,7 +44,7 @@ pub struct CpuTicks {
 }
 
 /// The `cpuN` lines of /proc/stat.
-pub fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTicks> {
+pub(crate) fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTicks> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
@@ -63,13 +63,13 @@ pub fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTicks> {
         .collect()
 }
 
-pub fn read_proc_stat() -> BTreeMap<usize, CpuTicks> {
+pub(crate) fn read_proc_stat() -> BTreeMap<usize, CpuTicks> {
     parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap_or_default())
 }
 
 /// Machine settings that change what a run measures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub governor: Option<String>,
     pub boost: Option<String>,
     /// The selected mode of /sys/kernel/mm/transparent_hugepage/enabled.
@@ -85,13 +85,13 @@ fn read(path: &str) -> Option<String> {
 }
 
 /// `always [madvise] never` → `madvise`.
-pub fn selected_mode(s: &str) -> Option<String> {
+pub(crate) fn selected_mode(s: &str) -> Option<String> {
     let start = s.find('[')?;
     let end = s[start..].find(']')? + start;
     Some(s[start + 1..end].to_owned())
 }
 
-pub fn settings(cpu: usize) -> Settings {
+pub(crate) fn settings(cpu: usize) -> Settings {
     Settings {
         governor: read(&format!(
             "/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
@@ -106,7 +106,7 @@ pub fn settings(cpu: usize) -> Settings {
 
 /// Pairs (server CPU, client CPU) that are SMT siblings of one core, from each server CPU's
 /// `thread_siblings_list` (`siblings(cpu)`, e.g. "0,4" or "0-1").
-pub fn smt_shared(
+pub(crate) fn smt_shared(
     server: &[usize],
     client: &[usize],
     siblings: impl Fn(usize) -> Option<String>,
@@ -123,7 +123,7 @@ pub fn smt_shared(
     out
 }
 
-pub fn sysfs_siblings(cpu: usize) -> Option<String> {
+pub(crate) fn sysfs_siblings(cpu: usize) -> Option<String> {
     read(&format!(
         "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
     ))
@@ -143,7 +143,7 @@ pub(crate) fn parse_cpu_list(s: &str) -> Vec<usize> {
 
 /// First and last thirds of a run's per-second request counts.
 #[derive(Debug, Clone, Serialize)]
-pub struct Steady {
+pub(crate) struct Steady {
     pub first: f64,
     pub last: f64,
     pub change_pct: f64,
@@ -154,7 +154,7 @@ pub struct Steady {
 /// series' own noise; `None` under 3 seconds. The noise is estimated from the median of the
 /// successive differences over the whole series, which neither a slow drift nor one warm-up
 /// jump inflates, so that even a 5-second run (thirds of one second) has a yardstick.
-pub fn steady_state(series: &[f64]) -> Option<Steady> {
+pub(crate) fn steady_state(series: &[f64]) -> Option<Steady> {
     let n = series.len();
     if n < 3 {
         return None;
@@ -182,7 +182,7 @@ pub fn steady_state(series: &[f64]) -> Option<Steady> {
 
 /// Readings of one run.
 #[derive(Debug, Clone)]
-pub struct Readings {
+pub(crate) struct Readings {
     pub wall_s: f64,
     pub ticks_per_s: f64,
     pub before: BTreeMap<usize, CpuTicks>,
@@ -208,7 +208,7 @@ pub struct Readings {
 
 /// The checks of one run, with the flags raised.
 #[derive(Debug, Clone, Serialize)]
-pub struct Checks {
+pub(crate) struct Checks {
     /// Steal on the server and client cores, % of their capacity.
     pub steal_pct: f64,
     /// CPU on the server's cores that no measured server's cgroup had, besides interrupts and
@@ -241,14 +241,14 @@ fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
 /// The lateness above which a round at a pilot-checked rate is run again: twice what the pilot
 /// saw at that rate, and never below `CLIENT_LATE_MAX_PCT` (a pilot on a busy machine may have
 /// kept a rate whose clients were already late).
-pub fn late_limit_pct(pilot_late_pct: f64) -> f64 {
+pub(crate) fn late_limit_pct(pilot_late_pct: f64) -> f64 {
     (2.0 * pilot_late_pct).max(CLIENT_LATE_MAX_PCT)
 }
 
 /// A measured run whose figures cannot be the server's, and on which no verdict may stand.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Implausible(pub String);
+pub(crate) struct Implausible(pub String);
 
 fn capacity(r: &Readings, cpus: &[usize]) -> f64 {
     (r.wall_s * r.ticks_per_s * cpus.len() as f64).max(1e-9)
@@ -265,7 +265,7 @@ impl Readings {
     /// syscalls. With tick-based accounting a softirq run inside a server's syscall counts
     /// both in its runtime and as softirq in /proc/stat; what the cores spent beyond the
     /// servers' runtime bounds that overlap.
-    pub fn network_s(&self, own_s: f64) -> f64 {
+    pub(crate) fn network_s(&self, own_s: f64) -> f64 {
         let busy = delta(self, &self.server_cpus, |t| t.busy) / self.ticks_per_s;
         self.softirq_s().min((busy - own_s).max(0.0))
     }
@@ -280,7 +280,7 @@ impl Readings {
 /// them: the server cores were busy with tasks but the measured servers had almost none of
 /// it, or nothing at all was spent for thousands of requests. Either way the load is served
 /// by something ab did not start (an already running server or container on the same port).
-pub fn implausible(r: &Readings, cpu_s: f64, requests: u64) -> Option<String> {
+pub(crate) fn implausible(r: &Readings, cpu_s: f64, requests: u64) -> Option<String> {
     let own = r.server_cpu_s.unwrap_or(cpu_s);
     let tasks = r.task_s();
     let hint = "the requests are served by a process outside what ab started and measures (an already running server or container, or a command that hands its work elsewhere)";
@@ -301,7 +301,7 @@ pub fn implausible(r: &Readings, cpu_s: f64, requests: u64) -> Option<String> {
     None
 }
 
-pub fn check(r: &Readings) -> Checks {
+pub(crate) fn check(r: &Readings) -> Checks {
     let capacity = |cpus: &[usize]| capacity(r, cpus);
     let all: Vec<usize> = r
         .server_cpus

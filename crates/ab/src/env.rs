@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Environment {
+pub(crate) struct Environment {
     pub loadterm: String,
     pub kernel: String,
     pub cpu_model: String,
@@ -22,7 +22,7 @@ fn read(path: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-pub fn capture() -> Environment {
+pub(crate) fn capture() -> Environment {
     let cpu_model = read("/proc/cpuinfo")
         .and_then(|c| {
             c.lines().find_map(|l| {

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 /// Placeholder → value, applied in order: `{backend_port_2}` before `{backend_port}` would not
 /// matter since braces delimit names, but keeping one list keeps one rule.
 #[derive(Debug, Clone, Default)]
-pub struct Vars(Vec<(String, String)>);
+pub(crate) struct Vars(Vec<(String, String)>);
 
 impl Vars {
-    pub fn set(&mut self, name: &str, value: impl ToString) {
+    pub(crate) fn set(&mut self, name: &str, value: impl ToString) {
         let key = format!("{{{name}}}");
         let value = value.to_string();
         match self.0.iter_mut().find(|(k, _)| *k == key) {
@@ -23,7 +23,7 @@ impl Vars {
         }
     }
 
-    pub fn render(&self, text: &str) -> String {
+    pub(crate) fn render(&self, text: &str) -> String {
         self.0
             .iter()
             .fold(text.to_owned(), |t, (k, v)| t.replace(k.as_str(), v))
@@ -32,10 +32,10 @@ impl Vars {
 
 /// A scratch directory for one process (config, logs, pid files, nginx temp paths), removed
 /// when dropped.
-pub struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    pub fn new(tag: &str) -> Result<Scratch> {
+    pub(crate) fn new(tag: &str) -> Result<Scratch> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -48,7 +48,7 @@ impl Scratch {
         Ok(Scratch(dir))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -60,7 +60,7 @@ impl Drop for Scratch {
 }
 
 /// `0,2,3`: a CPU list as `taskset -c` and `--cpuset-cpus` take it (`{server_cpus}`).
-pub fn cpu_list(cpus: &[usize]) -> String {
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
@@ -68,7 +68,7 @@ pub fn cpu_list(cpus: &[usize]) -> String {
 }
 
 /// `{cgroup}`: the cgroup made for the process, for a container runtime's `--cgroup-parent`.
-pub fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str) -> Result<()> {
+pub(crate) fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str) -> Result<()> {
     match cgroup {
         Some(cg) => vars.set("cgroup", cg.path()),
         None if command.contains("{cgroup}") => bail!(
@@ -82,7 +82,12 @@ pub fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str) -> Re
 /// Wait until something answers on `host:port`, and check that it is `server`'s: a process in
 /// its cgroup (or /proc tree), or in the container it started; and that all of them run on
 /// `cpus`.
-pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16, cpus: &[usize]) -> Result<()> {
+pub(crate) fn wait_ready(
+    server: &mut ServerProc,
+    host: &str,
+    port: u16,
+    cpus: &[usize],
+) -> Result<()> {
     let t0 = Instant::now();
     loop {
         if let Some(why) = server.exited() {
@@ -112,7 +117,7 @@ pub fn wait_ready(server: &mut ServerProc, host: &str, port: u16, cpus: &[usize]
 }
 
 /// The backends of a comparison, stopped when dropped.
-pub struct Backends {
+pub(crate) struct Backends {
     procs: Vec<(ServerProc, Scratch)>,
 }
 
@@ -121,7 +126,7 @@ impl Backends {
     /// `{backend_port}` / `{backend_tls_port}`), wait until each listens on its first port, and
     /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
     /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
-    pub fn start(
+    pub(crate) fn start(
         commands: &[String],
         host: &str,
         ports: procs::PortRange,
@@ -164,7 +169,7 @@ impl Backends {
     }
 
     /// Fail when a backend died: every later round would measure error responses.
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         for (i, (p, _)) in self.procs.iter_mut().enumerate() {
             if let Some(why) = p.exited() {
                 bail!("backend {} exited during the comparison ({why})", i + 1);

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// What a variant is.
 #[derive(Debug, Clone)]
-pub enum Target {
+pub(crate) enum Target {
     /// A server started for every run; `config` is a template rendered per run into the file
     /// substituted as `{config}` (its name keeps the template's, for tools that look at it).
     Command {
@@ -33,7 +33,7 @@ pub enum Target {
 
 /// Everything a run needs to know.
 #[derive(Debug, Clone)]
-pub struct RunSpec {
+pub(crate) struct RunSpec {
     pub target: Target,
     pub proto: String,
     pub host: String,
@@ -62,7 +62,7 @@ pub struct RunSpec {
 /// Metrics of one run (medians etc. are computed over runs later). Server-side metrics are
 /// `None` in endpoint mode.
 #[derive(Debug, Clone, Serialize)]
-pub struct Run {
+pub(crate) struct Run {
     pub variant: String,
     pub round: usize,
     pub requests: u64,
@@ -108,7 +108,7 @@ pub struct Run {
 }
 
 /// Names of the metrics compared between variants.
-pub const METRICS: &[&str] = &[
+pub(crate) const METRICS: &[&str] = &[
     "cpu_us_per_req",
     "rps",
     "p99_ms",
@@ -119,7 +119,7 @@ pub const METRICS: &[&str] = &[
 
 impl Run {
     /// A metric by name; NaN when not measured (comparisons skip those).
-    pub fn metric(&self, name: &str) -> f64 {
+    pub(crate) fn metric(&self, name: &str) -> f64 {
         let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
         match name {
             "cpu_us_per_req" => opt(self.cpu_us_per_req),
@@ -213,21 +213,21 @@ fn url_host(host: &str) -> String {
 }
 
 /// A started server, with its scratch directory (removed after the server stops).
-pub struct Started {
+pub(crate) struct Started {
     server: ServerProc,
     base: String,
     _scratch: Scratch,
 }
 
 impl Started {
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.server.stop(Duration::from_secs(3));
     }
 }
 
 /// Start a variant's server once, to be measured in windows (`windows`) until `Started::stop`:
 /// it proves it answers, then gets `spec.warmup` of unmeasured load.
-pub fn start(spec: &RunSpec, variant: &str) -> Result<Started> {
+pub(crate) fn start(spec: &RunSpec, variant: &str) -> Result<Started> {
     let Target::Command { command, config } = &spec.target else {
         bail!("variant {variant}: a running endpoint cannot be started");
     };
@@ -270,7 +270,10 @@ fn sleep_until(t: std::time::SystemTime) {
 /// from its cgroup or every thread of its tree) is read at that instant and `duration` later.
 /// Measured together, the variants share whatever else the machine does in that second, and
 /// their ratio cancels it.
-pub fn windows(jobs: &mut [(&RunSpec, &str, &mut Started)], round: usize) -> Result<Vec<Run>> {
+pub(crate) fn windows(
+    jobs: &mut [(&RunSpec, &str, &mut Started)],
+    round: usize,
+) -> Result<Vec<Run>> {
     let t_start = Instant::now();
     let Some(first) = jobs.first() else {
         return Ok(Vec::new());
@@ -467,7 +470,7 @@ fn start_server(
     })
 }
 
-pub fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
+pub(crate) fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
     let t_start = Instant::now();
     let (started, base) = match &spec.target {
         Target::Command { command, config } => {

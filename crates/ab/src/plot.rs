@@ -23,13 +23,13 @@ const COLORS: [RGBColor; 5] = [
 const FONT: &str = "sans-serif";
 
 /// Every cell stacked in one SVG.
-pub fn report_svg(r: &Report) -> Result<String> {
+pub(crate) fn report_svg(r: &Report) -> Result<String> {
     let cells: Vec<&Cell> = r.cells.iter().collect();
     render(&cells)
 }
 
 /// One cell's SVG (for the HTML report, one per section).
-pub fn cell_svg(c: &Cell) -> Result<String> {
+pub(crate) fn cell_svg(c: &Cell) -> Result<String> {
     render(&[c])
 }
 

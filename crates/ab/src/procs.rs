@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Pin the calling (child) process to `cpus` before exec.
-pub fn pin(cmd: &mut Command, cpus: Vec<usize>) {
+#[allow(unsafe_code)] // sched_setaffinity between fork and exec
+pub(crate) fn pin(cmd: &mut Command, cpus: Vec<usize>) {
     if cpus.is_empty() {
         return;
     }
@@ -38,7 +39,8 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 /// From now on SIGINT and SIGTERM only set a flag (`interrupted`): the harness then stops its
 /// rounds, stops the servers it started (in their own process groups, which the terminal's
 /// signal does not reach) and reports what it measured.
-pub fn catch_interrupts() {
+#[allow(unsafe_code)] // signal
+pub(crate) fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -47,12 +49,13 @@ pub fn catch_interrupts() {
     }
 }
 
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Pin this process's calling thread (and the threads it starts after) to `cpus`.
-pub fn pin_self(cpus: &[usize]) {
+#[allow(unsafe_code)] // sched_setaffinity
+pub(crate) fn pin_self(cpus: &[usize]) {
     if cpus.is_empty() {
         return;
     }
@@ -68,7 +71,7 @@ pub fn pin_self(cpus: &[usize]) {
 
 /// A started server or backend: the process ab started, its cgroup (where one could be made),
 /// and the container it runs, if it is one.
-pub struct ServerProc {
+pub(crate) struct ServerProc {
     child: Child,
     /// Where its stderr goes (a file, not a pipe: a long-lived process writing logs would block
     /// on a full pipe nobody reads).
@@ -148,7 +151,7 @@ fn container_command(command: &str, cidfile: &std::path::Path) -> Option<(String
 
 /// CPU, memory and scheduling counters of a server at one instant.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// utime + stime of the /proc tree, clock ticks (cgroups: the same from `cpu_ns`).
     pub cpu_ticks: u64,
     /// CPU time in nanoseconds: the cgroup's usage, or, for a /proc tree, the scheduler's own
@@ -166,7 +169,8 @@ impl ServerProc {
     /// Start `command` through `sh -c` in its own process group, pinned to `cpus`, inside
     /// `cgroup` (made for it, removed when it stops), with its stderr and any container id
     /// file in `dir`.
-    pub fn start(
+    #[allow(unsafe_code)] // entering the cgroup between fork and exec
+    pub(crate) fn start(
         command: &str,
         cpus: &[usize],
         dir: &std::path::Path,
@@ -210,13 +214,13 @@ impl ServerProc {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// How this server's CPU and memory are read, for the report: e.g. "cgroup v1
     /// /loadterm-ab-…", with what ab found on the way (a container's cgroup, a daemon).
-    pub fn accounting(&self) -> (Accounting, String) {
+    pub(crate) fn accounting(&self) -> (Accounting, String) {
         match &self.cgroup {
             Some(cg) => {
                 let mut text = format!("{} {}", cg.accounting(), cg.path());
@@ -237,7 +241,7 @@ impl ServerProc {
 
     /// Whether the server is gone (its stderr then explains why). A started process that
     /// exited and left processes in its cgroup is a daemon: still running.
-    pub fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => {
                 if let Some(cg) = &self.cgroup {
@@ -263,7 +267,7 @@ impl ServerProc {
 
     /// Once the server answers: a container's cgroup, where its runtime put it outside the
     /// server's own (no `--cgroup-parent {cgroup}`), is read too. Returns what was found.
-    pub fn locate(&mut self) -> Option<String> {
+    pub(crate) fn locate(&mut self) -> Option<String> {
         let c = self.container.as_ref()?;
         let (id, pid) = (c.id()?, c.pid()?);
         let cg = self.cgroup.as_mut()?;
@@ -285,7 +289,7 @@ impl ServerProc {
 
     /// CPUs some process of the server may run on outside `cpus` (a container whose runtime
     /// reset the affinity ab gave it), as "PID: LIST".
-    pub fn unpinned(&self, cpus: &[usize]) -> Option<String> {
+    pub(crate) fn unpinned(&self, cpus: &[usize]) -> Option<String> {
         if cpus.is_empty() {
             return None;
         }
@@ -304,7 +308,7 @@ impl ServerProc {
     }
 
     /// Whether a socket listening on `port` (TCP) belongs to this server.
-    pub fn owns_port(&self, port: u16) -> bool {
+    pub(crate) fn owns_port(&self, port: u16) -> bool {
         let inodes = listening_inodes(port);
         self.pids().into_iter().any(|pid| {
             std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -325,7 +329,7 @@ impl ServerProc {
     }
 
     /// CPU, memory and context switches of the server now.
-    pub fn sample(&self) -> Sample {
+    pub(crate) fn sample(&self) -> Sample {
         let Some(cg) = &self.cgroup else {
             return sample_tree(self.pid());
         };
@@ -350,13 +354,14 @@ impl ServerProc {
     }
 
     /// Whether CPU is read from a cgroup (exact at any window) or from a /proc tree.
-    pub fn in_cgroup(&self) -> bool {
+    pub(crate) fn in_cgroup(&self) -> bool {
         self.cgroup.is_some()
     }
 
     /// Stop the server: its container through the runtime, SIGTERM to its process group,
     /// SIGKILL after `grace`, then whatever is left in its cgroup, which is removed.
-    pub fn stop(mut self, grace: Duration) {
+    #[allow(unsafe_code)] // kill
+    pub(crate) fn stop(mut self, grace: Duration) {
         if let Some(c) = &self.container {
             c.remove(grace);
         }
@@ -386,7 +391,7 @@ impl ServerProc {
 }
 
 /// Every pid of the tree rooted at `root`.
-pub fn tree(root: u32) -> Vec<u32> {
+pub(crate) fn tree(root: u32) -> Vec<u32> {
     let mut parent: HashMap<u32, u32> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -410,7 +415,7 @@ pub fn tree(root: u32) -> Vec<u32> {
 }
 
 /// CPU, RSS and context switches summed over the tree rooted at `root`.
-pub fn sample_tree(root: u32) -> Sample {
+pub(crate) fn sample_tree(root: u32) -> Sample {
     let mut s = Sample::default();
     for pid in tree(root) {
         let p = sample_process(pid);
@@ -497,7 +502,7 @@ fn listening_inodes(port: u16) -> Vec<String> {
 
 /// The ports ab may give the servers and backends it starts (`--ports FIRST-LAST`, inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortRange {
+pub(crate) struct PortRange {
     pub first: u16,
     pub last: u16,
 }
@@ -505,7 +510,7 @@ pub struct PortRange {
 impl PortRange {
     /// Below 32768: outside Linux's default ephemeral range, so that no client connection
     /// holds one of them by chance.
-    pub const DEFAULT: PortRange = PortRange {
+    pub(crate) const DEFAULT: PortRange = PortRange {
         first: 20000,
         last: 31999,
     };
@@ -541,7 +546,7 @@ impl std::str::FromStr for PortRange {
 
 /// A TCP+UDP port of `range` free on `host` right now, not in `avoid`: every port of the range
 /// is tried once, from a starting point drawn from the clock.
-pub fn free_port(host: &str, range: PortRange, avoid: &[u16]) -> Result<u16> {
+pub(crate) fn free_port(host: &str, range: PortRange, avoid: &[u16]) -> Result<u16> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos()) as u64;
@@ -562,7 +567,8 @@ pub fn free_port(host: &str, range: PortRange, avoid: &[u16]) -> Result<u16> {
 }
 
 /// Clock ticks per second.
-pub fn clk_tck() -> f64 {
+#[allow(unsafe_code)] // sysconf
+pub(crate) fn clk_tck() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// Results of one matrix cell (protocol × URL).
 #[derive(Debug, Clone, Serialize)]
-pub struct Cell {
+pub(crate) struct Cell {
     pub proto: String,
     pub url: String,
     pub variants: Vec<Variant>,
@@ -25,7 +25,7 @@ pub struct Cell {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Variant {
+pub(crate) struct Variant {
     pub name: String,
     pub command: String,
     pub url: String,
@@ -34,7 +34,7 @@ pub struct Variant {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// SIGINT or SIGTERM ended the comparison: the cells hold the rounds measured until then.
     pub interrupted: bool,
     pub environment: Environment,
@@ -164,7 +164,7 @@ fn cell_heading(r: &Report, c: &Cell) -> String {
     )
 }
 
-pub fn terminal(r: &Report) -> String {
+pub(crate) fn terminal(r: &Report) -> String {
     let mut s = String::new();
     if let Some(n) = &r.not_measured {
         s += &format!("\nnot measured: {n}\n");
@@ -292,7 +292,7 @@ fn markdown_cell(r: &Report, c: &Cell) -> String {
     s
 }
 
-pub fn markdown(r: &Report) -> String {
+pub(crate) fn markdown(r: &Report) -> String {
     let mut s = String::from("## A/B benchmark (loadterm ab)\n");
     if let Some(n) = &r.not_measured {
         s += &format!("\n**Not measured:** {n}\n");
@@ -315,7 +315,10 @@ fn escape(t: &str) -> String {
 
 /// A self-contained HTML page: per cell the chart inline (`chart` draws it), the table and the
 /// verdicts; then the environment.
-pub fn html(r: &Report, chart: impl Fn(&Cell) -> anyhow::Result<String>) -> anyhow::Result<String> {
+pub(crate) fn html(
+    r: &Report,
+    chart: impl Fn(&Cell) -> anyhow::Result<String>,
+) -> anyhow::Result<String> {
     let mut s = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>loadterm ab</title>\n<style>body{font-family:sans-serif;max-width:1040px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}.flag{color:#b00}</style></head><body>\n<h1>A/B benchmark (loadterm ab)</h1>\n",
     );

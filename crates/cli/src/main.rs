@@ -120,20 +120,16 @@ fn main() -> std::process::ExitCode {
     let Err(e) = result else {
         return std::process::ExitCode::SUCCESS;
     };
-    if e.is::<Interrupted>() || e.is::<loadterm_ab::cli::Interrupted>() {
+    if e.is::<Interrupted>() {
         // The results were reported; 128 + SIGINT, as a shell says of a command it stopped.
         eprintln!("loadterm: interrupted");
         return std::process::ExitCode::from(130);
     }
-    if is_usage_error(&e) {
+    if e.is::<UsageError>() {
         // As clap reports its own usage errors.
         eprintln!("error: {e}\n\nFor more information, try 'loadterm {command} --help'.");
         return std::process::ExitCode::from(2);
     }
     eprintln!("loadterm: {e:#}");
     std::process::ExitCode::FAILURE
-}
-
-fn is_usage_error(e: &anyhow::Error) -> bool {
-    e.is::<UsageError>() || e.is::<loadterm_ab::cli::UsageError>()
 }
