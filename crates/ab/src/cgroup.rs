@@ -156,65 +156,63 @@ fn stat_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-impl Dirs {
-    fn usage(&self, accounting: Accounting) -> Usage {
-        let mut u = Usage::default();
-        match accounting {
-            Accounting::CgroupV1 => {
-                u.cpu_ns = read_u64(&self.cpu.join("cpuacct.usage")).unwrap_or(0);
-                // cpuacct.stat's user and system ticks sum to the runtime (the kernel scales
-                // them to it, as for /proc/PID/stat); cpuacct.usage_user and _sys are raw
-                // tick counts that fell 35% short of it here.
-                let stat = read(&self.cpu.join("cpuacct.stat")).unwrap_or_default();
-                let (user, system) = (
-                    stat_value(&stat, "user").unwrap_or(0),
-                    stat_value(&stat, "system").unwrap_or(0),
-                );
-                let share = user as f64 / ((user + system) as f64).max(1.0);
-                u.user_ns = (u.cpu_ns as f64 * share) as u64;
-                u.system_ns = u.cpu_ns - u.user_ns;
-                u.anon_kib = self.memory.as_ref().and_then(|m| {
-                    // total_rss: this cgroup and its children (a container's runtime
-                    // makes its own below ours).
-                    stat_value(&read(&m.join("memory.stat"))?, "total_rss").map(|b| b / 1024)
-                });
-            }
-            Accounting::CgroupV2 => {
-                let stat = read(&self.cpu.join("cpu.stat")).unwrap_or_default();
-                let us = |k| stat_value(&stat, k).unwrap_or(0) * 1000;
-                (u.cpu_ns, u.user_ns, u.system_ns) =
-                    (us("usage_usec"), us("user_usec"), us("system_usec"));
-                u.anon_kib = self.memory.as_ref().and_then(|m| {
-                    stat_value(&read(&m.join("memory.stat"))?, "anon").map(|b| b / 1024)
-                });
-            }
-            Accounting::ProcTree => {}
-        }
-        u
-    }
-
-    /// Every pid in this cgroup and its children.
-    fn pids(&self) -> Vec<u32> {
-        let mut out = Vec::new();
-        let mut stack = vec![self.cpu.clone()];
-        while let Some(dir) = stack.pop() {
-            out.extend(
-                read(&dir.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.trim().parse::<u32>().ok()),
+/// CPU of the cgroup at `dir` (its CPU hierarchy's directory): (total, user, system) ns.
+fn cpu_ns(dir: &Path, accounting: Accounting) -> (u64, u64, u64) {
+    match accounting {
+        Accounting::CgroupV1 => {
+            let total = read_u64(&dir.join("cpuacct.usage")).unwrap_or(0);
+            // cpuacct.stat's user and system ticks sum to the runtime (the kernel scales them
+            // to it, as for /proc/PID/stat); cpuacct.usage_user and _sys are raw tick counts
+            // that fell 35% short of it here.
+            let stat = read(&dir.join("cpuacct.stat")).unwrap_or_default();
+            let (user, system) = (
+                stat_value(&stat, "user").unwrap_or(0),
+                stat_value(&stat, "system").unwrap_or(0),
             );
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                stack.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
+            let user = (total as f64 * user as f64 / ((user + system) as f64).max(1.0)) as u64;
+            (total, user, total - user)
         }
-        out
+        Accounting::CgroupV2 => {
+            let stat = read(&dir.join("cpu.stat")).unwrap_or_default();
+            let us = |k| stat_value(&stat, k).unwrap_or(0) * 1000;
+            (us("usage_usec"), us("user_usec"), us("system_usec"))
+        }
+        Accounting::ProcTree => (0, 0, 0),
     }
+}
+
+/// Anonymous memory of the cgroup at `dir` (its memory controller's directory) and its
+/// children (a container's runtime makes its own below), KiB.
+fn anon_kib(dir: &Path, accounting: Accounting) -> Option<u64> {
+    let key = match accounting {
+        Accounting::CgroupV1 => "total_rss",
+        Accounting::CgroupV2 => "anon",
+        Accounting::ProcTree => return None,
+    };
+    stat_value(&read(&dir.join("memory.stat"))?, key).map(|b| b / 1024)
+}
+
+/// Every pid in the cgroup at `dir` and its children.
+fn pids_below(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        out.extend(
+            read(&dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse::<u32>().ok()),
+        );
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out
 }
 
 impl Cgroup {
@@ -311,39 +309,26 @@ impl Cgroup {
 
     /// CPU and memory of the variant: its cgroup and the cgroups it follows.
     pub(crate) fn usage(&self) -> Usage {
-        let mut total = self.dirs.usage(self.accounting);
-        for d in &self.extra_cpu {
-            let u = Dirs {
-                cpu: d.clone(),
-                memory: None,
-            }
-            .usage(self.accounting);
-            total.cpu_ns += u.cpu_ns;
-            total.user_ns += u.user_ns;
-            total.system_ns += u.system_ns;
+        let mut u = Usage::default();
+        for dir in std::iter::once(&self.dirs.cpu).chain(&self.extra_cpu) {
+            let (total, user, system) = cpu_ns(dir, self.accounting);
+            u.cpu_ns += total;
+            u.user_ns += user;
+            u.system_ns += system;
         }
-        if let Some(m) = &self.container_memory {
-            total.anon_kib = Dirs {
-                cpu: m.clone(),
-                memory: Some(m.clone()),
-            }
-            .usage(self.accounting)
-            .anon_kib;
-        }
-        total
+        u.anon_kib = self
+            .container_memory
+            .as_ref()
+            .or(self.dirs.memory.as_ref())
+            .and_then(|m| anon_kib(m, self.accounting));
+        u
     }
 
     /// Every process in it (and in the cgroups it follows).
     pub(crate) fn pids(&self) -> Vec<u32> {
-        let mut pids = self.dirs.pids();
+        let mut pids = pids_below(&self.dirs.cpu);
         for d in &self.extra_cpu {
-            pids.extend(
-                Dirs {
-                    cpu: d.clone(),
-                    memory: None,
-                }
-                .pids(),
-            );
+            pids.extend(pids_below(d));
         }
         pids
     }
@@ -357,7 +342,7 @@ impl Cgroup {
     /// container, stopped through its runtime).
     #[allow(unsafe_code)] // kill
     fn signal_all(&self, sig: libc::c_int) {
-        for pid in self.dirs.pids() {
+        for pid in pids_below(&self.dirs.cpu) {
             // SAFETY: plain kill(2) on a process of a cgroup ab made for its own child.
             unsafe { libc::kill(pid as i32, sig) };
         }
@@ -375,10 +360,11 @@ impl Cgroup {
             return Ok(());
         }
         self.removed = true;
-        if !self.dirs.pids().is_empty() {
+        let seen = pids_below(&self.dirs.cpu);
+        if !seen.is_empty() {
             self.signal_all(libc::SIGTERM);
             let t0 = Instant::now();
-            while !self.dirs.pids().is_empty() && t0.elapsed() < grace {
+            while !pids_below(&self.dirs.cpu).is_empty() && t0.elapsed() < grace {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -392,6 +378,7 @@ impl Cgroup {
                 }
             }
             if left.is_empty() {
+                reap(&seen);
                 return Ok(());
             }
             // A killed process leaves its cgroup only once it has been reaped.
@@ -409,6 +396,27 @@ impl Drop for Cgroup {
             eprintln!("ab: {e:#}");
         }
     }
+}
+
+/// Collect the exit status of those of `pids` that are ab's children: a daemon's processes,
+/// orphaned when their parent exited, are (`adopt_orphans`), and would stay zombies until ab
+/// exits. Only these pids: a load client's status belongs to the code that waits for it.
+#[allow(unsafe_code)] // waitpid
+fn reap(pids: &[u32]) {
+    for &pid in pids {
+        // SAFETY: waitpid on a pid with WNOHANG; ECHILD for a pid that is not ab's child.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+}
+
+/// Make ab the parent of the processes its servers orphan (a daemon's master once the
+/// command that started it exits), so that stopping a daemon reaps it too instead of leaving
+/// zombies to an init that may not reap them.
+#[allow(unsafe_code)] // prctl
+pub(crate) fn adopt_orphans() {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag; it only changes which process
+    // orphans are re-parented to.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
 /// Remove `dir` and the cgroups below it, deepest first.

@@ -303,6 +303,7 @@ pub fn run(a: AbArgs) -> Result<()> {
     let variants = checked_variants(&a)?;
     let endpoint_mode = matches!(variants[0].1, Target::Endpoint(_));
     procs::catch_interrupts();
+    crate::cgroup::adopt_orphans();
     let environment = crate::env::capture();
     let mut bench = Bench::start(&a, &variants, endpoint_mode).map_err(refusal)?;
     let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
