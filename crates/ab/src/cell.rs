@@ -236,6 +236,16 @@ impl CellPlan<'_> {
         }
         eprintln!("{} regime: {regime}", self.tag);
         let (runs, repeats, budget_ended) = self.rounds(servers)?;
+        for name in &self.names {
+            let checks: Vec<&contam::Checks> = runs
+                .iter()
+                .filter(|r| r.variant == *name)
+                .map(|r| &r.checks)
+                .collect();
+            if let Some(why) = contam::elsewhere_refusal(name, &checks) {
+                return Err(contam::Implausible(why).into());
+            }
+        }
         let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
         let duration = self.specs[0].duration.as_secs_f64();
         let mut notes = vec![match servers {

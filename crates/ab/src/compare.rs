@@ -348,6 +348,7 @@ pub(crate) mod tests {
                 steal_pct: 0.0,
                 foreign_pct: Some(0.0),
                 softirq_pct: 0.0,
+                served_elsewhere: false,
                 client_busy_pct: 50.0,
                 settings: crate::contam::Settings {
                     governor: None,

@@ -19,8 +19,8 @@ pub(crate) const MISSED_PCT: f64 = 1.0;
 /// On time, the pilot's clients sent 0–5% late (on a busy machine); behind, 20–95% (docs/AB.md).
 pub(crate) const CLIENT_LATE_MAX_PCT: f64 = 10.0;
 /// Server cores busy with tasks beyond this share of their capacity, of which the measured
-/// servers got under `MEASURED_MIN_SHARE`: the load is served by something ab does not
-/// measure.
+/// servers got under `MEASURED_MIN_SHARE`, in most runs of a variant: the load is served by
+/// something ab does not measure.
 pub(crate) const BUSY_FOR_PLAUSIBILITY_PCT: f64 = 10.0;
 pub(crate) const MEASURED_MIN_SHARE: f64 = 0.1;
 /// Below this much CPU per request (µs) over `PLAUSIBLE_MIN_REQUESTS` requests, no HTTP server
@@ -222,6 +222,9 @@ pub(crate) struct Checks {
     pub settings: Settings,
     pub steady: Option<Steady>,
     pub flags: Vec<String>,
+    /// The server cores' tasks were busy (over `BUSY_FOR_PLAUSIBILITY_PCT`) and the measured
+    /// servers had under `MEASURED_MIN_SHARE` of their time.
+    pub served_elsewhere: bool,
     /// The flags that say this run's round is contaminated by something outside the servers
     /// (steal, foreign CPU on the server cores, a client that fell behind): the round is run
     /// again. Decided from these readings alone, never from the metrics compared.
@@ -276,29 +279,41 @@ impl Readings {
     }
 }
 
+const ELSEWHERE_HINT: &str = "the requests are served by a process outside what ab started and measures (an already running server or container, or a command that hands its work elsewhere)";
+
 /// Why a run's server CPU (`cpu_s` for `requests` requests) cannot be the cost of serving
-/// them: the server cores were busy with tasks but the measured servers had almost none of
-/// it, or nothing at all was spent for thousands of requests. Either way the load is served
-/// by something ab did not start (an already running server or container on the same port).
-pub(crate) fn implausible(r: &Readings, cpu_s: f64, requests: u64) -> Option<String> {
-    let own = r.server_cpu_s.unwrap_or(cpu_s);
-    let tasks = r.task_s();
-    let hint = "the requests are served by a process outside what ab started and measures (an already running server or container, or a command that hands its work elsewhere)";
-    if tasks / capacity(r, &r.server_cpus) * r.ticks_per_s * 100.0 > BUSY_FOR_PLAUSIBILITY_PCT
-        && own < MEASURED_MIN_SHARE * tasks
-    {
-        return Some(format!(
-            "the server cores' tasks used {tasks:.3} s of CPU, of which the measured servers {own:.3} s (under {:.0}%): {hint}; no verdict on such data",
-            MEASURED_MIN_SHARE * 100.0
-        ));
-    }
+/// them: nothing at all was spent for thousands of requests. No other load explains that
+/// away, so one such run ends the comparison.
+pub(crate) fn no_work(cpu_s: f64, requests: u64) -> Option<String> {
     let per_req_us = cpu_s * 1e6 / requests.max(1) as f64;
-    if requests >= PLAUSIBLE_MIN_REQUESTS && per_req_us < PLAUSIBLE_MIN_US {
-        return Some(format!(
-            "{per_req_us:.3} µs of CPU per request over {requests} requests: {hint}; no verdict on such data"
-        ));
-    }
-    None
+    (requests >= PLAUSIBLE_MIN_REQUESTS && per_req_us < PLAUSIBLE_MIN_US).then(|| {
+        format!(
+            "{per_req_us:.3} µs of CPU per request over {requests} requests: {ELSEWHERE_HINT}; no verdict on such data"
+        )
+    })
+}
+
+/// Whether the server cores' tasks were busy while the measured servers had under a tenth of
+/// their time. One such run is contaminated like any other (another load can do it); a
+/// variant whose runs are mostly so is refused (`elsewhere_refusal`).
+fn served_elsewhere(r: &Readings) -> bool {
+    let tasks = r.task_s();
+    let busy_pct = tasks * r.ticks_per_s / capacity(r, &r.server_cpus) * 100.0;
+    r.server_cpu_s
+        .is_some_and(|own| busy_pct > BUSY_FOR_PLAUSIBILITY_PCT && own < MEASURED_MIN_SHARE * tasks)
+}
+
+/// The refusal of a variant most of whose `runs` (the checks of its kept runs) had the server
+/// cores busy with tasks it did not account for: a verdict would be about something else.
+pub(crate) fn elsewhere_refusal(variant: &str, runs: &[&Checks]) -> Option<String> {
+    let n = runs.iter().filter(|c| c.served_elsewhere).count();
+    (runs.len() >= 2 && 2 * n > runs.len()).then(|| {
+        format!(
+            "variant {variant}: in {n} of {} runs the server cores' tasks used over {:.0} times the CPU of the measured servers: {ELSEWHERE_HINT}, or another load held the server cores through the whole comparison; no verdict on such data",
+            runs.len(),
+            1.0 / MEASURED_MIN_SHARE
+        )
+    })
 }
 
 pub(crate) fn check(r: &Readings) -> Checks {
@@ -386,6 +401,7 @@ pub(crate) fn check(r: &Readings) -> Checks {
         steal_pct,
         foreign_pct,
         softirq_pct,
+        served_elsewhere: served_elsewhere(r),
         client_busy_pct,
         settings: now.clone(),
         steady,
@@ -472,19 +488,28 @@ mod tests {
     }
 
     #[test]
-    fn a_server_that_did_not_do_the_work_is_implausible() {
+    fn a_server_that_did_not_do_the_work_is_refused_when_most_runs_say_so() {
         // cpu0's tasks: 50 + 8 ticks; the measured server had 2 of them.
-        let r = readings(BEFORE, QUIET, Some(2));
-        let why = implausible(&r, 0.02, 50_000).unwrap();
+        let elsewhere = check(&readings(BEFORE, QUIET, Some(2)));
+        assert!(elsewhere.served_elsewhere);
+        assert!(
+            !elsewhere.repeat.is_empty(),
+            "such a run is contaminated too"
+        );
+        // It had them all.
+        let own = check(&readings(BEFORE, QUIET, Some(58)));
+        assert!(!own.served_elsewhere);
+        // One run of three is another load; two of three, or every run, is a refusal.
+        assert!(elsewhere_refusal("B", &[&elsewhere, &own, &own]).is_none());
+        let why = elsewhere_refusal("B", &[&elsewhere, &elsewhere, &own]).unwrap();
+        assert!(why.contains("in 2 of 3 runs"), "{why}");
         assert!(why.contains("outside what ab started"), "{why}");
-        // It had them all: plausible.
-        assert!(implausible(&readings(BEFORE, QUIET, Some(58)), 0.58, 50_000).is_none());
-        // An idle core and no CPU at all for 5000 requests.
-        let idle = readings(BEFORE, BEFORE, Some(0));
-        assert!(implausible(&idle, 0.0, 5000)
+        // No CPU at all for 5000 requests ends it at once.
+        assert!(no_work(0.0, 5000)
             .unwrap()
             .contains("µs of CPU per request"));
-        assert!(implausible(&idle, 0.0, 10).is_none());
+        assert!(no_work(0.0, 10).is_none());
+        assert!(no_work(0.05, 5000).is_none());
     }
 
     #[test]

@@ -617,7 +617,7 @@ fn run_of(
         series: series.clone(),
     };
     if let Some(s) = &server {
-        if let Some(why) = contam::implausible(&readings, s.cpu_s, requests) {
+        if let Some(why) = contam::no_work(s.cpu_s, requests) {
             return Err(contam::Implausible(format!("variant {variant}: {why}")).into());
         }
     }

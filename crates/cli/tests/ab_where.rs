@@ -113,7 +113,9 @@ fn processes_with(marker: &str) -> usize {
 struct Image(String);
 
 impl Image {
-    fn build(dir: &Dir) -> Option<Image> {
+    /// `tag` tells apart the images of tests that run at the same time (a test counts the
+    /// containers of its own image).
+    fn build(dir: &Dir, tag: &str) -> Option<Image> {
         if !common::have_tool("podman") || !common::have_tool("runc") {
             return None;
         }
@@ -128,7 +130,7 @@ impl Image {
             .status()
             .unwrap();
         assert!(st.success(), "building the root file system");
-        let name = format!("localhost/loadterm-abw-{}:latest", std::process::id());
+        let name = format!("localhost/loadterm-abw-{}-{tag}:latest", std::process::id());
         let st = Command::new("sh")
             .arg("-c")
             .arg(r#"tar -C "$1" -c . | podman import -q - "$2" >/dev/null"#)
@@ -183,7 +185,7 @@ fn podman_variants_are_measured_in_their_cgroups_and_removed() {
         return;
     }
     let dir = Dir::new("podman");
-    let Some(image) = Image::build(&dir) else {
+    let Some(image) = Image::build(&dir, "measured") else {
         return;
     };
     let js = dir.file("ab.json");
@@ -228,7 +230,7 @@ fn sigint_during_a_container_run_leaves_nothing_behind() {
         return;
     }
     let dir = Dir::new("podman-int");
-    let Some(image) = Image::build(&dir) else {
+    let Some(image) = Image::build(&dir, "interrupted") else {
         return;
     };
     // A marker no other test's servers carry, to find ours in /proc afterwards.
