@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loadterm_plan::{Plan, Request, Rng};
+use loadterm_plan::{Plan, Query, Rng};
 use loadterm_server::h1::body::RequestBody;
 use loadterm_server::h1::head::{parse, BodyFraming, Parsed, RequestHead};
 
@@ -12,10 +12,10 @@ fuzz_target!(|data: &[u8]| {
     // The first byte picks strict or lenient mode, so both are explored.
     let lenient = data.first().is_some_and(|b| b & 1 == 1);
     if parse(data, &mut head, lenient) == Parsed::Complete {
-        let req = Request { target: &head.target, control: head.control.as_deref(), is_head: head.is_head };
+        let req = Query { target: &head.target, control: head.control.as_deref(), is_head: head.is_head };
         let _ = Plan::from_request(&req, &mut Rng::new(1));
         let mut dec = RequestBody::new(head.body.unwrap_or(BodyFraming::None));
         let _ = dec.feed(&data[head.len..]);
     }
-    let _ = Plan::from_request(&Request { target: data, control: Some(data), is_head: false }, &mut Rng::new(2));
+    let _ = Plan::from_request(&Query { target: data, control: Some(data), is_head: false }, &mut Rng::new(2));
 });

@@ -23,7 +23,7 @@
 //! bench/spike-epoll/target/release/spike-epoll 127.0.0.1:18888
 //! ```
 
-use loadterm_exchange::{Body, Exchange, ExchangeEnd, Generated, Request, Step, Version};
+use loadterm_exchange::{Body, Exchange, ExchangeEnd, Generated, RequestSummary, Step, Version};
 use loadterm_plan::Rng;
 use loadterm_server::h1::encode;
 use loadterm_server::h1::head::{self, BodyFraming, Parsed, RequestHead};
@@ -230,7 +230,7 @@ impl Conn {
                 }
                 Parsed::Complete => {
                     let h = &self.head;
-                    let req = Request {
+                    let req = RequestSummary {
                         version: if h.is_11 {
                             Version::Http11
                         } else {

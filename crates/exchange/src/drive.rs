@@ -137,7 +137,7 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Request, Version};
+    use crate::{RequestSummary, Version};
     use loadterm_plan::Rng;
     use std::fmt::Write;
     use std::pin::pin;
@@ -227,7 +227,7 @@ mod tests {
     }
 
     fn exchange(target: &str, upload: Option<u64>, t0: Instant) -> Exchange {
-        let req = Request {
+        let req = RequestSummary {
             version: Version::H2,
             is_head: false,
             target: target.as_bytes(),

@@ -98,10 +98,10 @@ pub fn framing(req: &H1Request, plan: &Plan) -> Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loadterm_plan::{Outcome, Request, Rng};
+    use loadterm_plan::{Outcome, Query, Rng};
 
     fn frame(target: &str, req: H1Request) -> Framing {
-        let r = Request {
+        let r = Query {
             target: target.as_bytes(),
             control: None,
             is_head: req.is_head,

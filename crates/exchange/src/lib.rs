@@ -49,9 +49,10 @@ impl Version {
     }
 }
 
-/// The request facts the exchange looks at.
+/// What the exchange needs to know of a request, in any protocol: the engine distills its head
+/// into this.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub struct RequestSummary<'a> {
     pub version: Version,
     pub is_head: bool,
     /// Raw request-target (H1) or `:path` (H2/H3); no percent-decoding is done.
@@ -265,8 +266,8 @@ pub struct Exchange {
 impl Exchange {
     /// Plan the answer to a request whose first byte arrived at `t_first`. `rng` feeds the
     /// vocabulary's random suffixes.
-    pub fn new(req: &Request<'_>, rng: &mut Rng, t_first: Instant) -> Exchange {
-        let vocabulary = loadterm_plan::Request {
+    pub fn new(req: &RequestSummary<'_>, rng: &mut Rng, t_first: Instant) -> Exchange {
+        let vocabulary = loadterm_plan::Query {
             target: req.target,
             control: req.control,
             is_head: req.is_head,
@@ -669,7 +670,7 @@ impl Exchange {
 /// RFC 9110 §13.2.2, for a plan with an ETag: a false `If-Match` gives 412; else a true
 /// `If-None-Match` gives 304 to GET and HEAD, 412 to other methods. Only a response that would
 /// be 2xx is conditional (§13.2.1); the 304 keeps the ETag, the 412 has an empty body.
-fn conditional(plan: &mut Plan, req: &Request<'_>) {
+fn conditional(plan: &mut Plan, req: &RequestSummary<'_>) {
     let Some(tag) = plan.etag else { return };
     if !(200..300).contains(&plan.status) {
         return;

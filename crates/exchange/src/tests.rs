@@ -44,7 +44,7 @@ fn row(version: Version, target: &'static str) -> Row {
 fn trace(r: &Row) -> String {
     let t0 = Instant::now();
     let mut now = t0;
-    let req = Request {
+    let req = RequestSummary {
         version: r.version,
         is_head: r.method == "HEAD",
         target: r.target.as_bytes(),
@@ -435,7 +435,7 @@ fn pauses_and_idle_times() {
         ),
     ]);
     let idle = |target: &'static str, version| {
-        let req = Request {
+        let req = RequestSummary {
             version,
             is_head: false,
             target: target.as_bytes(),

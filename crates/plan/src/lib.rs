@@ -30,9 +30,10 @@ pub const CONTROL_HEADER: &str = "x-loadterm";
 /// (`t=10g`) cannot park connections for years.
 pub const MAX_DELAY_MS: u64 = 3_600_000;
 
-/// The request facts the vocabulary looks at.
+/// What the vocabulary reads a plan from: where it is written (the target, the control header)
+/// and whether the request is a HEAD.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub struct Query<'a> {
     /// Raw request-target (H1) or `:path` (H2/H3); no percent-decoding is done.
     pub target: &'a [u8],
     /// Value of the [`CONTROL_HEADER`] header, if any.
@@ -94,7 +95,7 @@ pub struct Plan {
 
 impl Plan {
     /// Decide the response for one request. `rng` feeds the `r` (random) suffix.
-    pub fn from_request(req: &Request<'_>, rng: &mut Rng) -> Outcome {
+    pub fn from_request(req: &Query<'_>, rng: &mut Rng) -> Outcome {
         let mut params = Params::default();
         if let Some(query) = query::locate(req.target) {
             if query::is_help(query) {
@@ -269,7 +270,7 @@ mod tests {
     use super::*;
 
     fn plan(target: &str) -> Outcome {
-        let req = Request {
+        let req = Query {
             target: target.as_bytes(),
             control: None,
             is_head: false,
@@ -312,7 +313,7 @@ mod tests {
 
     #[test]
     fn head_ignores_size_and_bodyless_statuses() {
-        let req = Request {
+        let req = Query {
             target: b"/?s=100",
             control: None,
             is_head: true,
@@ -361,7 +362,7 @@ mod tests {
 
     #[test]
     fn control_header_overrides_uri() {
-        let req = Request {
+        let req = Query {
             target: b"/x?s=10&r=404",
             control: Some(b"s=20"),
             is_head: false,
@@ -370,7 +371,7 @@ mod tests {
             panic!()
         };
         assert_eq!((p.size, p.status), (20, 404));
-        let req = Request {
+        let req = Query {
             target: b"/rewritten",
             control: Some(b"r=503"),
             is_head: false,

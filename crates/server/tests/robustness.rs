@@ -1,7 +1,7 @@
 //! Stable stand-in for the fuzz target (fuzz/): pseudo-random and mutated request streams through
 //! the head parser, the body decoder and `Plan::from_request` must never panic, and must stay consistent.
 
-use loadterm_plan::{Outcome, Plan, Request, Rng};
+use loadterm_plan::{Outcome, Plan, Query, Rng};
 use loadterm_server::h1::body::RequestBody;
 use loadterm_server::h1::head::{parse, BodyFraming, Parsed, RequestHead};
 
@@ -16,7 +16,7 @@ fn exercise(data: &[u8]) {
     let mut head = RequestHead::default();
     if parse(data, &mut head, false) == Parsed::Complete {
         assert!(head.len <= data.len());
-        let req = Request {
+        let req = Query {
             target: &head.target,
             control: head.control.as_deref(),
             is_head: head.is_head,
@@ -31,7 +31,7 @@ fn exercise(data: &[u8]) {
         }
     }
     let _ = Plan::from_request(
-        &Request {
+        &Query {
             target: data,
             control: Some(data),
             is_head: false,

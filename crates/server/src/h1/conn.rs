@@ -21,7 +21,7 @@ use crate::stream::detachable::Detachable;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, Request, ResponseHead,
+    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, RequestSummary, ResponseHead,
     Version,
 };
 use loadterm_plan::body::BodyKind;
@@ -713,7 +713,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);
-        let req = Request {
+        let req = RequestSummary {
             version: if self.head.is_11 {
                 Version::Http11
             } else {

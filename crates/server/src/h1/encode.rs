@@ -153,13 +153,13 @@ pub(super) fn byte_chunks(len: u64) -> impl Iterator<Item = &'static [u8]> {
 mod tests {
     use super::*;
     use loadterm_codec::chunked;
-    use loadterm_exchange::{http_date, Body, Exchange, ExchangeEnd, Request, Step, Version};
+    use loadterm_exchange::{http_date, Body, Exchange, ExchangeEnd, RequestSummary, Step, Version};
     use loadterm_plan::{pages, Rng};
     use std::borrow::Cow;
     use std::time::Instant;
 
     fn request(target: &str, head_bytes: u64, date: bool) -> ResponseHead {
-        let req = Request {
+        let req = RequestSummary {
             version: Version::Http11,
             is_head: false,
             target: target.as_bytes(),

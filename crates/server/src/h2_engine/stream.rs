@@ -172,7 +172,7 @@ impl Stream {
         let if_match = joined(req.headers(), http::header::IF_MATCH);
         let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
         let x = crate::plumbing::thread_ctx::exchange(
-            &loadterm_exchange::Request {
+            &loadterm_exchange::RequestSummary {
                 version: Version::H2,
                 is_head: req.method() == http::Method::HEAD,
                 target: target.as_bytes(),

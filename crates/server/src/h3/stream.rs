@@ -348,7 +348,7 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
             return Err(Abort::Reset(code::REQUEST_REJECTED));
         }
         s.content_length = facts.content_length;
-        let req = loadterm_exchange::Request {
+        let req = loadterm_exchange::RequestSummary {
             version: Version::H3,
             is_head: head.method == b"HEAD",
             target: &head.path,

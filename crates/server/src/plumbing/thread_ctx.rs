@@ -2,7 +2,7 @@
 //! distributions and pieces) and the HTTP date, rendered once a second; and `--burn`, the
 //! calibration-only extra cost per request.
 
-use loadterm_exchange::{http_date, Exchange, HttpDate, Request};
+use loadterm_exchange::{http_date, Exchange, HttpDate, RequestSummary};
 use loadterm_plan::Rng;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, Ordering::Relaxed};
@@ -40,7 +40,7 @@ thread_local! {
 }
 
 /// Every request's plan is built here, for all three engines: the one place `--burn` spins.
-pub(crate) fn exchange(req: &Request<'_>, t_first: Instant) -> Exchange {
+pub(crate) fn exchange(req: &RequestSummary<'_>, t_first: Instant) -> Exchange {
     if BURN_FRACTION.load(Relaxed) != 0 {
         burn();
     }
