@@ -20,7 +20,7 @@ pub struct Timing {
 
 /// What the body of a response is, as far as its head is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum HeadKind {
     /// A dummy response: `x-req` and `x-rsp` report the plan and the timing.
     Dummy { plan: Reported, timing: Timing },
     /// A text/plain page (help, errors).
@@ -38,7 +38,7 @@ pub struct ResponseHead {
     pub content_length: Option<u64>,
     /// `cache-control: no-cache`.
     pub no_cache: bool,
-    pub kind: Kind,
+    pub kind: HeadKind,
     /// HTTP/1.x only: the `connection` field.
     pub connection: Option<ConnHeader>,
     /// HTTP/1.x only: `transfer-encoding: chunked`.
@@ -207,7 +207,7 @@ impl ResponseHead {
             h1_11: true,
             content_length: None,
             no_cache: false,
-            kind: Kind::Bare,
+            kind: HeadKind::Bare,
             connection: None,
             chunked: false,
             last: false,
@@ -246,12 +246,12 @@ impl ResponseHead {
             sink.field(name!("etag"), &etag_text(tag));
         }
         match &self.kind {
-            Kind::Text => sink.field(name!("content-type"), b"text/plain"),
-            Kind::Dummy { plan, timing } => {
+            HeadKind::Text => sink.field(name!("content-type"), b"text/plain"),
+            HeadKind::Dummy { plan, timing } => {
                 sink.rendered(name!("x-req"), |b| x_req(b, timing));
                 sink.rendered(name!("x-rsp"), |b| x_rsp(b, plan, timing));
             }
-            Kind::Bare => {}
+            HeadKind::Bare => {}
         }
         match self.connection {
             Some(ConnHeader::Close) => sink.field(name!("connection"), b"close"),

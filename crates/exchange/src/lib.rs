@@ -28,7 +28,9 @@ pub mod head;
 
 pub use drive::Engine;
 
-pub use head::{http_date, FieldName, FieldSink, HttpDate, Kind, Reported, ResponseHead, Timing};
+pub use head::{
+    http_date, FieldName, FieldSink, HeadKind, HttpDate, Reported, ResponseHead, Timing,
+};
 use loadterm_plan::pages::{self, ErrorPage};
 use loadterm_plan::{BodyKind, ConnForce, Outcome, Plan, Rng};
 use std::borrow::Cow;
@@ -565,7 +567,7 @@ impl Exchange {
                     req_ms: ms_between(self.t_first, t_req),
                     real_ms: ms_between(t_req, now),
                 };
-                let kind = Kind::Dummy {
+                let kind = HeadKind::Dummy {
                     plan: plan.into(),
                     timing,
                 };
@@ -625,7 +627,7 @@ impl Exchange {
                 h1_11: false,
                 content_length: (!h1).then_some(pages::help().len() as u64),
                 no_cache: true,
-                kind: Kind::Text,
+                kind: HeadKind::Text,
                 connection: None,
                 chunked: false,
                 last: self.is_head,
@@ -637,7 +639,7 @@ impl Exchange {
                 h1_11: true,
                 content_length: Some(text.len() as u64),
                 no_cache: true,
-                kind: Kind::Text,
+                kind: HeadKind::Text,
                 connection: h1.then_some(h1::ConnHeader::Close),
                 chunked: false,
                 last: self.is_head,

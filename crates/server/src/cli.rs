@@ -1,7 +1,7 @@
 //! `loadterm serve` command line, including haterm's options (`-L`, `-G 'nbthread 1'`, `-C`, `-v`...).
 
 use crate::config::haterm_cfg::{self, Directive};
-use crate::config::listen::{self, Kind, ListenSpec, Listener};
+use crate::config::listen::{self, ListenSpec, Listener, ListenerKind};
 use crate::config::tls::{self, CertSource, Curve, Identity, Policy};
 use crate::config::Config;
 use crate::plumbing::shutdown::Shutdown;
@@ -179,9 +179,9 @@ fn apply_haproxy_lines<'a>(
             Directive::PipeSize(n) => cfg.pipe_size = n,
             Directive::Bind(b) => {
                 let kind = match (b.transport, b.ssl) {
-                    (haterm_cfg::BindTransport::Quic, _) => Kind::Quic,
-                    (haterm_cfg::BindTransport::Tcp, true) => Kind::Tls,
-                    (haterm_cfg::BindTransport::Tcp, false) => Kind::Clear,
+                    (haterm_cfg::BindTransport::Quic, _) => ListenerKind::Quic,
+                    (haterm_cfg::BindTransport::Tcp, true) => ListenerKind::Tls,
+                    (haterm_cfg::BindTransport::Tcp, false) => ListenerKind::Clear,
                 };
                 out.binds.push(Listener {
                     kind,
@@ -387,9 +387,9 @@ fn describe(
             format!(", crt {}", files.join(" "))
         };
         let what = match l.kind {
-            Kind::Clear => format!("http://{}  HTTP/1.1, h2c", l.addr),
-            Kind::Tls => format!("https://{}  TLS, ALPN {}{crt}", l.addr, l.alpn.join(",")),
-            Kind::Quic => format!("https://{}  QUIC (UDP): HTTP/3{crt}", l.addr),
+            ListenerKind::Clear => format!("http://{}  HTTP/1.1, h2c", l.addr),
+            ListenerKind::Tls => format!("https://{}  TLS, ALPN {}{crt}", l.addr, l.alpn.join(",")),
+            ListenerKind::Quic => format!("https://{}  QUIC (UDP): HTTP/3{crt}", l.addr),
         };
         let note = if defaulted {
             "  (default: no -L given)"
@@ -528,9 +528,9 @@ fn announce(
     msg.push_str(":\n");
     for (l, _) in listeners {
         msg.push_str(&match l.kind {
-            Kind::Clear => format!("  http://{}   HTTP/1.1, h2c\n", l.addr),
-            Kind::Tls => format!("  https://{}  TLS, ALPN {}\n", l.addr, l.alpn.join(",")),
-            Kind::Quic => format!("  https://{}  QUIC (UDP): HTTP/3\n", l.addr),
+            ListenerKind::Clear => format!("  http://{}   HTTP/1.1, h2c\n", l.addr),
+            ListenerKind::Tls => format!("  https://{}  TLS, ALPN {}\n", l.addr, l.alpn.join(",")),
+            ListenerKind::Quic => format!("  https://{}  QUIC (UDP): HTTP/3\n", l.addr),
         });
     }
     if let Some(addr) = metrics {

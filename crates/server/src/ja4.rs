@@ -35,11 +35,11 @@ const QUIC_PENDING: usize = 1024;
 
 /// Fingerprint → connections seen, for the whole process.
 #[derive(Debug, Default)]
-pub(crate) struct Stats {
+pub(crate) struct FingerprintCounts {
     counts: Mutex<(HashMap<String, u64>, u64)>,
 }
 
-impl Stats {
+impl FingerprintCounts {
     pub(crate) fn count(&self, fingerprint: &str) {
         let mut guard = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let (map, other) = &mut *guard;
@@ -93,9 +93,9 @@ const DECODE_ERROR: u8 = 50;
 pub(crate) async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
-    stats: &Stats,
-) -> Result<(Prefixed<Detachable>, String), crate::plumbing::stats::Failure> {
-    use crate::plumbing::stats::Failure;
+    stats: &FingerprintCounts,
+) -> Result<(Prefixed<Detachable>, String), crate::plumbing::stats::HandshakeFailure> {
+    use crate::plumbing::stats::HandshakeFailure;
     let mut buf = Vec::with_capacity(2048);
     let read = tokio::time::timeout(timeout, async {
         loop {
@@ -132,7 +132,7 @@ pub(crate) async fn sniff_tcp(
             stats.count(&fp);
             Ok((Prefixed::new(buf, Detachable::new(sock)), fp))
         }
-        Ok(Err(None)) => Err(Failure::Eof),
+        Ok(Err(None)) => Err(HandshakeFailure::Eof),
         Ok(Err(Some(description))) => {
             // A fatal alert in a TLS 1.2-versioned plaintext record, as rustls sends before
             // a version is agreed; then close.
@@ -142,10 +142,10 @@ pub(crate) async fn sniff_tcp(
                 let _ = sock.shutdown().await;
             })
             .await;
-            Err(Failure::Alert(description.into()))
+            Err(HandshakeFailure::Alert(description.into()))
         }
         // Timed out: close, as the handshake timeout does without --ja4.
-        Err(_) => Err(Failure::Timeout),
+        Err(_) => Err(HandshakeFailure::Timeout),
     }
 }
 
@@ -153,7 +153,7 @@ pub(crate) async fn sniff_tcp(
 #[derive(Debug)]
 pub(crate) struct QuicFingerprints {
     inner: Mutex<QuicState>,
-    stats: Arc<Stats>,
+    stats: Arc<FingerprintCounts>,
 }
 
 struct QuicState {
@@ -172,7 +172,7 @@ impl Debug for QuicState {
 }
 
 impl QuicFingerprints {
-    pub(crate) fn new(stats: Arc<Stats>) -> QuicFingerprints {
+    pub(crate) fn new(stats: Arc<FingerprintCounts>) -> QuicFingerprints {
         QuicFingerprints {
             inner: Mutex::new(QuicState {
                 reassembler: Reassembler::new(QUIC_PENDING),

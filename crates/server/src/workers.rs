@@ -1,12 +1,12 @@
 //! Worker threads: each owns a current-thread tokio runtime and its own SO_REUSEPORT sockets
 //! (bound up front), so nothing on the request path is shared; `cpu-map` pins them.
 
-use crate::config::listen::{self, Kind, Listener};
+use crate::config::listen::{self, Listener, ListenerKind};
 use crate::config::tls::Identity;
 use crate::config::{Config, ExtraHeaders};
 use crate::h1::TlsInner;
 use crate::plumbing::shutdown::ConnSlot;
-use crate::plumbing::stats::{self, Failure, Metered, Protection, Transport};
+use crate::plumbing::stats::{self, HandshakeFailure, Metered, Protection, Transport};
 use crate::stream::detachable::Detachable;
 use crate::stream::tls_stream;
 use crate::{h1, h2_engine, h3, ja4, park};
@@ -49,19 +49,19 @@ pub(crate) fn start(
                 .with_context(|| format!("{} {} has no certificate", l.proto(), l.addr))
         };
         match l.kind {
-            Kind::Clear => {
+            ListenerKind::Clear => {
                 for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
                     w.clear.push(s);
                 }
             }
-            Kind::Tls => {
+            ListenerKind::Tls => {
                 let alpn: Vec<&[u8]> = l.alpn.iter().map(|p| p.as_bytes()).collect();
                 let config = tls_stream::server_config(identity()?.rustls_config(&alpn, false)?);
                 for (w, s) in per_worker.iter_mut().zip(listen::tcp_listeners(l.addr, n)?) {
                     w.tls.push((s, config.clone()));
                 }
             }
-            Kind::Quic => {
+            ListenerKind::Quic => {
                 let identity = identity()?;
                 for (w, s) in per_worker.iter_mut().zip(listen::udp_sockets(l.addr, n)?) {
                     w.udp.push((s, identity.clone()));
@@ -249,7 +249,7 @@ async fn serve_h1_clear(
     // The upgrade's future is made where `up` is: held across an await, `up` would take a slot
     // in this task's future.
     let upgraded = loop {
-        let opts = h1::Options {
+        let opts = h1::ListenerOptions {
             h2c_upgrade: true,
             extra: Vec::new(),
             splice: cfg.splice,
@@ -353,7 +353,7 @@ async fn handshake<IO>(
         Ok(handshake) => handshake,
         Err(e) => {
             eprintln!("loadterm: cannot start a TLS connection: {e}");
-            return stats::handshake_failed(Transport::Tls, Failure::Io);
+            return stats::handshake_failed(Transport::Tls, HandshakeFailure::Io);
         }
     };
     let accepting = Box::pin(timeout_opt(
@@ -369,7 +369,7 @@ async fn handshake<IO>(
         Some(Err(e)) => {
             return stats::handshake_failed(Transport::Tls, crate::config::tls::failure(&e))
         }
-        None => return stats::handshake_failed(Transport::Tls, Failure::Timeout),
+        None => return stats::handshake_failed(Transport::Tls, HandshakeFailure::Timeout),
     };
     match session(stream, cfg, extra, slot) {
         Session::H2(s, _slot) => h2_ended(s.await),
@@ -378,7 +378,7 @@ async fn handshake<IO>(
 }
 
 /// An HTTP/2 connection is over: its failure, if any, is counted here, once.
-fn h2_ended(served: Result<(), h2_engine::ConnError>) {
+fn h2_ended(served: Result<(), h2_engine::H2ConnError>) {
     if let Err(e) = served {
         e.count();
     }
@@ -392,11 +392,11 @@ enum Session<H2, H1> {
 }
 
 fn session<IO>(
-    stream: TlsStream<IO>,
+    stream: MeteredTls<IO>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
     slot: ConnSlot,
-) -> Session<impl Future<Output = Result<(), h2_engine::ConnError>>, impl Future<Output = ()>>
+) -> Session<impl Future<Output = Result<(), h2_engine::H2ConnError>>, impl Future<Output = ()>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
@@ -412,12 +412,12 @@ where
 
 /// A TLS connection's stream: rustls over the metered socket (`IO`: the socket, or the socket
 /// behind `--ja4`'s replayed ClientHello).
-type TlsStream<IO> = tls_stream::TlsStream<Metered<IO>>;
+type MeteredTls<IO> = tls_stream::TlsStream<Metered<IO>>;
 
 /// HTTP/1 over TLS, from the first request or after the connection was parked; once idle, it
 /// is parked (`park_tls`) and this task ends.
 fn serve_h1_tls<IO>(
-    stream: TlsStream<IO>,
+    stream: MeteredTls<IO>,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
     slot: ConnSlot,
@@ -427,7 +427,7 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     // RFC 9113 §3.1: h2c is never negotiated over TLS, so `Upgrade: h2c` is ignored here.
-    let opts = h1::Options {
+    let opts = h1::ListenerOptions {
         h2c_upgrade: false,
         extra: extra.clone(),
         splice: false,
@@ -444,7 +444,7 @@ where
 /// Park an idle TLS connection: its socket in the lot, its session put away beside it
 /// (`TlsIdle`).
 fn park_tls<IO>(
-    stream: TlsStream<IO>,
+    stream: MeteredTls<IO>,
     until: Instant,
     cfg: Arc<Config>,
     extra: ExtraHeaders,

@@ -37,21 +37,21 @@ pub(crate) enum Directive {
 
 /// A line's meaning and what the user should be told about it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Parsed {
+pub(crate) struct ParsedLine {
     pub directive: Directive,
     pub warnings: Vec<String>,
 }
 
-impl Parsed {
-    fn ok(directive: Directive) -> Parsed {
-        Parsed {
+impl ParsedLine {
+    fn ok(directive: Directive) -> ParsedLine {
+        ParsedLine {
             directive,
             warnings: Vec::new(),
         }
     }
 
-    fn ignored(why: String) -> Parsed {
-        Parsed {
+    fn ignored(why: String) -> ParsedLine {
+        ParsedLine {
             directive: Directive::Nothing,
             warnings: vec![why],
         }
@@ -124,41 +124,43 @@ fn positive(line: &str, what: &str, v: Option<&&str>) -> Result<usize, String> {
 /// One configuration line. `Err` for a line loadterm understands but cannot honour as
 /// written (a listener it cannot open, a malformed number): going on would run something else
 /// than what was asked for.
-pub(crate) fn parse(line: &str) -> Result<Parsed, String> {
+pub(crate) fn parse(line: &str) -> Result<ParsedLine, String> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Ok(match words.as_slice() {
-        [] | ["limited-quic"] => Parsed::ok(Directive::Nothing),
-        ["nbthread", rest @ ..] => Parsed::ok(Directive::Threads(positive(
+        [] | ["limited-quic"] => ParsedLine::ok(Directive::Nothing),
+        ["nbthread", rest @ ..] => ParsedLine::ok(Directive::Threads(positive(
             line,
             "nbthread",
             rest.first(),
         )?)),
         ["maxconn", rest @ ..] => {
-            Parsed::ok(Directive::MaxConn(positive(line, "maxconn", rest.first())?))
+            ParsedLine::ok(Directive::MaxConn(positive(line, "maxconn", rest.first())?))
         }
         ["timeout", "client", v] => match loadterm_plan::units::parse_duration(v) {
-            Ok(d) if !d.is_zero() => Parsed::ok(Directive::TimeoutClient(d)),
+            Ok(d) if !d.is_zero() => ParsedLine::ok(Directive::TimeoutClient(d)),
             Ok(_) => return Err(format!("'{line}': the timeout must be positive")),
             Err(e) => return Err(format!("'{line}': {e}")),
         },
-        ["option", "accept-unsafe-violations-in-http-request"] => Parsed::ok(Directive::Lenient),
+        ["option", "accept-unsafe-violations-in-http-request"] => {
+            ParsedLine::ok(Directive::Lenient)
+        }
         ["bind", rest @ ..] => bind(line, rest)?,
-        ["cpu-map", rest @ ..] => Parsed::ok(Directive::CpuMap(cpu_map(line, rest)?)),
-        ["tune.pipesize", rest @ ..] => Parsed::ok(Directive::PipeSize(positive(
+        ["cpu-map", rest @ ..] => ParsedLine::ok(Directive::CpuMap(cpu_map(line, rest)?)),
+        ["tune.pipesize", rest @ ..] => ParsedLine::ok(Directive::PipeSize(positive(
             line,
             "tune.pipesize",
             rest.first(),
         )?)),
-        ["tune.bufsize", ..] => Parsed::ignored(format!(
+        ["tune.bufsize", ..] => ParsedLine::ignored(format!(
             "'{line}' has no effect: loadterm's buffers are sized per protocol (HTTP/1 request \
              heads up to 16 KiB, haterm's default limit)"
         )),
         ["ssl-default-bind-ciphersuites", list] => {
-            Parsed::ok(Directive::Ciphersuites(list.to_string()))
+            ParsedLine::ok(Directive::Ciphersuites(list.to_string()))
         }
-        ["ssl-default-bind-ciphers", list] => Parsed::ok(Directive::Ciphers(list.to_string())),
-        ["ssl-default-bind-curves", list] => Parsed::ok(Directive::Curves(list.to_string())),
-        _ => Parsed::ignored(format!("ignoring haterm configuration line '{line}'")),
+        ["ssl-default-bind-ciphers", list] => ParsedLine::ok(Directive::Ciphers(list.to_string())),
+        ["ssl-default-bind-curves", list] => ParsedLine::ok(Directive::Curves(list.to_string())),
+        _ => ParsedLine::ignored(format!("ignoring haterm configuration line '{line}'")),
     })
 }
 
@@ -208,7 +210,7 @@ const BIND_ONE_ARG: &[&str] = &[
     "verify",
 ];
 
-fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
+fn bind(line: &str, words: &[&str]) -> Result<ParsedLine, String> {
     let Some((&addr, mut opts)) = words.split_first() else {
         return Err(format!("'{line}': bind needs an address"));
     };
@@ -295,7 +297,7 @@ fn bind(line: &str, words: &[&str]) -> Result<Parsed, String> {
             }
         }
     }
-    Ok(Parsed {
+    Ok(ParsedLine {
         directive: Directive::Bind(b),
         warnings,
     })

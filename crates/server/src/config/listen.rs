@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum ListenerKind {
     /// TCP: HTTP/1.1 and h2c (prior knowledge or Upgrade).
     Clear,
     /// TLS over TCP: HTTP/2 and HTTP/1.x by ALPN.
@@ -23,7 +23,7 @@ pub(crate) enum Kind {
 /// One listening address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Listener {
-    pub kind: Kind,
+    pub kind: ListenerKind,
     pub addr: SocketAddr,
     /// Certificate files or directories (TLS, QUIC); empty: the default certificate
     /// (generated, or `--cert`).
@@ -33,11 +33,11 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    pub(crate) fn new(kind: Kind, addr: SocketAddr) -> Listener {
+    pub(crate) fn new(kind: ListenerKind, addr: SocketAddr) -> Listener {
         let alpn = match kind {
-            Kind::Clear => Vec::new(),
-            Kind::Tls => TCP_ALPN.iter().map(|p| p.to_string()).collect(),
-            Kind::Quic => vec!["h3".to_owned()],
+            ListenerKind::Clear => Vec::new(),
+            ListenerKind::Tls => TCP_ALPN.iter().map(|p| p.to_string()).collect(),
+            ListenerKind::Quic => vec!["h3".to_owned()],
         };
         Listener {
             kind,
@@ -50,14 +50,14 @@ impl Listener {
     /// The transport's name, for messages.
     pub(crate) fn proto(&self) -> &'static str {
         match self.kind {
-            Kind::Clear | Kind::Tls => "TCP",
-            Kind::Quic => "UDP",
+            ListenerKind::Clear | ListenerKind::Tls => "TCP",
+            ListenerKind::Quic => "UDP",
         }
     }
 
     /// Whether it needs a certificate.
     pub(crate) fn secure(&self) -> bool {
-        self.kind != Kind::Clear
+        self.kind != ListenerKind::Clear
     }
 }
 
@@ -66,11 +66,11 @@ impl Listener {
 pub(crate) fn from_specs(specs: &[ListenSpec], quic: bool) -> Vec<Listener> {
     let mut out = Vec::new();
     for s in specs {
-        out.push(Listener::new(Kind::Clear, s.clear()));
+        out.push(Listener::new(ListenerKind::Clear, s.clear()));
         if let Some(tls) = s.tls() {
-            out.push(Listener::new(Kind::Tls, tls));
+            out.push(Listener::new(ListenerKind::Tls, tls));
             if quic {
-                out.push(Listener::new(Kind::Quic, tls));
+                out.push(Listener::new(ListenerKind::Quic, tls));
             }
         }
     }
@@ -259,17 +259,20 @@ mod tests {
         assert_eq!(
             kinds(true),
             [
-                (Kind::Clear, 80),
-                (Kind::Tls, 443),
-                (Kind::Quic, 443),
-                (Kind::Clear, 81)
+                (ListenerKind::Clear, 80),
+                (ListenerKind::Tls, 443),
+                (ListenerKind::Quic, 443),
+                (ListenerKind::Clear, 81)
             ]
         );
         assert_eq!(kinds(false).len(), 3);
         // TCP and UDP may share a port (the seed's two bind lines); one transport may not.
         let mut all = from_specs(&specs, true);
         assert!(check_unique(&all).is_ok());
-        all.push(Listener::new(Kind::Clear, "127.0.0.1:443".parse().unwrap()));
+        all.push(Listener::new(
+            ListenerKind::Clear,
+            "127.0.0.1:443".parse().unwrap(),
+        ));
         let e = check_unique(&all).unwrap_err().to_string();
         assert_eq!(e, "TCP 127.0.0.1:443 is given twice (-L and bind lines)");
     }

@@ -48,7 +48,7 @@ pub(crate) struct Config {
     /// `--seed`: the worker threads' random generators start from it (else from entropy).
     pub seed: Option<u32>,
     /// `--ja4`: fingerprint every TLS and QUIC client (`x-ja4`), counted here.
-    pub ja4: Option<Arc<crate::ja4::Stats>>,
+    pub ja4: Option<Arc<crate::ja4::FingerprintCounts>>,
     pub shutdown: crate::plumbing::shutdown::Shutdown,
     pub h2: H2Args,
     pub h3: H3Args,

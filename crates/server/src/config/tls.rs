@@ -550,16 +550,16 @@ pub(crate) fn default_sans(listen_ips: &[IpAddr]) -> (Vec<String>, Vec<IpAddr>) 
 /// Why a TLS handshake failed, as the statistics name it: the alert rustls sent for its
 /// error (the variants rustls maps to several alerts are named by the usual one), the alert
 /// the client sent, or the way the connection ended.
-pub(crate) fn failure(e: &std::io::Error) -> crate::plumbing::stats::Failure {
-    use crate::plumbing::stats::Failure;
+pub(crate) fn failure(e: &std::io::Error) -> crate::plumbing::stats::HandshakeFailure {
+    use crate::plumbing::stats::HandshakeFailure;
     use rustls::{AlertDescription as A, Error as E};
     let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<E>()) else {
         return match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => Failure::Eof,
-            _ => Failure::Io,
+            std::io::ErrorKind::UnexpectedEof => HandshakeFailure::Eof,
+            _ => HandshakeFailure::Io,
         };
     };
-    Failure::Alert(match tls {
+    HandshakeFailure::Alert(match tls {
         E::AlertReceived(a) => *a,
         E::InvalidMessage(_) => A::DecodeError,
         E::InappropriateMessage { .. } | E::InappropriateHandshakeMessage { .. } => {

@@ -21,8 +21,8 @@ use crate::stream::detachable::Detachable;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, RequestSummary, ResponseHead,
-    Version,
+    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, RequestSummary,
+    ResponseHead, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
@@ -193,7 +193,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream for TlsStream<IO>
 }
 
 /// Per-listener behaviour.
-pub(crate) struct Options {
+pub(crate) struct ListenerOptions {
     /// Honour `Upgrade: h2c` (clear-text ports only).
     pub h2c_upgrade: bool,
     /// Fields added to every response head (`alt-svc`, `x-ja4`).
@@ -250,7 +250,7 @@ impl<IO> Drop for Conn<'_, '_, IO> {
     }
 }
 
-/// What a busy period needs of `Options` (the rest is rendered once, into `extra_head`).
+/// What a busy period needs of `ListenerOptions` (the rest is rendered once, into `extra_head`).
 #[derive(Clone, Copy)]
 struct PeriodOptions {
     h2c_upgrade: bool,
@@ -271,7 +271,7 @@ pub(crate) enum Handover<IO> {
 pub(crate) fn serve<IO: ByteStream>(
     io: IO,
     cfg: Arc<Config>,
-    opts: Options,
+    opts: ListenerOptions,
     until: Option<Instant>,
 ) -> impl Future<Output = Option<Handover<IO>>> {
     let extra_head = opts.extra.iter().fold(Vec::new(), |mut lines, (n, v)| {
@@ -286,7 +286,7 @@ pub(crate) fn serve<IO: ByteStream>(
         splice: opts.splice,
     };
     // The connection's task holds this future for its whole life, idle spells included: only
-    // what it needs is moved in (`Options` is not).
+    // what it needs is moved in (`ListenerOptions` is not).
     run(io, cfg, period_opts, extra_head.into_boxed_slice(), until)
 }
 

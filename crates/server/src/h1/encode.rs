@@ -153,7 +153,9 @@ pub(super) fn byte_chunks(len: u64) -> impl Iterator<Item = &'static [u8]> {
 mod tests {
     use super::*;
     use loadterm_codec::chunked;
-    use loadterm_exchange::{http_date, Body, Exchange, ExchangeEnd, RequestSummary, Step, Version};
+    use loadterm_exchange::{
+        http_date, Body, Exchange, ExchangeEnd, RequestSummary, Step, Version,
+    };
     use loadterm_plan::{pages, Rng};
     use std::borrow::Cow;
     use std::time::Instant;

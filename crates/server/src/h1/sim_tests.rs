@@ -4,7 +4,7 @@
 //! the duplex stream has none to wait on, so an idle connection waits in its busy period.
 
 use super::conn::ByteStream;
-use super::{serve, Options};
+use super::{serve, ListenerOptions};
 use crate::config;
 use crate::plumbing::shutdown::Trigger;
 use loadterm_plan::body::{self, BodyKind};
@@ -33,7 +33,7 @@ struct Pair {
 
 fn pair() -> Pair {
     let (stop, cfg) = config::for_tests(TIMEOUT);
-    let opts = Options {
+    let opts = ListenerOptions {
         h2c_upgrade: false,
         extra: Vec::new(),
         splice: false,

@@ -10,7 +10,7 @@ mod sim_tests;
 mod stream;
 pub(crate) mod upgrade;
 
-use crate::plumbing::stats::{self, ErrorKind, Protection};
+use crate::plumbing::stats::{self, CountedError, Protection};
 use futures::FutureExt;
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,22 +19,22 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 
 /// Why an HTTP/2 connection failed. Converting to it counts nothing: the caller counts it once,
-/// with [`ConnError::count`], when the connection ends.
+/// with [`H2ConnError::count`], when the connection ends.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ConnError {
+pub(crate) enum H2ConnError {
     #[error("HTTP/2 handshake not done within the client timeout")]
     HandshakeTimeout,
     #[error("HTTP/2 connection failed: {0}")]
     H2(#[from] h2::Error),
 }
 
-impl ConnError {
+impl H2ConnError {
     /// Count the failure: a timeout; the h2 crate's flood protections (its GOAWAY
     /// ENHANCE_YOUR_CALM); I/O errors by kind; anything else as a protocol error.
     pub(crate) fn count(&self) {
         match self {
-            ConnError::HandshakeTimeout => stats::error(ErrorKind::Timeout),
-            ConnError::H2(e) => {
+            H2ConnError::HandshakeTimeout => stats::error(CountedError::Timeout),
+            H2ConnError::H2(e) => {
                 if let Some(io) = e.get_io() {
                     stats::io_error(io);
                 } else if e.is_go_away()
@@ -43,7 +43,7 @@ impl ConnError {
                 {
                     stats::protection(Protection::EnhanceYourCalm);
                 } else {
-                    stats::error(ErrorKind::Protocol);
+                    stats::error(CountedError::Protocol);
                 }
             }
         }
@@ -57,7 +57,7 @@ pub(crate) async fn serve_upgraded<IO>(
     buffered: Vec<u8>,
     head: &[u8],
     cfg: Arc<crate::config::Config>,
-) -> Result<(), ConnError>
+) -> Result<(), H2ConnError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -74,7 +74,7 @@ pub(crate) async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<crate::config::Config>,
     extra: crate::config::ExtraHeaders,
-) -> Result<(), ConnError>
+) -> Result<(), H2ConnError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -98,7 +98,7 @@ where
         match tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(e.into()),
-            Err(_) => return Err(ConnError::HandshakeTimeout),
+            Err(_) => return Err(H2ConnError::HandshakeTimeout),
         };
     let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
     let active = Arc::new(AtomicUsize::new(0));
@@ -106,8 +106,8 @@ where
     let idle = std::sync::atomic::AtomicU64::new(0);
     let dispatch = |(req, respond)| {
         // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) =
-            stream::Stream::new(req, respond, extra.clone(), &cfg).and_then(|s| {
+        let Some((stream, step)) = stream::H2Stream::new(req, respond, extra.clone(), &cfg)
+            .and_then(|s| {
                 if let Some(w) = s.idle() {
                     idle.store(w.as_millis() as u64, Ordering::Relaxed);
                 }
@@ -191,7 +191,7 @@ where
 /// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
 /// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close; flushing the GOAWAY and
 /// lingering within `linger::LINGER` in all, as the client may read nothing.
-async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), ConnError>
+async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), H2ConnError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
     B: bytes::Buf,

@@ -2,7 +2,7 @@
 //! stream, the `h2` crate's client on the other, on tokio's paused clock (timeouts are reached
 //! at once and measured in simulated time). No socket.
 
-use super::{serve_connection, ConnError};
+use super::{serve_connection, H2ConnError};
 use crate::config;
 use crate::plumbing::shutdown::Trigger;
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The engine serving one end of a duplex stream: the client's end and the shutdown trigger.
-fn server() -> (DuplexStream, Trigger, JoinHandle<Result<(), ConnError>>) {
+fn server() -> (DuplexStream, Trigger, JoinHandle<Result<(), H2ConnError>>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
     let served = tokio::spawn(serve_connection(server, cfg, Vec::new()));
@@ -124,7 +124,7 @@ async fn a_silent_client_is_a_handshake_timeout() {
     let t = Instant::now();
     let served = served.await.unwrap();
     assert!(
-        matches!(served, Err(ConnError::HandshakeTimeout)),
+        matches!(served, Err(H2ConnError::HandshakeTimeout)),
         "{served:?}"
     );
     assert!(t.elapsed() >= TIMEOUT, "{:?}", t.elapsed());
@@ -137,5 +137,5 @@ async fn a_bad_preface_is_an_h2_error() {
         .await
         .unwrap();
     let served = served.await.unwrap();
-    assert!(matches!(served, Err(ConnError::H2(_))), "{served:?}");
+    assert!(matches!(served, Err(H2ConnError::H2(_))), "{served:?}");
 }

@@ -4,7 +4,7 @@
 //! exchange goes on from it on a task of its own.
 
 use crate::config::Config;
-use crate::plumbing::stats::{self, ErrorKind, Protection, Proto};
+use crate::plumbing::stats::{self, CountedError, Protection, Proto};
 use bytes::Bytes;
 use futures::FutureExt;
 use h2::server::SendResponse;
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 const INLINE_BODY: u64 = 16 * 1024;
 
 /// A request being answered.
-pub(super) struct Stream {
+pub(super) struct H2Stream {
     x: Exchange,
     /// The clock when the request came (the exchange reads it again only after a wait).
     now: Instant,
@@ -151,19 +151,19 @@ fn check(req: &Request<RecvStream>) -> Result<usize, Reason> {
     Ok(size)
 }
 
-impl Stream {
+impl H2Stream {
     /// A request to answer, or `None` if it was malformed (or a CONNECT) and is reset.
     pub(super) fn new(
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         extra: Arc<[(HeaderName, HeaderValue)]>,
         cfg: &Config,
-    ) -> Option<Stream> {
+    ) -> Option<H2Stream> {
         let now = Instant::now();
         let fields = match check(&req) {
             Ok(size) => size,
             Err(reason) => {
-                stats::error(ErrorKind::Protocol);
+                stats::error(CountedError::Protocol);
                 respond.send_reset(reason);
                 return None;
             }
@@ -199,7 +199,7 @@ impl Stream {
             },
             now,
         );
-        Some(Stream {
+        Some(H2Stream {
             x,
             now,
             out: Responder {
@@ -225,7 +225,7 @@ impl Stream {
     /// response) end here, so the connection flushes many responses with one write instead of
     /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
     /// with the step to go on from, on its own task (`run`).
-    pub(super) fn try_now(mut self) -> Option<(Stream, Step)> {
+    pub(super) fn try_now(mut self) -> Option<(H2Stream, Step)> {
         // Ready at the first poll: no step that waits is carried out here (`Responder::hold`).
         let steps = self.x.drive(self.now, &mut self.out).now_or_never();
         match steps.expect("steps carried out at once never wait") {

@@ -10,7 +10,7 @@ mod stream;
 
 use crate::ja4;
 use crate::plumbing::shutdown::ConnSlot;
-use crate::plumbing::stats::{self, ErrorKind, Failure, Protection, Transport};
+use crate::plumbing::stats::{self, CountedError, HandshakeFailure, Protection, Transport};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use loadterm_h3::reader::{ReadError, Reader};
@@ -150,9 +150,9 @@ async fn serve_endpoint(
 }
 
 /// Why an HTTP/3 connection ended before it was served to its end. Converting to it counts
-/// nothing: `serve_endpoint` counts it once, with [`ConnError::count`].
+/// nothing: `serve_endpoint` counts it once, with [`H3ConnError::count`].
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+enum H3ConnError {
     #[error("QUIC handshake failed: {0}")]
     Handshake(quinn::ConnectionError),
     #[error("QUIC handshake not done within the client timeout")]
@@ -163,16 +163,16 @@ enum ConnError {
     ControlWrite(#[from] quinn::WriteError),
 }
 
-impl ConnError {
+impl H3ConnError {
     fn count(&self) {
         match self {
-            ConnError::Handshake(e) => stats::handshake_failed(Transport::Quic, failure(e)),
-            ConnError::HandshakeTimeout => {
-                stats::handshake_failed(Transport::Quic, Failure::Timeout)
+            H3ConnError::Handshake(e) => stats::handshake_failed(Transport::Quic, failure(e)),
+            H3ConnError::HandshakeTimeout => {
+                stats::handshake_failed(Transport::Quic, HandshakeFailure::Timeout)
             }
             // The connection closed under us (the client left, or the idle timeout): counted
             // as closed by its `ConnSlot`, as any connection the client closes, not as an error.
-            ConnError::ControlOpen(_) | ConnError::ControlWrite(_) => {}
+            H3ConnError::ControlOpen(_) | H3ConnError::ControlWrite(_) => {}
         }
     }
 }
@@ -182,13 +182,13 @@ async fn connection(
     cfg: Arc<crate::config::Config>,
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
     opened: Opening,
-) -> Result<(), ConnError> {
+) -> Result<(), H3ConnError> {
     let handshake = tokio::time::timeout(cfg.timeout, incoming).await;
     drop(opened);
     let conn = match handshake {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(ConnError::Handshake(e)),
-        Err(_) => return Err(ConnError::HandshakeTimeout),
+        Ok(Err(e)) => return Err(H3ConnError::Handshake(e)),
+        Err(_) => return Err(H3ConnError::HandshakeTimeout),
     };
     stats::handshake_ok(Transport::Quic);
     let _bytes = CountBytes(conn.clone());
@@ -312,7 +312,7 @@ async fn uni_stream(
     let mut r = Reader::new(recv);
     // Every connection error here is the client's protocol violation.
     let close = |code: u32| {
-        stats::error(ErrorKind::Protocol);
+        stats::error(CountedError::Protocol);
         conn.close(code.into(), b"");
     };
     match r.varint().await {
@@ -389,18 +389,18 @@ async fn settings_ok(r: &mut Reader, len: u64) -> bool {
 
 /// Why a QUIC handshake failed: the TLS alert in a CRYPTO_ERROR close (sent or received),
 /// the idle timeout, or else `io`.
-fn failure(e: &quinn::ConnectionError) -> Failure {
+fn failure(e: &quinn::ConnectionError) -> HandshakeFailure {
     use quinn::ConnectionError as E;
     let code = match e {
         E::TransportError(t) => u64::from(t.code),
         E::ConnectionClosed(c) => u64::from(c.error_code),
-        E::TimedOut => return Failure::Timeout,
-        _ => return Failure::Io,
+        E::TimedOut => return HandshakeFailure::Timeout,
+        _ => return HandshakeFailure::Io,
     };
     // RFC 9001 §4.8: CRYPTO_ERROR is 0x0100 + the alert.
     match code {
-        0x100..=0x1ff => Failure::Alert(((code - 0x100) as u8).into()),
-        _ => Failure::Io,
+        0x100..=0x1ff => HandshakeFailure::Alert(((code - 0x100) as u8).into()),
+        _ => HandshakeFailure::Io,
     }
 }
 

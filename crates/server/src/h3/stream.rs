@@ -4,7 +4,7 @@
 //! 13% of server CPU in memcpy).
 
 use crate::config::Config;
-use crate::plumbing::stats::{self, ErrorKind, Protection, Proto};
+use crate::plumbing::stats::{self, CountedError, Protection, Proto};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 /// What the server takes from a request's field section.
 #[derive(Default)]
-struct RequestHead {
+struct H3RequestHead {
     decoder: qpack::QpackDecoder,
     fields: RequestFields,
     method: Vec<u8>,
@@ -47,10 +47,10 @@ enum HeadError {
     Malformed(FieldError),
 }
 
-impl RequestHead {
+impl H3RequestHead {
     /// Decode and validate a field section.
     fn decode(&mut self, section: &[u8], max: u64) -> Result<RequestFacts, HeadError> {
-        let RequestHead {
+        let H3RequestHead {
             decoder,
             fields,
             method,
@@ -109,7 +109,7 @@ impl RequestHead {
 
 thread_local! {
     /// Decoded request heads, reused: decoding allocates nothing once warm.
-    static HEAD: RefCell<RequestHead> = RefCell::default();
+    static HEAD: RefCell<H3RequestHead> = RefCell::default();
     /// Rendered x-req/x-rsp values.
     static SCRATCH: RefCell<Vec<u8>> = RefCell::default();
 }
@@ -148,7 +148,7 @@ fn headers_frame(
 }
 
 /// A request stream being answered.
-struct Stream {
+struct H3Stream {
     send: quinn::SendStream,
     recv: Reader,
     timeout: Duration,
@@ -191,7 +191,7 @@ impl From<MessageError> for Abort {
     }
 }
 
-impl Stream {
+impl H3Stream {
     fn reset(&mut self, code: u32) {
         let _ = self.send.reset(code.into());
         self.recv.stop(code);
@@ -204,7 +204,7 @@ impl Stream {
             Ok(Ok(())) => true,
             // Stopped by the client, or the connection is gone.
             Ok(Err(_)) => {
-                stats::error(ErrorKind::Reset);
+                stats::error(CountedError::Reset);
                 false
             }
             Err(_) => {
@@ -279,7 +279,7 @@ pub(super) async fn serve(
     cfg: &Config,
     extra: Arc<[(HeaderName, HeaderValue)]>,
 ) -> Result<(quinn::SendStream, Option<Duration>), u32> {
-    let mut s = Stream {
+    let mut s = H3Stream {
         send,
         recv: Reader::new(recv),
         timeout: cfg.timeout,
@@ -296,12 +296,12 @@ pub(super) async fn serve(
     let x = match request(&mut s, cfg, t_first).await {
         Ok(x) => x,
         Err(Abort::Reset(code)) => {
-            stats::error(ErrorKind::Protocol);
+            stats::error(CountedError::Protocol);
             s.reset(code);
             return Ok((s.send, None));
         }
         Err(Abort::Connection(code)) => {
-            stats::error(ErrorKind::Protocol);
+            stats::error(CountedError::Protocol);
             return Err(code);
         }
         Err(Abort::Status(page)) => {
@@ -318,7 +318,7 @@ pub(super) async fn serve(
             s.reset(code);
         }
         Err(Abort::Connection(code)) => {
-            stats::error(ErrorKind::Protocol);
+            stats::error(CountedError::Protocol);
             stats::aborted(Proto::H3, 1);
             return Err(code);
         }
@@ -328,7 +328,7 @@ pub(super) async fn serve(
 }
 
 /// Read the request's head, decode it and plan the exchange.
-async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
+async fn request(s: &mut H3Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
     // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
     tokio::time::timeout(cfg.timeout, s.request_head())
         .await
@@ -373,7 +373,7 @@ async fn request(s: &mut Stream, cfg: &Config, t_first: Instant) -> Result<Excha
 }
 
 /// Carry out the exchange (`Engine`, below) and its end on the stream.
-async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(), Abort> {
+async fn answer(s: &mut H3Stream, mut x: Exchange, t_first: Instant) -> Result<(), Abort> {
     match x.drive(t_first, s).await? {
         ExchangeEnd::Abort => Err(Abort::Reset(code::REQUEST_CANCELLED)),
         // Complete, or a 1xx as the only head: the stream ends with what was sent (a reset
@@ -389,7 +389,7 @@ async fn answer(s: &mut Stream, mut x: Exchange, t_first: Instant) -> Result<(),
     }
 }
 
-impl Stream {
+impl H3Stream {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
     fn response_head(&mut self, head: &ResponseHead) {
         let mut out = Vec::with_capacity(256);
@@ -452,7 +452,7 @@ impl Stream {
 
 /// The HTTP/3 framing of an exchange's steps: a head waits to go out in one write with the
 /// body's first bytes; body bytes go to quinn by reference.
-impl Engine for Stream {
+impl Engine for H3Stream {
     type Error = Abort;
 
     fn now(&self) -> Instant {

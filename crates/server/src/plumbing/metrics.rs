@@ -37,7 +37,7 @@ pub(crate) fn start(addr: SocketAddr) -> Result<SocketAddr> {
 
 fn serve(listener: TcpListener) {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Stats));
+    registry.register_collector(Box::new(SummedCounters));
     for conn in listener.incoming() {
         match conn {
             Ok(conn) => {
@@ -173,7 +173,7 @@ fn prometheus_text(openmetrics: &str) -> String {
 
 /// Reads the summed counters at each scrape.
 #[derive(Debug)]
-struct Stats;
+struct SummedCounters;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -210,7 +210,7 @@ fn by_proto(v: &[u64; 3]) -> impl Iterator<Item = (Labels, u64)> + '_ {
         .map(|&p| (vec![("proto", p.label().to_string())], v[p as usize]))
 }
 
-impl Collector for Stats {
+impl Collector for SummedCounters {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         use MetricType::{Counter, Gauge};
         let t = Totals::now();
@@ -313,7 +313,7 @@ impl Collector for Stats {
             "loadterm_errors",
             "Errors by kind.",
             Counter,
-            crate::plumbing::stats::ErrorKind::ALL
+            crate::plumbing::stats::CountedError::ALL
                 .iter()
                 .map(|&k| (vec![("kind", k.label().to_string())], t.errors[k as usize])),
         )?;

@@ -47,20 +47,21 @@ fn class(status: u16) -> usize {
     (usize::from(status / 100).clamp(1, 5)) - 1
 }
 
+/// An error the server counts, by its `kind` label in `loadterm_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
+pub(crate) enum CountedError {
     Timeout,
     Reset,
     Protocol,
     Limit,
 }
 
-impl ErrorKind {
-    pub(crate) const ALL: [ErrorKind; 4] = [
-        ErrorKind::Timeout,
-        ErrorKind::Reset,
-        ErrorKind::Protocol,
-        ErrorKind::Limit,
+impl CountedError {
+    pub(crate) const ALL: [CountedError; 4] = [
+        CountedError::Timeout,
+        CountedError::Reset,
+        CountedError::Protocol,
+        CountedError::Limit,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -120,10 +121,10 @@ impl Protection {
         ][self as usize]
     }
 
-    fn kind(self) -> ErrorKind {
+    fn kind(self) -> CountedError {
         match self {
-            Protection::SlowHead | Protection::WriteTimeout => ErrorKind::Timeout,
-            _ => ErrorKind::Limit,
+            Protection::SlowHead | Protection::WriteTimeout => CountedError::Timeout,
+            _ => CountedError::Limit,
         }
     }
 }
@@ -131,7 +132,7 @@ impl Protection {
 /// Why a TLS (or QUIC) handshake failed: the TLS alert sent or received, or how the
 /// connection ended before the handshake did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub(crate) enum HandshakeFailure {
     Alert(rustls::AlertDescription),
     Timeout,
     Eof,
@@ -140,22 +141,22 @@ pub(crate) enum Failure {
 
 const FAILURES: usize = 256 + 3;
 
-impl Failure {
+impl HandshakeFailure {
     fn index(self) -> usize {
         match self {
-            Failure::Alert(a) => usize::from(u8::from(a)),
-            Failure::Timeout => 256,
-            Failure::Eof => 257,
-            Failure::Io => 258,
+            HandshakeFailure::Alert(a) => usize::from(u8::from(a)),
+            HandshakeFailure::Timeout => 256,
+            HandshakeFailure::Eof => 257,
+            HandshakeFailure::Io => 258,
         }
     }
 
-    fn from_index(i: usize) -> Failure {
+    fn from_index(i: usize) -> HandshakeFailure {
         match i {
-            0..=255 => Failure::Alert(rustls::AlertDescription::from(i as u8)),
-            256 => Failure::Timeout,
-            257 => Failure::Eof,
-            _ => Failure::Io,
+            0..=255 => HandshakeFailure::Alert(rustls::AlertDescription::from(i as u8)),
+            256 => HandshakeFailure::Timeout,
+            257 => HandshakeFailure::Eof,
+            _ => HandshakeFailure::Io,
         }
     }
 
@@ -163,8 +164,8 @@ impl Failure {
     /// `timeout`, `eof`, `io`.
     pub(crate) fn label(self) -> String {
         match self {
-            Failure::Alert(rustls::AlertDescription::Unknown(n)) => format!("alert_{n}"),
-            Failure::Alert(a) => {
+            HandshakeFailure::Alert(rustls::AlertDescription::Unknown(n)) => format!("alert_{n}"),
+            HandshakeFailure::Alert(a) => {
                 // A word starts at a capital after a small letter, or at the last capital of
                 // an acronym (`UnknownCA` is `unknown_ca`, `UnknownPSKIdentity`
                 // `unknown_psk_identity`), as the RFC 8446 names have them.
@@ -182,9 +183,9 @@ impl Failure {
                 }
                 out
             }
-            Failure::Timeout => "timeout".into(),
-            Failure::Eof => "eof".into(),
-            Failure::Io => "io".into(),
+            HandshakeFailure::Timeout => "timeout".into(),
+            HandshakeFailure::Eof => "eof".into(),
+            HandshakeFailure::Io => "io".into(),
         }
     }
 }
@@ -277,7 +278,7 @@ pub(crate) fn handshake_ok(t: Transport) {
     mine(|b| b.handshakes_ok[t as usize].add(1));
 }
 
-pub(crate) fn handshake_failed(t: Transport, why: Failure) {
+pub(crate) fn handshake_failed(t: Transport, why: HandshakeFailure) {
     mine(|b| {
         b.handshakes_failed[t as usize].add(1);
         b.failures[why.index()].add(1);
@@ -335,7 +336,7 @@ pub(crate) fn parked(into: bool) {
     mine(|b| if into { &b.parked } else { &b.unparked }.add(1));
 }
 
-pub(crate) fn error(kind: ErrorKind) {
+pub(crate) fn error(kind: CountedError) {
     mine(|b| b.errors[kind as usize].add(1));
 }
 
@@ -354,7 +355,7 @@ pub(crate) fn io_error(e: &io::Error) {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted
         | io::ErrorKind::BrokenPipe
-        | io::ErrorKind::UnexpectedEof => error(ErrorKind::Reset),
+        | io::ErrorKind::UnexpectedEof => error(CountedError::Reset),
         _ => {}
     }
 }
@@ -367,8 +368,8 @@ pub(crate) fn error_page(page: loadterm_plan::pages::ErrorPage) {
         ErrorPage::HeadersTooLarge | ErrorPage::FieldTooLarge => {
             protection(Protection::HeaderListTooLarge)
         }
-        ErrorPage::UriTooLong | ErrorPage::MethodTooLong => error(ErrorKind::Limit),
-        _ => error(ErrorKind::Protocol),
+        ErrorPage::UriTooLong | ErrorPage::MethodTooLong => error(CountedError::Limit),
+        _ => error(CountedError::Protocol),
     }
 }
 
@@ -380,7 +381,7 @@ pub(crate) struct Totals {
     pub handshakes_ok: [u64; 3],
     pub handshakes_failed: [u64; 3],
     /// Handshake failures by reason, those that occurred.
-    pub failures: Vec<(Failure, u64)>,
+    pub failures: Vec<(HandshakeFailure, u64)>,
     pub requests: [[u64; 5]; 3],
     pub interim: [u64; 3],
     pub aborted: [u64; 3],
@@ -423,7 +424,7 @@ impl Totals {
         }
         t.failures = (0..FAILURES)
             .filter(|&i| failures[i] > 0)
-            .map(|i| (Failure::from_index(i), failures[i]))
+            .map(|i| (HandshakeFailure::from_index(i), failures[i]))
             .collect();
         t
     }
@@ -501,7 +502,7 @@ impl Totals {
         line(&mut s, "aborted", per_proto(&self.aborted));
         line(&mut s, "bytes in", per_transport(&self.bytes_in));
         line(&mut s, "bytes out", per_transport(&self.bytes_out));
-        let errors = ErrorKind::ALL
+        let errors = CountedError::ALL
             .iter()
             .map(|k| (k.label().to_string(), self.errors[*k as usize]))
             .collect();
@@ -551,7 +552,7 @@ mod tests {
     #[test]
     fn labels() {
         assert_eq!(
-            Failure::Alert(rustls::AlertDescription::NoApplicationProtocol).label(),
+            HandshakeFailure::Alert(rustls::AlertDescription::NoApplicationProtocol).label(),
             "no_application_protocol"
         );
         for (alert, label) in [
@@ -562,9 +563,12 @@ mod tests {
             ),
             (rustls::AlertDescription::BadCertificate, "bad_certificate"),
         ] {
-            assert_eq!(Failure::Alert(alert).label(), label);
+            assert_eq!(HandshakeFailure::Alert(alert).label(), label);
         }
-        assert_eq!(Failure::from_index(Failure::Eof.index()), Failure::Eof);
+        assert_eq!(
+            HandshakeFailure::from_index(HandshakeFailure::Eof.index()),
+            HandshakeFailure::Eof
+        );
         assert_eq!(
             (class(100), class(204), class(599), class(999)),
             (0, 1, 4, 4)
