@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loadterm_h3::message::{Event, Message};
+use loadterm_h3::message::{MessageEvent, Message};
 use loadterm_h3::qpack;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,11 +24,11 @@ fuzz_target!(|data: &[u8]| {
                         assert!(!fin && at == piece.len());
                         break;
                     }
-                    Some(Event::Headers | Event::Trailers | Event::Interim(_)) => {
+                    Some(MessageEvent::Headers | MessageEvent::Trailers | MessageEvent::Interim(_)) => {
                         let _ = decoder.decode(m.section(), 4096, |_, _| {});
                     }
-                    Some(Event::End | Event::TooLarge) => break 'pieces,
-                    Some(Event::Data(_)) => {}
+                    Some(MessageEvent::End | MessageEvent::TooLarge) => break 'pieces,
+                    Some(MessageEvent::Data(_)) => {}
                 }
             }
         }

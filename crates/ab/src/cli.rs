@@ -4,9 +4,9 @@ use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
 use crate::fixture::{Backends, Vars};
-use crate::measure::{RunSpec, Target};
+use crate::measure::{RunSpec, VariantServer};
 use crate::procs;
-use crate::report::{self, Cell, Report, Variant};
+use crate::report::{self, Cell, MatrixReport, Variant};
 use anyhow::{bail, Context, Result};
 use loadterm_plan::exit::{usage_error, Interrupted};
 use loadterm_plan::units::parse_duration;
@@ -200,9 +200,9 @@ fn with_size(url: &str, size: &str) -> String {
 }
 
 /// The variants: (name, what runs) in order, the baseline first.
-fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
+fn variants(a: &AbArgs) -> Result<Vec<(String, VariantServer)>> {
     let templates = templates(&a.config_templates)?;
-    let command = |name: &str, cmd: &str| Target::Command {
+    let command = |name: &str, cmd: &str| VariantServer::Command {
         command: cmd.to_owned(),
         config: templates
             .iter()
@@ -210,15 +210,15 @@ fn variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
             .or_else(|| templates.iter().find(|(n, _)| n.is_none()))
             .map(|(_, t)| t.clone()),
     };
-    let mut out: Vec<(String, Target)> = Vec::new();
+    let mut out: Vec<(String, VariantServer)> = Vec::new();
     if let (Some(ea), Some(eb)) = (&a.a_endpoint, &a.b_endpoint) {
         if !a.backends.is_empty() || !templates.is_empty() || a.calibrate {
             return Err(usage_error(
                 "--backend, --config-template and --calibrate need servers started by ab, not endpoints",
             ));
         }
-        out.push((a.a_name.clone(), Target::Endpoint(ea.clone())));
-        out.push((a.b_name.clone(), Target::Endpoint(eb.clone())));
+        out.push((a.a_name.clone(), VariantServer::Endpoint(ea.clone())));
+        out.push((a.b_name.clone(), VariantServer::Endpoint(eb.clone())));
     } else if !a.variants.is_empty() {
         for v in &a.variants {
             let (n, c) = v
@@ -301,14 +301,14 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
 pub fn run(a: AbArgs) -> Result<()> {
     let t_start = std::time::Instant::now();
     let variants = checked_variants(&a)?;
-    let endpoint_mode = matches!(variants[0].1, Target::Endpoint(_));
+    let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
     let environment = crate::env::capture();
     let mut bench = Bench::start(&a, &variants, endpoint_mode).map_err(refusal)?;
     let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
     drop(bench);
-    let report = Report {
+    let report = MatrixReport {
         interrupted: procs::interrupted(),
         environment,
         discarded_first_round: !a.keep_first_round,
@@ -340,7 +340,7 @@ fn refusal(e: anyhow::Error) -> anyhow::Error {
 
 /// The variants once the options are checked, with the A/A twin (a second copy of the
 /// baseline) last when --aa or --calibrate asks for one.
-fn checked_variants(a: &AbArgs) -> Result<Vec<(String, Target)>> {
+fn checked_variants(a: &AbArgs) -> Result<Vec<(String, VariantServer)>> {
     let mut variants = variants(a)?;
     validate(a)?;
     if a.aa || a.calibrate {
@@ -365,7 +365,11 @@ struct Bench {
 
 impl Bench {
     /// Read the machine's settings, start the backends and pin ab itself: before any cell.
-    fn start(a: &AbArgs, variants: &[(String, Target)], endpoint_mode: bool) -> Result<Bench> {
+    fn start(
+        a: &AbArgs,
+        variants: &[(String, VariantServer)],
+        endpoint_mode: bool,
+    ) -> Result<Bench> {
         let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
         // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
         let smt = if endpoint_mode {
@@ -458,7 +462,7 @@ fn regime(a: &AbArgs, endpoint_mode: bool) -> Regime {
 /// Every cell of the matrix (protocols × sizes) measured in turn, until an interrupt.
 fn run_cells(
     a: &AbArgs,
-    variants: &[(String, Target)],
+    variants: &[(String, VariantServer)],
     bench: &mut Bench,
     t_start: std::time::Instant,
 ) -> Result<Vec<Cell>> {
@@ -491,7 +495,7 @@ fn run_cells(
 /// `deadline`; `None` when an interrupt cut it short.
 fn run_cell(
     a: &AbArgs,
-    variants: &[(String, Target)],
+    variants: &[(String, VariantServer)],
     bench: &mut Bench,
     proto: &str,
     size: Option<&String>,
@@ -543,7 +547,7 @@ fn run_cell(
 }
 
 /// The report in the files asked for (Markdown, JSON, SVG, HTML).
-fn write_reports(a: &AbArgs, report: &Report) -> Result<()> {
+fn write_reports(a: &AbArgs, report: &MatrixReport) -> Result<()> {
     let write = |path: &Option<PathBuf>, text: &dyn Fn() -> Result<String>| -> Result<()> {
         if let Some(p) = path {
             std::fs::write(p, text()?).with_context(|| format!("cannot write {}", p.display()))?;
@@ -563,7 +567,7 @@ fn write_reports(a: &AbArgs, report: &Report) -> Result<()> {
 /// variant's own target, request and `{variant}`).
 fn cell_variants(
     a: &AbArgs,
-    variants: &[(String, Target)],
+    variants: &[(String, VariantServer)],
     size: Option<&String>,
     template: &RunSpec,
 ) -> (Vec<Variant>, Vec<RunSpec>) {
@@ -581,8 +585,8 @@ fn cell_variants(
             spec.url = url.clone();
             spec.vars.set("variant", name);
             let command = match target {
-                Target::Command { command, .. } => command.clone(),
-                Target::Endpoint(u) => format!("(endpoint) {u}"),
+                VariantServer::Command { command, .. } => command.clone(),
+                VariantServer::Endpoint(u) => format!("(endpoint) {u}"),
             };
             let variant = Variant {
                 name: name.clone(),
@@ -690,8 +694,8 @@ mod tests {
         ]))
         .unwrap();
         let config = |i: usize| match &v[i].1 {
-            Target::Command { config, .. } => config.clone().unwrap(),
-            Target::Endpoint(_) => panic!("a command"),
+            VariantServer::Command { config, .. } => config.clone().unwrap(),
+            VariantServer::Endpoint(_) => panic!("a command"),
         };
         assert_eq!(
             config(0),
@@ -726,8 +730,8 @@ mod tests {
         let names: Vec<&str> = v.iter().map(|v| v.0.as_str()).collect();
         assert_eq!(names, ["A", "A+burn2%", "A+burn5%"]);
         match &v[2].1 {
-            Target::Command { command, .. } => assert_eq!(command, "serve --burn 5"),
-            Target::Endpoint(_) => panic!("a command"),
+            VariantServer::Command { command, .. } => assert_eq!(command, "serve --burn 5"),
+            VariantServer::Endpoint(_) => panic!("a command"),
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// What a variant is.
 #[derive(Debug, Clone)]
-pub(crate) enum Target {
+pub(crate) enum VariantServer {
     /// A server started for every run; `config` is a template rendered per run into the file
     /// substituted as `{config}` (its name keeps the template's, for tools that look at it).
     Command {
@@ -34,7 +34,7 @@ pub(crate) enum Target {
 /// Everything a run needs to know.
 #[derive(Debug, Clone)]
 pub(crate) struct RunSpec {
-    pub target: Target,
+    pub target: VariantServer,
     pub proto: String,
     pub host: String,
     /// The ports the servers may listen on (`--ports`).
@@ -228,7 +228,7 @@ impl Started {
 /// Start a variant's server once, to be measured in windows (`windows`) until `Started::stop`:
 /// it proves it answers, then gets `spec.warmup` of unmeasured load.
 pub(crate) fn start(spec: &RunSpec, variant: &str) -> Result<Started> {
-    let Target::Command { command, config } = &spec.target else {
+    let VariantServer::Command { command, config } = &spec.target else {
         bail!("variant {variant}: a running endpoint cannot be started");
     };
     let s = start_server(spec, variant, command, config)?;
@@ -305,7 +305,8 @@ pub(crate) fn windows(
         clients.push((child, json_path));
     }
     let read = |jobs: &[(&RunSpec, &str, &mut Started)], clients: &[(std::process::Child, _)]| {
-        let servers: Vec<procs::Sample> = jobs.iter().map(|(_, _, s)| s.server.sample()).collect();
+        let servers: Vec<procs::UsageSample> =
+            jobs.iter().map(|(_, _, s)| s.server.sample()).collect();
         let client_ticks: Vec<u64> = clients
             .iter()
             .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
@@ -398,8 +399,8 @@ impl ServerReadings {
     /// Between two samples of a long-lived server (nanoseconds: its cgroup, or its threads).
     fn between(
         server: &ServerProc,
-        b: &procs::Sample,
-        a: &procs::Sample,
+        b: &procs::UsageSample,
+        a: &procs::UsageSample,
         all_ns: u64,
         alone: bool,
     ) -> Self {
@@ -473,12 +474,12 @@ fn start_server(
 pub(crate) fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
     let t_start = Instant::now();
     let (started, base) = match &spec.target {
-        Target::Command { command, config } => {
+        VariantServer::Command { command, config } => {
             let s = start_server(spec, variant, command, config)?;
             let base = s.base.clone();
             (Some(s), base)
         }
-        Target::Endpoint(url) => (None, url.trim_end_matches('/').to_owned()),
+        VariantServer::Endpoint(url) => (None, url.trim_end_matches('/').to_owned()),
     };
     let result = measured(
         spec,

@@ -3,7 +3,7 @@
 //! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
-use crate::report::{Cell, Report};
+use crate::report::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{
     DefaultFormatting, IntoSegmentedCoord, KeyPointHint, Ranged, SegmentValue,
@@ -23,7 +23,7 @@ const COLORS: [RGBColor; 5] = [
 const FONT: &str = "sans-serif";
 
 /// Every cell stacked in one SVG.
-pub(crate) fn report_svg(r: &Report) -> Result<String> {
+pub(crate) fn report_svg(r: &MatrixReport) -> Result<String> {
     let cells: Vec<&Cell> = r.cells.iter().collect();
     render(&cells)
 }

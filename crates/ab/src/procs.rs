@@ -151,7 +151,7 @@ fn container_command(command: &str, cidfile: &std::path::Path) -> Option<(String
 
 /// CPU, memory and scheduling counters of a server at one instant.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Sample {
+pub(crate) struct UsageSample {
     /// utime + stime of the /proc tree, clock ticks (cgroups: the same from `cpu_ns`).
     pub cpu_ticks: u64,
     /// CPU time in nanoseconds: the cgroup's usage, or, for a /proc tree, the scheduler's own
@@ -329,13 +329,13 @@ impl ServerProc {
     }
 
     /// CPU, memory and context switches of the server now.
-    pub(crate) fn sample(&self) -> Sample {
+    pub(crate) fn sample(&self) -> UsageSample {
         let Some(cg) = &self.cgroup else {
             return sample_tree(self.pid());
         };
         let u = cg.usage();
         let pids = cg.pids();
-        let mut s = Sample {
+        let mut s = UsageSample {
             cpu_ns: u.cpu_ns,
             cpu_ticks: (u.cpu_ns as f64 * clk_tck() / 1e9).round() as u64,
             user_ns: u.user_ns,
@@ -415,8 +415,8 @@ pub(crate) fn tree(root: u32) -> Vec<u32> {
 }
 
 /// CPU, RSS and context switches summed over the tree rooted at `root`.
-pub(crate) fn sample_tree(root: u32) -> Sample {
-    let mut s = Sample::default();
+pub(crate) fn sample_tree(root: u32) -> UsageSample {
+    let mut s = UsageSample::default();
     for pid in tree(root) {
         let p = sample_process(pid);
         s.cpu_ticks += p.cpu_ticks;
@@ -430,8 +430,8 @@ pub(crate) fn sample_tree(root: u32) -> Sample {
 }
 
 /// One process's counters.
-fn sample_process(pid: u32) -> Sample {
-    let mut s = Sample::default();
+fn sample_process(pid: u32) -> UsageSample {
+    let mut s = UsageSample::default();
     if let Some(f) = stat_fields(pid) {
         // After "pid (comm)": field 3 is index 0, so utime (14) and stime (15) are 11, 12.
         let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);

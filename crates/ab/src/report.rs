@@ -33,8 +33,9 @@ pub(crate) struct Variant {
     pub accounting: Option<crate::cgroup::Accounting>,
 }
 
+/// What `loadterm ab` reports: the machine it ran on and every cell of the matrix.
 #[derive(Debug, Serialize)]
-pub(crate) struct Report {
+pub(crate) struct MatrixReport {
     /// SIGINT or SIGTERM ended the comparison: the cells hold the rounds measured until then.
     pub interrupted: bool,
     pub environment: Environment,
@@ -151,7 +152,7 @@ fn checks_table(c: &Cell) -> String {
     s
 }
 
-fn cell_heading(r: &Report, c: &Cell) -> String {
+fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
         c.rounds,
@@ -164,7 +165,7 @@ fn cell_heading(r: &Report, c: &Cell) -> String {
     )
 }
 
-pub(crate) fn terminal(r: &Report) -> String {
+pub(crate) fn terminal(r: &MatrixReport) -> String {
     let mut s = String::new();
     if let Some(n) = &r.not_measured {
         s += &format!("\nnot measured: {n}\n");
@@ -212,7 +213,7 @@ pub(crate) fn terminal(r: &Report) -> String {
     s
 }
 
-fn environment_text(r: &Report) -> String {
+fn environment_text(r: &MatrixReport) -> String {
     let e = &r.environment;
     let mut s = format!(
         "loadterm {}\nkernel {}\nCPU {} ({} usable)\ngovernor {}, boost {}, THP {}\nload average before start: {}\n{}\n",
@@ -237,7 +238,7 @@ fn environment_text(r: &Report) -> String {
     s
 }
 
-fn markdown_cell(r: &Report, c: &Cell) -> String {
+fn markdown_cell(r: &MatrixReport, c: &Cell) -> String {
     let mut s = format!("| {} |\n|{}\n", HEADERS.join(" | "), "---|".repeat(9));
     for row in cell_rows(c) {
         s += &format!("| {} |\n", row.join(" | "));
@@ -292,7 +293,7 @@ fn markdown_cell(r: &Report, c: &Cell) -> String {
     s
 }
 
-pub(crate) fn markdown(r: &Report) -> String {
+pub(crate) fn markdown(r: &MatrixReport) -> String {
     let mut s = String::from("## A/B benchmark (loadterm ab)\n");
     if let Some(n) = &r.not_measured {
         s += &format!("\n**Not measured:** {n}\n");
@@ -316,7 +317,7 @@ fn escape(t: &str) -> String {
 /// A self-contained HTML page: per cell the chart inline (`chart` draws it), the table and the
 /// verdicts; then the environment.
 pub(crate) fn html(
-    r: &Report,
+    r: &MatrixReport,
     chart: impl Fn(&Cell) -> anyhow::Result<String>,
 ) -> anyhow::Result<String> {
     let mut s = String::from(
@@ -383,7 +384,7 @@ pub(crate) mod tests {
 
     /// A report as ab writes it: 12 rounds of A, B (about 8% less CPU) and the A/A twin A'
     /// (`--aa`), the first `flagged` runs flagged by the contamination checks.
-    pub(crate) fn sample(flagged: usize) -> Report {
+    pub(crate) fn sample(flagged: usize) -> MatrixReport {
         let mut runs = Vec::new();
         for k in 0..12 {
             let j = 1.0 + (k as f64 * 0.37).sin() * 0.02;
@@ -417,7 +418,7 @@ pub(crate) mod tests {
             url: "/?s=1k".to_owned(),
             accounting: Some(crate::cgroup::Accounting::CgroupV1),
         };
-        Report {
+        MatrixReport {
             interrupted: false,
             environment: Environment {
                 loadterm: "0.0.0".into(),

@@ -10,7 +10,7 @@ use crate::frame::{self, code, HeadDecoder};
 /// What a stream yields, in order: for a request `Headers`, `Data`*, `Trailers`?, `End`; for a
 /// response the same after any number of `Interim` heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum MessageEvent {
     /// The request's field section, or the response's final one: [`Message::section`].
     Headers,
     /// A response's interim (1xx) head, its status given; the section is in
@@ -109,7 +109,7 @@ pub struct Message {
 
 impl Message {
     /// A request stream, as the server reads it; HEADERS frames longer than `max_section`
-    /// bytes are [`Event::TooLarge`].
+    /// bytes are [`MessageEvent::TooLarge`].
     pub fn request(max_section: u64) -> Message {
         Message::new(false, max_section)
     }
@@ -151,7 +151,7 @@ impl Message {
         &mut self,
         input: &[u8],
         fin: bool,
-    ) -> Result<(usize, Option<Event>), MessageError> {
+    ) -> Result<(usize, Option<MessageEvent>), MessageError> {
         let r = self.run(input, fin);
         if r.is_err() {
             self.state = State::Done;
@@ -159,7 +159,11 @@ impl Message {
         r
     }
 
-    fn run(&mut self, input: &[u8], fin: bool) -> Result<(usize, Option<Event>), MessageError> {
+    fn run(
+        &mut self,
+        input: &[u8],
+        fin: bool,
+    ) -> Result<(usize, Option<MessageEvent>), MessageError> {
         let mut used = 0;
         loop {
             let rest = &input[used..];
@@ -175,7 +179,7 @@ impl Message {
                             }
                             true => {
                                 self.state = State::Done;
-                                Ok((used, Some(Event::End)))
+                                Ok((used, Some(MessageEvent::End)))
                             }
                         };
                     };
@@ -203,7 +207,7 @@ impl Message {
                         0 => State::Frame,
                         left => State::Data(left),
                     };
-                    return Ok((used, Some(Event::Data(n))));
+                    return Ok((used, Some(MessageEvent::Data(n))));
                 }
                 State::Section(len) => {
                     let n = (len - self.section.len()).min(rest.len());
@@ -215,7 +219,7 @@ impl Message {
                     return Ok((used, Some(self.section_done())));
                 }
                 State::Done => {
-                    let event = fin.then_some(Event::End);
+                    let event = fin.then_some(MessageEvent::End);
                     return Ok((input.len(), event));
                 }
             }
@@ -223,7 +227,11 @@ impl Message {
     }
 
     /// Input ran out inside a frame.
-    fn need_more(&self, used: usize, fin: bool) -> Result<(usize, Option<Event>), MessageError> {
+    fn need_more(
+        &self,
+        used: usize,
+        fin: bool,
+    ) -> Result<(usize, Option<MessageEvent>), MessageError> {
         match fin {
             true => Err(MessageError::Incomplete),
             false => Ok((used, None)),
@@ -231,7 +239,7 @@ impl Message {
     }
 
     /// A frame header: the state it leads to, and an event if it makes one at once.
-    fn frame(&mut self, ty: u64, len: u64) -> Result<Option<Event>, MessageError> {
+    fn frame(&mut self, ty: u64, len: u64) -> Result<Option<MessageEvent>, MessageError> {
         match (ty, self.phase) {
             (frame::HEADERS | frame::DATA, Phase::AfterTrailers) => {
                 Err(MessageError::AfterTrailers(ty))
@@ -245,7 +253,7 @@ impl Message {
             }
             (frame::HEADERS, _) if len > self.max_section => {
                 self.state = State::Done;
-                Ok(Some(Event::TooLarge))
+                Ok(Some(MessageEvent::TooLarge))
             }
             (frame::HEADERS, _) => {
                 self.section.clear();
@@ -266,7 +274,7 @@ impl Message {
     }
 
     /// A whole HEADERS payload is in `section`.
-    fn section_done(&mut self) -> Event {
+    fn section_done(&mut self) -> MessageEvent {
         self.state = State::Frame;
         match self.phase {
             Phase::Head => {
@@ -274,15 +282,15 @@ impl Message {
                     if let Some(st @ 100..=199) =
                         crate::qpack::status(&self.section, &mut self.scratch)
                     {
-                        return Event::Interim(st);
+                        return MessageEvent::Interim(st);
                     }
                 }
                 self.phase = Phase::Body;
-                Event::Headers
+                MessageEvent::Headers
             }
             _ => {
                 self.phase = Phase::AfterTrailers;
-                Event::Trailers
+                MessageEvent::Trailers
             }
         }
     }
@@ -322,12 +330,12 @@ mod tests {
                     break;
                 };
                 let ev = match event {
-                    Event::Headers => Ev::Headers(m.section().to_vec()),
-                    Event::Interim(st) => Ev::Interim(st, m.section().to_vec()),
-                    Event::Trailers => Ev::Trailers(m.section().to_vec()),
-                    Event::TooLarge => Ev::TooLarge,
-                    Event::End => Ev::End,
-                    Event::Data(n) => {
+                    MessageEvent::Headers => Ev::Headers(m.section().to_vec()),
+                    MessageEvent::Interim(st) => Ev::Interim(st, m.section().to_vec()),
+                    MessageEvent::Trailers => Ev::Trailers(m.section().to_vec()),
+                    MessageEvent::TooLarge => Ev::TooLarge,
+                    MessageEvent::End => Ev::End,
+                    MessageEvent::Data(n) => {
                         assert!(n > 0, "empty DATA events");
                         if let Some(Ev::Data(total)) = out.last_mut() {
                             *total += n;

@@ -3,7 +3,7 @@
 //! machine, skipping DATA without copying it.
 
 use crate::frame::{HeadDecoder, VarintDecoder};
-use crate::message::{Event, Message, MessageError};
+use crate::message::{Message, MessageError, MessageEvent};
 use bytes::{Buf, Bytes};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl Reader {
 
     /// The next event of a request or response stream parsed by `m`: DATA is counted in
     /// place (one event per chunk), never copied.
-    pub async fn event(&mut self, m: &mut Message) -> Result<Event, MessageError> {
+    pub async fn event(&mut self, m: &mut Message) -> Result<MessageEvent, MessageError> {
         loop {
             let fin = !self.fill().await.map_err(|_| MessageError::Broken)?;
             let (n, event) = m.poll(&self.chunk, fin)?;

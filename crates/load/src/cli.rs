@@ -4,7 +4,7 @@
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
 use crate::sched::Pace;
-use crate::setup::{Options, Proto, Setup};
+use crate::setup::{ProtoChoice, Setup, SetupOptions};
 use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
 use anyhow::{bail, Context, Result};
@@ -241,21 +241,21 @@ fn parse_cpus(s: &str) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
+fn proto(a: &LoadArgs) -> Result<Option<ProtoChoice>> {
     let clear = a.urls.first().is_some_and(|u| u.starts_with("http://"));
     Ok(if a.h1 {
-        Some(Proto::H1)
+        Some(ProtoChoice::H1)
     } else if a.h2 {
-        Some(Proto::H2)
+        Some(ProtoChoice::H2)
     } else if a.h2c {
-        Some(Proto::H2c)
+        Some(ProtoChoice::H2c)
     } else if a.h3 {
-        Some(Proto::H3)
+        Some(ProtoChoice::H3)
     } else if let Some(list) = &a.alpn_list {
         match list.split(',').next().map(str::trim) {
-            Some("h2") => Some(Proto::H2),
-            Some("h3") => Some(Proto::H3),
-            Some("http/1.1") => Some(Proto::H1),
+            Some("h2") => Some(ProtoChoice::H2),
+            Some("h3") => Some(ProtoChoice::H3),
+            Some("http/1.1") => Some(ProtoChoice::H1),
             other => bail!(
                 "unsupported ALPN '{}' (use h2, h3 or http/1.1)",
                 other.unwrap_or("")
@@ -264,8 +264,8 @@ fn proto(a: &LoadArgs) -> Result<Option<Proto>> {
     } else if let Some(p) = a.no_tls_proto.as_deref() {
         // As h2load: it chooses for http:// URLs only.
         let p = match p {
-            "h2c" => Proto::H2c,
-            "http/1.1" => Proto::H1,
+            "h2c" => ProtoChoice::H2c,
+            "http/1.1" => ProtoChoice::H1,
             other => bail!("-p: unsupported protocol '{other}' (use h2c or http/1.1)"),
         };
         clear.then_some(p)
@@ -414,7 +414,7 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
 /// usage error.
 fn setup(a: &LoadArgs, data: bytes::Bytes, offer: crate::setup::Offer) -> Result<Setup> {
     let proto = proto(a).map_err(usage_error)?;
-    Setup::new(&Options {
+    Setup::new(&SetupOptions {
         urls: &a.urls,
         proto,
         connect_to: a.connect_to.as_deref(),
@@ -967,11 +967,14 @@ mod tests {
     fn protocol_options() {
         let p = |argv: &[&str]| proto(&args(argv).unwrap());
         assert_eq!(p(&["u"]).unwrap(), None);
-        assert_eq!(p(&["--h2c", "u"]).unwrap(), Some(Proto::H2c));
-        assert_eq!(p(&["--alpn-list", "h3,h2", "u"]).unwrap(), Some(Proto::H3));
+        assert_eq!(p(&["--h2c", "u"]).unwrap(), Some(ProtoChoice::H2c));
+        assert_eq!(
+            p(&["--alpn-list", "h3,h2", "u"]).unwrap(),
+            Some(ProtoChoice::H3)
+        );
         assert_eq!(
             p(&["--alpn-list", " http/1.1", "u"]).unwrap(),
-            Some(Proto::H1)
+            Some(ProtoChoice::H1)
         );
         assert!(p(&["--alpn-list", "spdy/3", "u"]).is_err());
         assert!(args(&["--h1", "--h2", "u"]).is_err());

@@ -2,9 +2,9 @@
 //! as needed, each connection handed to the client of its protocol (`h1`, `h2`, `h3`).
 
 use crate::inflight::End;
-use crate::record::{ErrorKind, Failure, ALPN_H1, ALPN_H2};
+use crate::record::{ConnectFailure, ErrorKind, ALPN_H1, ALPN_H2};
 use crate::sched::Schedules;
-use crate::setup::Proto;
+use crate::setup::ProtoChoice;
 use crate::shared::WorkerRef;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ pub(crate) async fn run(w: WorkerRef, slot: u64) {
     let mut scheds = Schedules::new(w.pace, w.start, slot, w.setup.streams as u64);
     while w.more() {
         let end = match w.setup.proto {
-            Proto::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
+            ProtoChoice::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
             _ => tcp_connection(&w, &mut scheds).await,
         };
         let first = std::mem::replace(&mut first_attempt, false);
@@ -35,10 +35,10 @@ pub(crate) async fn run(w: WorkerRef, slot: u64) {
     }
 }
 
-async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Failure> {
+async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, ConnectFailure> {
     let setup = &w.setup;
     let connect_failed = |why: &dyn std::fmt::Display| {
-        Failure::new(ErrorKind::Connect, format!("{}: {why}", setup.addr))
+        ConnectFailure::new(ErrorKind::Connect, format!("{}: {why}", setup.addr))
     };
     let tcp = tokio::time::timeout(setup.timeout, tokio::net::TcpStream::connect(setup.addr))
         .await
@@ -46,7 +46,7 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Fa
         .map_err(|e| connect_failed(&e))?;
     let _ = tcp.set_nodelay(true);
     match &setup.tls_config {
-        None if setup.proto == Proto::H2c => {
+        None if setup.proto == ProtoChoice::H2c => {
             w.startup.connected();
             Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await)
         }
@@ -65,13 +65,13 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Fa
             .map_err(|_| crate::tls::failure(&name, "handshake timed out"))?
             .map_err(|e| crate::tls::failure(&name, &e.to_string()))?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            if setup.proto == Proto::Alpn {
+            if setup.proto == ProtoChoice::Alpn {
                 w.rec.borrow_mut().alpn |= if h2 { ALPN_H2 } else { ALPN_H1 };
             }
             if h2 {
                 w.startup.connected();
                 Ok(crate::h2::connection(w, tls, &mut scheds.streams).await)
-            } else if setup.proto == Proto::H2 {
+            } else if setup.proto == ProtoChoice::H2 {
                 Err(crate::tls::failure(
                     &name,
                     "the server did not select h2 by ALPN",

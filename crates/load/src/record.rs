@@ -58,14 +58,14 @@ impl ErrorKind {
 
 /// A connection attempt that failed, and why (the reason is shown to the user as is).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub struct ConnectFailure {
     pub kind: ErrorKind,
     pub reason: String,
 }
 
-impl Failure {
-    pub fn new(kind: ErrorKind, reason: impl std::fmt::Display) -> Failure {
-        Failure {
+impl ConnectFailure {
+    pub fn new(kind: ErrorKind, reason: impl std::fmt::Display) -> ConnectFailure {
+        ConnectFailure {
             kind,
             reason: format!("{}: {reason}", kind.name()),
         }
@@ -240,7 +240,7 @@ impl Recorder {
     }
 
     /// Keep `f`'s reason if it is the first of its kind.
-    pub fn reason(&mut self, f: &Failure, at: Instant) {
+    pub fn reason(&mut self, f: &ConnectFailure, at: Instant) {
         self.first_reasons
             .entry(f.kind)
             .or_insert_with(|| (at, f.reason.clone()));
@@ -319,11 +319,11 @@ mod tests {
         b.done(&sample(3500, 10)); // after the end: ignored
         b.error(ErrorKind::Reset, t0 + Duration::from_millis(2600));
         // The earliest reason of each kind wins, whichever worker saw it.
-        let tls = |n| Failure::new(ErrorKind::Tls, format!("bad {n}"));
+        let tls = |n| ConnectFailure::new(ErrorKind::Tls, format!("bad {n}"));
         a.reason(&tls(1), t0 + Duration::from_millis(20));
         a.reason(&tls(2), t0 + Duration::from_millis(5));
         b.reason(&tls(3), t0 + Duration::from_millis(10));
-        b.reason(&Failure::new(ErrorKind::Connect, "refused"), t0);
+        b.reason(&ConnectFailure::new(ErrorKind::Connect, "refused"), t0);
         a.merge(&b);
         let reasons: Vec<_> = a.first_reasons.values().map(|(_, r)| r.as_str()).collect();
         assert_eq!(reasons, ["connect: refused", "tls: bad 3"]);

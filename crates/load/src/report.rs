@@ -450,7 +450,7 @@ pub fn hdr_log(r: &Recorder, start: std::time::SystemTime) -> anyhow::Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{ErrorKind, Failure, Sample};
+    use crate::record::{ConnectFailure, ErrorKind, Sample};
     use std::time::{Duration, Instant};
 
     fn info() -> RunInfo {
@@ -497,7 +497,10 @@ mod tests {
         r.interim(at(102));
         r.error(ErrorKind::Reset, at(1500));
         r.error(ErrorKind::Reset, at(1600));
-        r.reason(&Failure::new(ErrorKind::Connect, "refused"), at(1700));
+        r.reason(
+            &ConnectFailure::new(ErrorKind::Connect, "refused"),
+            at(1700),
+        );
         r
     }
 

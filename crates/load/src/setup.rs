@@ -9,8 +9,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The protocol the command line chose, or ALPN's choice between h2 and http/1.1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Proto {
+pub(crate) enum ProtoChoice {
     H1,
     H2,
     H2c,
@@ -19,33 +20,33 @@ pub(crate) enum Proto {
     Alpn,
 }
 
-impl Proto {
+impl ProtoChoice {
     /// The protocol used: the one asked for, or with ALPN the ones servers picked
     /// (`record::ALPN_*` bits; none yet: `alpn`).
     pub(crate) fn used(self, alpn: u8) -> &'static str {
         use crate::record::{ALPN_H1, ALPN_H2};
         match (self, alpn) {
-            (Proto::Alpn, ALPN_H1) => "h1",
-            (Proto::Alpn, ALPN_H2) => "h2",
-            (Proto::Alpn, a) if a == ALPN_H1 | ALPN_H2 => "h1+h2",
+            (ProtoChoice::Alpn, ALPN_H1) => "h1",
+            (ProtoChoice::Alpn, ALPN_H2) => "h2",
+            (ProtoChoice::Alpn, a) if a == ALPN_H1 | ALPN_H2 => "h1+h2",
             (p, _) => p.name(),
         }
     }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Proto::H1 => "h1",
-            Proto::H2 => "h2",
-            Proto::H2c => "h2c",
-            Proto::H3 => "h3",
-            Proto::Alpn => "alpn",
+            ProtoChoice::H1 => "h1",
+            ProtoChoice::H2 => "h2",
+            ProtoChoice::H2c => "h2c",
+            ProtoChoice::H3 => "h3",
+            ProtoChoice::Alpn => "alpn",
         }
     }
 }
 
-/// One URL of the run (all share scheme, host and port).
+/// One URL of the run (all share scheme, host and port): its request prebuilt for each protocol.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct PrebuiltRequest {
     /// The whole HTTP/1.1 request, prebuilt.
     pub h1_request: Bytes,
     /// The HTTP/2 request's HPACK header block, prebuilt.
@@ -55,10 +56,10 @@ pub(crate) struct Target {
 }
 
 pub(crate) struct Setup {
-    pub proto: Proto,
+    pub proto: ProtoChoice,
     pub addr: SocketAddr,
     pub server_name: ServerName<'static>,
-    pub targets: Vec<Target>,
+    pub targets: Vec<PrebuiltRequest>,
     pub data: Bytes,
     pub is_head: bool,
     /// Concurrent requests per connection (pipelining depth on HTTP/1.1).
@@ -115,9 +116,10 @@ impl Offer {
     }
 }
 
-pub(crate) struct Options<'a> {
+/// The command line's options [`Setup::new`] turns into a run's setup.
+pub(crate) struct SetupOptions<'a> {
     pub urls: &'a [String],
-    pub proto: Option<Proto>,
+    pub proto: Option<ProtoChoice>,
     pub connect_to: Option<&'a str>,
     pub sni: Option<&'a str>,
     pub insecure: bool,
@@ -151,7 +153,7 @@ fn url_port(u: &http::Uri, default: u16) -> Result<u16> {
 }
 
 impl Setup {
-    pub(crate) fn new(o: &Options<'_>) -> Result<Setup> {
+    pub(crate) fn new(o: &SetupOptions<'_>) -> Result<Setup> {
         let uris: Vec<http::Uri> = o
             .urls
             .iter()
@@ -183,12 +185,12 @@ impl Setup {
             }
         }
         let proto = match (o.proto, tls) {
-            (None, true) => Proto::Alpn,
-            (None, false) => Proto::H1,
-            (Some(Proto::H2 | Proto::H3), false) => {
+            (None, true) => ProtoChoice::Alpn,
+            (None, false) => ProtoChoice::H1,
+            (Some(ProtoChoice::H2 | ProtoChoice::H3), false) => {
                 bail!("--h2/--h3 need an https URL (use --h2c for HTTP/2 in clear)")
             }
-            (Some(Proto::H2c), true) => bail!("--h2c needs an http URL"),
+            (Some(ProtoChoice::H2c), true) => bail!("--h2c needs an http URL"),
             (Some(p), _) => p,
         };
         // h2load's --connect-to may leave the port out: the URL's then.
@@ -273,7 +275,7 @@ impl Setup {
                 let fields = || fields.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
                 let h2_block = request::h2_block(fields());
                 let h3_request = request::h3(fields(), o.data.len());
-                Target {
+                PrebuiltRequest {
                     h1_request,
                     h2_block,
                     h3_request,
@@ -281,11 +283,11 @@ impl Setup {
             })
             .collect();
         let alpn: &[&[u8]] = match proto {
-            Proto::H1 => &[b"http/1.1"],
-            Proto::H2 => &[b"h2"],
-            Proto::H3 => &[b"h3"],
-            Proto::Alpn => &[b"h2", b"http/1.1"],
-            Proto::H2c => &[],
+            ProtoChoice::H1 => &[b"http/1.1"],
+            ProtoChoice::H2 => &[b"h2"],
+            ProtoChoice::H3 => &[b"h3"],
+            ProtoChoice::Alpn => &[b"h2", b"http/1.1"],
+            ProtoChoice::H2c => &[],
         };
         let rustls_cfg = if tls {
             Some(crate::tls::client_config(o.insecure, o.cacert, alpn)?)
@@ -293,7 +295,7 @@ impl Setup {
             None
         };
         let quic_config = match (&rustls_cfg, proto) {
-            (Some(cfg), Proto::H3) => {
+            (Some(cfg), ProtoChoice::H3) => {
                 Some(crate::tls::quic_config(cfg.clone(), o.offer.h3_windows())?)
             }
             _ => None,
@@ -307,14 +309,16 @@ impl Setup {
             data: o.data.clone(),
             streams: o.streams.max(1),
             timeout: o.timeout,
-            tls_config: rustls_cfg.filter(|_| proto != Proto::H3).map(Arc::new),
+            tls_config: rustls_cfg
+                .filter(|_| proto != ProtoChoice::H3)
+                .map(Arc::new),
             quic_config,
             offer: o.offer,
         })
     }
 
     /// The `i`-th request's target (URLs are used round-robin).
-    pub(crate) fn target(&self, i: u64) -> &Target {
+    pub(crate) fn target(&self, i: u64) -> &PrebuiltRequest {
         &self.targets[(i % self.targets.len() as u64) as usize]
     }
 }
@@ -325,9 +329,9 @@ mod tests {
 
     /// Only IP literals and --connect-to: no name resolution. (The URLs are leaked so that
     /// `f` may borrow the caller's locals.)
-    fn setup<'a>(urls: &[&str], f: impl FnOnce(&mut Options<'a>)) -> Result<Setup> {
+    fn setup<'a>(urls: &[&str], f: impl FnOnce(&mut SetupOptions<'a>)) -> Result<Setup> {
         let urls: &'static [String] = Vec::leak(urls.iter().map(|u| u.to_string()).collect());
-        let mut o = Options {
+        let mut o = SetupOptions {
             urls,
             proto: None,
             connect_to: None,
@@ -382,7 +386,7 @@ mod tests {
     fn url_gives_address_host_and_request() {
         let s = setup(&["http://127.0.0.1:8080/a/b?s=1k"], |_| {}).unwrap();
         assert_eq!(s.addr, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(s.proto, Proto::H1);
+        assert_eq!(s.proto, ProtoChoice::H1);
         assert_eq!(
             head(&s),
             format!("GET /a/b?s=1k HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n{UA}\r\n")
@@ -400,7 +404,7 @@ mod tests {
         let s = setup(&["http://127.0.0.1:80/"], |_| {}).unwrap();
         assert!(head(&s).contains("\r\nHost: 127.0.0.1\r\n"));
         let s = setup(&["https://127.0.0.1/"], |_| {}).unwrap();
-        assert_eq!((s.addr.port(), s.proto), (443, Proto::Alpn));
+        assert_eq!((s.addr.port(), s.proto), (443, ProtoChoice::Alpn));
         assert!(head(&s).contains("\r\nHost: 127.0.0.1\r\n"));
         // A non-default port is kept, also on the other scheme's default.
         let s = setup(&["https://127.0.0.1:80/"], |_| {}).unwrap();
@@ -540,13 +544,22 @@ mod tests {
         assert!(err(&["http://127.0.0.1:1/", "http://127.0.0.1:2/"], None).contains("share"));
         assert!(err(&["ftp://127.0.0.1/"], None).contains("scheme"));
         assert!(err(&["/just/a/path"], None).contains("scheme"));
-        assert!(err(&["http://127.0.0.1/"], Some(Proto::H2)).contains("https"));
-        assert!(err(&["http://127.0.0.1/"], Some(Proto::H3)).contains("https"));
-        assert!(err(&["https://127.0.0.1/"], Some(Proto::H2c)).contains("http URL"));
+        assert!(err(&["http://127.0.0.1/"], Some(ProtoChoice::H2)).contains("https"));
+        assert!(err(&["http://127.0.0.1/"], Some(ProtoChoice::H3)).contains("https"));
+        assert!(err(&["https://127.0.0.1/"], Some(ProtoChoice::H2c)).contains("http URL"));
         assert!(err(&[], None).contains("no URL"));
         let ok = |url, proto| setup(&[url], |o| o.proto = proto).map(|s| s.proto).unwrap();
-        assert_eq!(ok("http://127.0.0.1/", Some(Proto::H2c)), Proto::H2c);
-        assert_eq!(ok("https://127.0.0.1/", Some(Proto::H1)), Proto::H1);
-        assert_eq!(ok("https://127.0.0.1/", Some(Proto::H3)), Proto::H3);
+        assert_eq!(
+            ok("http://127.0.0.1/", Some(ProtoChoice::H2c)),
+            ProtoChoice::H2c
+        );
+        assert_eq!(
+            ok("https://127.0.0.1/", Some(ProtoChoice::H1)),
+            ProtoChoice::H1
+        );
+        assert_eq!(
+            ok("https://127.0.0.1/", Some(ProtoChoice::H3)),
+            ProtoChoice::H3
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! deadline (`-D`), the pace. Shared between this worker's tasks only (Rc/RefCell), never across
 //! threads (but for the progress counters).
 
-use crate::record::{ErrorKind, Failure, Recorder};
+use crate::record::{ConnectFailure, ErrorKind, Recorder};
 use crate::sched::Pace;
 use crate::setup::Setup;
 use std::cell::{Cell, RefCell};
@@ -161,7 +161,7 @@ impl Worker {
 
     /// A connection attempt failed: counted, its reason kept if it is the first of its kind;
     /// `first` when it was the slot's first attempt.
-    pub(crate) fn failed(&self, f: &Failure, first: bool) {
+    pub(crate) fn failed(&self, f: &ConnectFailure, first: bool) {
         self.error(f.kind);
         self.rec.borrow_mut().reason(f, Instant::now());
         if first {
@@ -187,11 +187,11 @@ pub(crate) type WorkerRef = Rc<Worker>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::setup::{Options, Setup};
+    use crate::setup::{Setup, SetupOptions};
     use std::time::Duration;
 
     fn worker(tickets: Option<u64>, deadline: Option<Instant>) -> Worker {
-        let setup = Setup::new(&Options {
+        let setup = Setup::new(&SetupOptions {
             urls: &["http://127.0.0.1:9/".to_owned()],
             proto: None,
             connect_to: None,
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_run_stops_when_every_first_attempt_fails() {
-        let f = Failure::new(ErrorKind::Tls, "certificate verify failed");
+        let f = ConnectFailure::new(ErrorKind::Tls, "certificate verify failed");
         let w = worker(Some(100), None);
         w.failed(&f, true);
         w.failed(&f, false); // a retry: not a slot's first attempt

@@ -2,7 +2,7 @@
 //! Trusted: `--cacert`, else what OpenSSL-based tools (h2load, curl) trust: `SSL_CERT_FILE`
 //! (or the system bundle) and `SSL_CERT_DIR`.
 
-use crate::record::{ErrorKind, Failure};
+use crate::record::{ConnectFailure, ErrorKind};
 use anyhow::{bail, Context, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -205,7 +205,7 @@ pub(crate) fn readable(rustls_message: &str) -> String {
 
 /// A failed TLS (or QUIC) handshake with `name`, from rustls's message; a certificate the
 /// client does not trust says how to fix it.
-pub(crate) fn failure(name: &str, rustls_message: &str) -> Failure {
+pub(crate) fn failure(name: &str, rustls_message: &str) -> ConnectFailure {
     let rustls_message = readable(rustls_message);
     let reason = match rustls_message.strip_prefix("invalid peer certificate: ") {
         Some(why) => format!(
@@ -213,7 +213,7 @@ pub(crate) fn failure(name: &str, rustls_message: &str) -> Failure {
         ),
         None => format!("handshake with {name} failed: {rustls_message}"),
     };
-    Failure::new(ErrorKind::Tls, reason)
+    ConnectFailure::new(ErrorKind::Tls, reason)
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

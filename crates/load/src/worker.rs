@@ -3,7 +3,7 @@
 
 use crate::record::Recorder;
 use crate::sched::Pace;
-use crate::setup::{Proto, Setup};
+use crate::setup::{ProtoChoice, Setup};
 use crate::shared::{Progress, Startup, Worker};
 use anyhow::{Context, Result};
 use std::cell::{Cell, RefCell};
@@ -50,7 +50,7 @@ async fn run(job: Job) -> Result<Recorder> {
     }
     crate::timer::set_grid(job.send_grid);
     let setup = job.setup;
-    let endpoint = if setup.proto == Proto::H3 {
+    let endpoint = if setup.proto == ProtoChoice::H3 {
         let bind: std::net::SocketAddr = if setup.addr.is_ipv6() {
             "[::]:0".parse()?
         } else {

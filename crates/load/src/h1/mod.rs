@@ -8,7 +8,7 @@ use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
 use loadterm_runtime::within;
-use response::{Event, Parser};
+use response::{ParseProgress, Parser};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -244,12 +244,12 @@ impl Pipeline {
                     lose(w, self.inflight.drain(..), ErrorKind::Protocol);
                     return Some(End::Reconnect);
                 }
-                Ok(Event::More) => break,
-                Ok(Event::Interim { consumed }) => {
+                Ok(ParseProgress::More) => break,
+                Ok(ParseProgress::Interim { consumed }) => {
                     bytes = &bytes[consumed..];
                     w.interim();
                 }
-                Ok(Event::Response { done, consumed }) => {
+                Ok(ParseProgress::Response { done, consumed }) => {
                     bytes = &bytes[consumed..];
                     let f = self.inflight.pop_front().expect("front exists");
                     finish(w, f, done.status, done.head_bytes, done.body_bytes, now);

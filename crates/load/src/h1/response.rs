@@ -16,7 +16,7 @@ pub(super) struct Done {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Event {
+pub(super) enum ParseProgress {
     /// Need more bytes (everything given was consumed or kept).
     More,
     /// An interim (1xx, not 101) response head ended after `consumed` bytes of the input: it
@@ -29,8 +29,9 @@ pub(super) enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ParseError;
 
+/// How the response body's end is known.
 #[derive(Debug)]
-enum Body {
+enum ResponseFraming {
     Length(u64),
     Chunked(chunked::ChunkedDecoder),
     /// Until the connection closes.
@@ -42,12 +43,16 @@ enum Body {
 #[derive(Debug, Default)]
 pub(super) struct Parser {
     head: Vec<u8>,
-    state: Option<(Done, Body)>,
+    state: Option<(Done, ResponseFraming)>,
 }
 
 impl Parser {
     /// `head_request`: the response to a HEAD has no body.
-    pub(super) fn feed(&mut self, input: &[u8], head_request: bool) -> Result<Event, ParseError> {
+    pub(super) fn feed(
+        &mut self,
+        input: &[u8],
+        head_request: bool,
+    ) -> Result<ParseProgress, ParseError> {
         let mut used = 0;
         if self.state.is_none() {
             let parsed = if self.head.is_empty() {
@@ -69,7 +74,7 @@ impl Parser {
                         if self.head.len() > 64 * 1024 {
                             return Err(ParseError);
                         }
-                        return Ok(Event::More);
+                        return Ok(ParseProgress::More);
                     };
                     used = end - (self.head.len() - input.len());
                     let parsed = parse_head(&self.head[..end], head_request);
@@ -80,10 +85,10 @@ impl Parser {
             let (done, body) = parsed?;
             // After a 101 the connection speaks another protocol: no final response follows.
             if is_interim(done.status) && done.status != 101 {
-                return Ok(Event::Interim { consumed: used });
+                return Ok(ParseProgress::Interim { consumed: used });
             }
-            if matches!(body, Body::Length(0)) {
-                return Ok(Event::Response {
+            if matches!(body, ResponseFraming::Length(0)) {
+                return Ok(ParseProgress::Response {
                     done,
                     consumed: used,
                 });
@@ -93,7 +98,7 @@ impl Parser {
         let (done, body) = self.state.as_mut().expect("state set above");
         let rest = &input[used..];
         match body {
-            Body::Length(left) => {
+            ResponseFraming::Length(left) => {
                 let n = (*left).min(rest.len() as u64);
                 *left -= n;
                 done.body_bytes += n;
@@ -101,31 +106,31 @@ impl Parser {
                 if *left == 0 {
                     let done = *done;
                     self.state = None;
-                    return Ok(Event::Response {
+                    return Ok(ParseProgress::Response {
                         done,
                         consumed: used,
                     });
                 }
-                Ok(Event::More)
+                Ok(ParseProgress::More)
             }
-            Body::Eof => {
+            ResponseFraming::Eof => {
                 done.body_bytes += rest.len() as u64;
-                Ok(Event::More)
+                Ok(ParseProgress::More)
             }
-            Body::Chunked(body) => {
+            ResponseFraming::Chunked(body) => {
                 let n = body.feed(rest).map_err(|_| ParseError)?;
                 if body.is_done() {
                     done.body_bytes = body.data_bytes();
                     return Ok(self.finish(used + n));
                 }
-                Ok(Event::More)
+                Ok(ParseProgress::More)
             }
         }
     }
 
-    fn finish(&mut self, consumed: usize) -> Event {
+    fn finish(&mut self, consumed: usize) -> ParseProgress {
         let (done, _) = self.state.take().expect("in a response");
-        Event::Response { done, consumed }
+        ParseProgress::Response { done, consumed }
     }
 
     /// Between responses: the next byte fed starts a response head (interim or final).
@@ -139,7 +144,7 @@ impl Parser {
         let partial = !self.head.is_empty();
         self.head.clear();
         match self.state.take() {
-            Some((done, Body::Eof)) => Ok(Some(done)),
+            Some((done, ResponseFraming::Eof)) => Ok(Some(done)),
             Some(_) => Err(ParseError),
             None if partial => Err(ParseError),
             None => Ok(None),
@@ -152,7 +157,7 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|p| from + p + 4)
 }
 
-fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseError> {
+fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, ResponseFraming), ParseError> {
     // Left uninitialised: filling 64 empty headers cost more than parsing a small head.
     let mut hs = [const { std::mem::MaybeUninit::uninit() }; 64];
     let mut r = httparse::Response::new(&mut []);
@@ -206,17 +211,17 @@ fn parse_head(head: &[u8], head_request: bool) -> Result<(Done, Body), ParseErro
         return Err(ParseError);
     }
     let body = if !response_has_body(head_request, status) {
-        Body::Length(0)
+        ResponseFraming::Length(0)
     } else if chunked {
-        Body::Chunked(chunked::ChunkedDecoder::new())
+        ResponseFraming::Chunked(chunked::ChunkedDecoder::new())
     } else if encoded {
-        Body::Eof
+        ResponseFraming::Eof
     } else if let Some(n) = length {
-        Body::Length(n)
+        ResponseFraming::Length(n)
     } else {
-        Body::Eof
+        ResponseFraming::Eof
     };
-    if matches!(body, Body::Eof) {
+    if matches!(body, ResponseFraming::Eof) {
         return Ok((
             Done {
                 close: true,
@@ -241,13 +246,13 @@ mod tests {
             let mut rest = part;
             while !rest.is_empty() {
                 match p.feed(rest, false).unwrap() {
-                    Event::More => break,
-                    Event::Interim { consumed } => {
+                    ParseProgress::More => break,
+                    ParseProgress::Interim { consumed } => {
                         assert!(p.idle(), "an interim head leaves the parser between heads");
                         out.push(None);
                         rest = &rest[consumed..];
                     }
-                    Event::Response { done, consumed } => {
+                    ParseProgress::Response { done, consumed } => {
                         out.push(Some((done.status, done.body_bytes, done.close)));
                         rest = &rest[consumed..];
                     }
@@ -340,8 +345,10 @@ mod tests {
         loop {
             match p.feed(rest, false) {
                 Err(_) => return true,
-                Ok(Event::More) => return p.eof().is_err(),
-                Ok(Event::Interim { consumed } | Event::Response { consumed, .. }) => {
+                Ok(ParseProgress::More) => return p.eof().is_err(),
+                Ok(
+                    ParseProgress::Interim { consumed } | ParseProgress::Response { consumed, .. },
+                ) => {
                     rest = &rest[consumed..];
                     if rest.is_empty() {
                         return p.eof().is_err();

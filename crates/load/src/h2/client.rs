@@ -44,7 +44,7 @@ type Result<T> = std::result::Result<T, ProtocolError>;
 
 /// What happened to a request; `slot` is the caller's token given to [`Client::start`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Event {
+pub(super) enum RequestEvent {
     /// The final response head arrived.
     Head { slot: usize },
     /// The response is complete.
@@ -66,8 +66,9 @@ pub(super) enum Event {
     Malformed { slot: usize },
 }
 
+/// One request's stream as the client follows it: its response so far, its upload.
 #[derive(Debug)]
-struct Stream {
+struct ClientStream {
     slot: usize,
     /// Final status, once the response head is in.
     status: Option<u16>,
@@ -112,8 +113,8 @@ struct DataFrame {
 
 pub(super) struct Client {
     out: Vec<u8>,
-    events: Vec<Event>,
-    streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
+    events: Vec<RequestEvent>,
+    streams: HashMap<u32, ClientStream, BuildHasherDefault<IdHasher>>,
     next_id: u32,
     decoder: hpack::HpackDecoder,
     /// Server settings.
@@ -238,7 +239,7 @@ impl Client {
         }
         self.streams.insert(
             id,
-            Stream {
+            ClientStream {
                 slot,
                 status: None,
                 content_length: None,
@@ -265,7 +266,7 @@ impl Client {
     }
 
     /// Outcomes since the last call.
-    pub(super) fn events(&mut self) -> std::vec::Drain<'_, Event> {
+    pub(super) fn events(&mut self) -> std::vec::Drain<'_, RequestEvent> {
         self.events.drain(..)
     }
 
@@ -401,9 +402,9 @@ impl Client {
                 if let Some(s) = self.streams.remove(&id) {
                     let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
                     self.events.push(if code == REFUSED_STREAM {
-                        Event::Unprocessed { slot: s.slot }
+                        RequestEvent::Unprocessed { slot: s.slot }
                     } else {
-                        Event::Reset { slot: s.slot }
+                        RequestEvent::Reset { slot: s.slot }
                     });
                 }
                 Ok(())
@@ -430,7 +431,7 @@ impl Client {
                 let lost: Vec<u32> = self.streams.keys().copied().filter(|&i| i > last).collect();
                 for i in lost {
                     let s = self.streams.remove(&i).expect("listed");
-                    self.events.push(Event::Unprocessed { slot: s.slot });
+                    self.events.push(RequestEvent::Unprocessed { slot: s.slot });
                 }
                 Ok(())
             }
@@ -552,7 +553,7 @@ impl Client {
             if is_interim(status) {
                 // Interim response: the final one follows. One that ends the stream is
                 // malformed (RFC 9113 §8.1).
-                self.events.push(Event::Interim { slot: s.slot });
+                self.events.push(RequestEvent::Interim { slot: s.slot });
                 if end_stream {
                     self.malformed(id);
                 }
@@ -564,7 +565,7 @@ impl Client {
                 .filter(|_| response_has_body(self.head_requests, status));
             // As HTTP/1.1 would spell the status line, so that head bytes compare.
             s.head_bytes = head.field_bytes + 12;
-            self.events.push(Event::Head { slot: s.slot });
+            self.events.push(RequestEvent::Head { slot: s.slot });
         }
         if end_stream {
             self.finish(id);
@@ -624,7 +625,7 @@ impl Client {
         if s.upload.is_some() {
             self.rst_stream(id);
         }
-        self.events.push(Event::Done {
+        self.events.push(RequestEvent::Done {
             slot: s.slot,
             status: s.status.unwrap_or(0),
             head_bytes: s.head_bytes,
@@ -638,7 +639,7 @@ impl Client {
             return;
         };
         self.reset(id, PROTOCOL_ERROR);
-        self.events.push(Event::Malformed { slot: s.slot });
+        self.events.push(RequestEvent::Malformed { slot: s.slot });
     }
 
     fn rst_stream(&mut self, id: u32) {
@@ -750,7 +751,7 @@ mod tests {
         Ok(())
     }
 
-    fn events(c: &mut Client) -> Vec<Event> {
+    fn events(c: &mut Client) -> Vec<RequestEvent> {
         c.events().collect()
     }
 
@@ -761,8 +762,8 @@ mod tests {
         b
     }
 
-    fn done(slot: usize, status: u16, body: u64) -> Event {
-        Event::Done {
+    fn done(slot: usize, status: u16, body: u64) -> RequestEvent {
+        RequestEvent::Done {
             slot,
             status,
             head_bytes: 12 + (12 + 10 + 4),
@@ -822,8 +823,8 @@ mod tests {
             assert_eq!(
                 events(&mut c),
                 [
-                    Event::Head { slot: 1 },
-                    Event::Head { slot: 0 },
+                    RequestEvent::Head { slot: 1 },
+                    RequestEvent::Head { slot: 0 },
                     done(0, 200, 20),
                     done(1, 200, 1024),
                 ]
@@ -842,7 +843,7 @@ mod tests {
         // 103 Early Hints (literal :status, name index 8), then 200, then trailers.
         c.feed(&frame(HEADERS, END_HEADERS, 1, b"\x08\x03103"))
             .unwrap();
-        assert_eq!(events(&mut c), [Event::Interim { slot: 0 }]);
+        assert_eq!(events(&mut c), [RequestEvent::Interim { slot: 0 }]);
         c.feed(&frame(HEADERS, END_HEADERS, 1, &head_200()))
             .unwrap();
         c.feed(&frame(DATA, 0, 1, b"abc")).unwrap();
@@ -851,10 +852,10 @@ mod tests {
         c.feed(&frame(CONTINUATION, END_HEADERS, 1, b"\x01x"))
             .unwrap();
         let mut want = done(0, 200, 3);
-        if let Event::Done { head_bytes, .. } = &mut want {
+        if let RequestEvent::Done { head_bytes, .. } = &mut want {
             *head_bytes += 4 + 1 + 4;
         }
-        assert_eq!(events(&mut c), [Event::Head { slot: 0 }, want]);
+        assert_eq!(events(&mut c), [RequestEvent::Head { slot: 0 }, want]);
     }
 
     #[test]
@@ -869,7 +870,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             events(&mut c),
-            [Event::Interim { slot: 0 }, Event::Malformed { slot: 0 }]
+            [
+                RequestEvent::Interim { slot: 0 },
+                RequestEvent::Malformed { slot: 0 }
+            ]
         );
         assert_eq!(sent(&mut c), [(RST_STREAM, 0, 1, vec![0, 0, 0, 1])]);
         assert_eq!(c.in_flight(), 0);
@@ -918,7 +922,7 @@ mod tests {
             [(RST_STREAM, 0, 1, vec![0; 4])],
             "the unsent body is abandoned"
         );
-        assert!(matches!(events(&mut c)[..], [_, Event::Done { .. }]));
+        assert!(matches!(events(&mut c)[..], [_, RequestEvent::Done { .. }]));
         // A late window update for it is ignored.
         c.feed(&frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 9])).unwrap();
         assert!(!c.has_output());
@@ -940,7 +944,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             events(&mut c),
-            [Event::Reset { slot: 1 }, Event::Unprocessed { slot: 2 }]
+            [
+                RequestEvent::Reset { slot: 1 },
+                RequestEvent::Unprocessed { slot: 2 }
+            ]
         );
         assert!(c.going_away() && !c.can_start());
         assert_eq!(c.in_flight(), 1);
@@ -952,7 +959,7 @@ mod tests {
             .unwrap();
         assert!(matches!(
             events(&mut c)[..],
-            [_, Event::Done { slot: 0, .. }]
+            [_, RequestEvent::Done { slot: 0, .. }]
         ));
     }
 
@@ -1056,7 +1063,10 @@ mod tests {
         .unwrap();
         assert!(matches!(
             events(&mut c)[..],
-            [Event::Head { .. }, Event::Done { slot: 0, .. }]
+            [
+                RequestEvent::Head { .. },
+                RequestEvent::Done { slot: 0, .. }
+            ]
         ));
     }
 
@@ -1190,7 +1200,7 @@ mod tests {
         c.feed(&frame(DATA, END_STREAM, 1, b"")).unwrap();
         assert_eq!(
             events(&mut c),
-            [Event::Head { slot: 0 }, done(0, 200, 50_000)]
+            [RequestEvent::Head { slot: 0 }, done(0, 200, 50_000)]
         );
         let mut c = Client::new(&offer);
         assert_eq!(

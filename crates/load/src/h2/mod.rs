@@ -12,7 +12,7 @@ use crate::record::ErrorKind;
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
 use crate::timer;
-use client::{Client, Event};
+use client::{Client, RequestEvent};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -20,7 +20,8 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-enum Step {
+/// What woke the connection's driver.
+enum Wakeup {
     Read(usize),
     Closed,
     /// An open-loop send is due.
@@ -73,16 +74,16 @@ where
                 .as_mut()
                 .is_some_and(|s| Pin::new(s).poll(cx).is_ready())
             {
-                return Poll::Ready(Step::Wake);
+                return Poll::Ready(Wakeup::Wake);
             }
             if check_armed && check.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Step::Check);
+                return Poll::Ready(Wakeup::Check);
             }
             Poll::Pending
         })
         .await;
         match step {
-            Step::Read(n) => {
+            Wakeup::Read(n) => {
                 let fed = c.feed(&wire.rbuf[..n]);
                 slots.answered(w, &mut c, Instant::now(), &mut progressed);
                 if fed.is_err() {
@@ -90,12 +91,12 @@ where
                     return End::Reconnect;
                 }
             }
-            Step::Closed => {
+            Wakeup::Closed => {
                 slots.lose_all(w, ErrorKind::Reset);
                 return End::Reconnect;
             }
-            Step::Wake => wake = None,
-            Step::Check => match slots.oldest_sent() {
+            Wakeup::Wake => wake = None,
+            Wakeup::Check => match slots.oldest_sent() {
                 None => check_armed = false,
                 Some(oldest) if oldest + setup.timeout <= Instant::now() => {
                     slots.lose_all(w, ErrorKind::Timeout);
@@ -172,12 +173,12 @@ impl Slots {
     fn answered(&mut self, w: &WorkerRef, c: &mut Client, now: Instant, progressed: &mut bool) {
         for ev in c.events() {
             match ev {
-                Event::Head { slot } => {
+                RequestEvent::Head { slot } => {
                     if let Some(f) = &mut self.slots[slot] {
                         f.first_byte.get_or_insert(now);
                     }
                 }
-                Event::Done {
+                RequestEvent::Done {
                     slot,
                     status,
                     head_bytes,
@@ -188,17 +189,17 @@ impl Slots {
                     finish(w, f, status, head_bytes, body_bytes, now);
                     *progressed = true;
                 }
-                Event::Interim { .. } => w.interim(),
-                Event::Reset { slot } => {
+                RequestEvent::Interim { .. } => w.interim(),
+                RequestEvent::Reset { slot } => {
                     self.slots[slot] = None;
                     self.free.push(slot);
                     w.error(ErrorKind::Reset);
                 }
-                Event::Unprocessed { slot } => {
+                RequestEvent::Unprocessed { slot } => {
                     self.free.push(slot);
                     unprocessed(w, self.slots[slot].take().into_iter(), *progressed);
                 }
-                Event::Malformed { slot } => {
+                RequestEvent::Malformed { slot } => {
                     self.slots[slot] = None;
                     self.free.push(slot);
                     w.error(ErrorKind::Protocol);
@@ -247,7 +248,7 @@ impl Wire {
         cx: &mut Context<'_>,
         io: &mut IO,
         c: &mut Client,
-    ) -> Poll<Step> {
+    ) -> Poll<Wakeup> {
         loop {
             if self.wpos == self.wbuf.len() {
                 if !self.wbuf.is_empty() {
@@ -261,7 +262,7 @@ impl Wire {
                 c.take_output(&mut self.wbuf);
             }
             match Pin::new(&mut *io).poll_write(cx, &self.wbuf[self.wpos..]) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Wakeup::Closed),
                 Poll::Ready(Ok(n)) => self.wpos += n,
                 Poll::Pending => break,
             }
@@ -269,15 +270,15 @@ impl Wire {
         if self.flush {
             match Pin::new(&mut *io).poll_flush(cx) {
                 Poll::Ready(Ok(())) => self.flush = false,
-                Poll::Ready(Err(_)) => return Poll::Ready(Step::Closed),
+                Poll::Ready(Err(_)) => return Poll::Ready(Wakeup::Closed),
                 Poll::Pending => {}
             }
         }
         let mut rb = ReadBuf::new(&mut self.rbuf);
         match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Step::Closed),
-            Poll::Ready(Ok(())) => Poll::Ready(Step::Read(rb.filled().len())),
-            Poll::Ready(Err(_)) => Poll::Ready(Step::Closed),
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Wakeup::Closed),
+            Poll::Ready(Ok(())) => Poll::Ready(Wakeup::Read(rb.filled().len())),
+            Poll::Ready(Err(_)) => Poll::Ready(Wakeup::Closed),
             Poll::Pending => Poll::Pending,
         }
     }

@@ -6,7 +6,7 @@
 mod stream;
 
 use crate::inflight::End;
-use crate::record::{ErrorKind, Failure};
+use crate::record::{ConnectFailure, ErrorKind};
 use crate::sched::Schedule;
 use crate::shared::WorkerRef;
 use loadterm_h3::frame::{self, code};
@@ -15,7 +15,10 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 /// One HTTP/3 connection: `scheds` holds one schedule per concurrent stream slot.
-pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result<End, Failure> {
+pub(crate) async fn connection(
+    w: &WorkerRef,
+    scheds: &mut [Schedule],
+) -> Result<End, ConnectFailure> {
     let setup = w.setup.clone();
     let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
     let config = setup
@@ -24,7 +27,7 @@ pub(crate) async fn connection(w: &WorkerRef, scheds: &mut [Schedule]) -> Result
         .expect("H3 setup has a QUIC config");
     let name = setup.server_name.to_str();
     let connect_failed = |why: &dyn std::fmt::Display| {
-        Failure::new(ErrorKind::Connect, format!("QUIC {}: {why}", setup.addr))
+        ConnectFailure::new(ErrorKind::Connect, format!("QUIC {}: {why}", setup.addr))
     };
     let connecting = endpoint
         .connect_with(config, setup.addr, &name)

@@ -13,7 +13,7 @@ use loadterm_exchange::{
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
-use loadterm_h3::message::{Event, Message, MessageError};
+use loadterm_h3::message::{Message, MessageError, MessageEvent};
 use loadterm_h3::qpack::{self, QpackError};
 use loadterm_h3::reader::Reader;
 use loadterm_plan::body::{self, BodyKind};
@@ -218,8 +218,8 @@ impl H3Stream {
     /// (grease) frames before its HEADERS.
     async fn request_head(&mut self) -> Result<(), Abort> {
         match self.recv.event(&mut self.msg).await? {
-            Event::Headers => Ok(()),
-            Event::TooLarge => Err(Abort::Status(ErrorPage::HeadersTooLarge)),
+            MessageEvent::Headers => Ok(()),
+            MessageEvent::TooLarge => Err(Abort::Status(ErrorPage::HeadersTooLarge)),
             // Not produced before a request's HEADERS (`Message` errors instead).
             _ => Err(Abort::Reset(code::REQUEST_INCOMPLETE)),
         }
@@ -240,9 +240,9 @@ impl H3Stream {
                     return Ok(false);
                 }
                 match self.recv.event(&mut self.msg).await? {
-                    Event::Data(n) => length.data(n).map_err(malformed)?,
-                    Event::End => return length.end().map_err(malformed).map(|()| true),
-                    Event::Trailers => {
+                    MessageEvent::Data(n) => length.data(n).map_err(malformed)?,
+                    MessageEvent::End => return length.end().map_err(malformed).map(|()| true),
+                    MessageEvent::Trailers => {
                         let section = self.msg.section();
                         HEAD.with(|h| h.borrow_mut().trailers(section, self.max_section))
                             .map_err(|e| match e {
