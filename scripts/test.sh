@@ -13,4 +13,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # bench/spike-epoll is a workspace of its own on the server's API (docs/PERFORMANCE.md): checked
 # here so that it keeps building as that API moves.
 cargo clippy --locked --manifest-path bench/spike-epoll/Cargo.toml --target-dir target -- -D warnings
+# The glossary in docs/ARCHITECTURE.md names only what exists, and each type name means one thing.
+scripts/check-glossary.sh
 cargo test --workspace --locked

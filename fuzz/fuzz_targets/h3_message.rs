@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loadterm_h3::message::{MessageEvent, Message};
+use loadterm_h3::message::{Message, MessageEvent};
 use loadterm_h3::qpack;
 
 fuzz_target!(|data: &[u8]| {

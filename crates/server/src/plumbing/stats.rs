@@ -25,6 +25,7 @@ impl Transport {
     }
 }
 
+/// The protocol a request was served over: the `proto` label of the request counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Proto {
     H1,
