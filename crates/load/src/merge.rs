@@ -74,47 +74,8 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
             }
         }
     }
-    let mut urls: Vec<String> = Vec::new();
-    let mut protocols: Vec<&str> = Vec::new();
-    for (_, r) in runs {
-        for u in &r.run.urls {
-            if !urls.contains(u) {
-                urls.push(u.clone());
-            }
-        }
-        if !protocols.contains(&r.run.protocol.as_str()) {
-            protocols.push(&r.run.protocol);
-        }
-    }
-    let (name0, _) = &runs[0];
-    let mut latency = decode(name0, "latency", &first.histograms.latency_us)?;
-    let mut ttfb = decode(name0, "ttfb", &first.histograms.ttfb_us)?;
-    let mut corrected = decode(
-        name0,
-        "corrected latency",
-        &first.histograms.latency_corrected_us,
-    )?;
-    for (name, r) in &runs[1..] {
-        add(
-            &mut latency,
-            &decode(name, "latency", &r.histograms.latency_us)?,
-            name,
-        )?;
-        add(
-            &mut ttfb,
-            &decode(name, "ttfb", &r.histograms.ttfb_us)?,
-            name,
-        )?;
-        add(
-            &mut corrected,
-            &decode(
-                name,
-                "corrected latency",
-                &r.histograms.latency_corrected_us,
-            )?,
-            name,
-        )?;
-    }
+    let (urls, protocols) = urls_and_protocols(runs);
+    let [latency, ttfb, corrected] = merged_histograms(runs)?;
     let all = || runs.iter().map(|(_, r)| r);
     let sum = |f: &dyn Fn(&Report) -> u64| all().map(f).sum::<u64>();
     // The merged window spans all the runs' windows, on the wall clock.
@@ -129,45 +90,9 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
     let origin = all()
         .map(|r| r.run.clock.origin_unix_s)
         .fold(f64::INFINITY, f64::min);
-    let mut timeseries: Vec<report::Second> = Vec::new();
-    for r in all() {
-        let offset = slot(r.run.clock.origin_unix_s - origin, 1.0);
-        for s in &r.timeseries {
-            let t = (s.t + offset) as usize;
-            while timeseries.len() <= t {
-                timeseries.push(report::Second {
-                    t: timeseries.len() as u64,
-                    requests: 0,
-                    errors: 0,
-                });
-            }
-            timeseries[t].requests += s.requests;
-            timeseries[t].errors += s.errors;
-        }
-    }
-    let mut status = BTreeMap::new();
-    let mut transport = Errors::default();
-    // Reports carry no time for their reasons: the first run (in the caller's order) that
-    // gave one for a kind of error speaks for it.
-    let mut first_reasons = BTreeMap::new();
-    for r in all() {
-        for (k, v) in &r.status {
-            *status.entry(k.clone()).or_default() += v;
-        }
-        transport.add(&r.errors.transport);
-        for (kind, reason) in &r.errors.first {
-            first_reasons
-                .entry(kind.clone())
-                .or_insert_with(|| reason.clone());
-        }
-    }
-    let open: Vec<&OpenLoop> = all().filter_map(|r| r.open_loop.as_ref()).collect();
-    let open_loop = (!open.is_empty()).then(|| OpenLoop {
-        rate: open.iter().map(|o| o.rate).sum(),
-        sent: open.iter().map(|o| o.sent).sum(),
-        late: open.iter().map(|o| o.late).sum(),
-        missed: open.iter().map(|o| o.missed).sum(),
-    });
+    let timeseries = merged_timeseries(runs, origin);
+    let (status, transport, first_reasons) = merged_outcomes(runs);
+    let open_loop = merged_open_loop(runs);
     let start_at = first.run.clock.start_at_unix_s;
     let bytes_total = sum(&|r| r.bytes.total);
     let completed = sum(&|r| r.requests.completed);
@@ -230,6 +155,105 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
             ttfb_us: report::encode(&ttfb),
             latency_corrected_us: report::encode(&corrected),
         },
+    })
+}
+
+/// Every URL and every protocol of the runs, each once, in the order they first appear.
+fn urls_and_protocols(runs: &[(String, Report)]) -> (Vec<String>, Vec<&str>) {
+    let mut urls: Vec<String> = Vec::new();
+    let mut protocols: Vec<&str> = Vec::new();
+    for (_, r) in runs {
+        for u in &r.run.urls {
+            if !urls.contains(u) {
+                urls.push(u.clone());
+            }
+        }
+        if !protocols.contains(&r.run.protocol.as_str()) {
+            protocols.push(&r.run.protocol);
+        }
+    }
+    (urls, protocols)
+}
+
+/// A report's encoded histograms, each named for errors: latency, TTFB, corrected latency.
+fn encoded_histograms(r: &Report) -> [(&'static str, &str); 3] {
+    [
+        ("latency", &r.histograms.latency_us),
+        ("ttfb", &r.histograms.ttfb_us),
+        ("corrected latency", &r.histograms.latency_corrected_us),
+    ]
+}
+
+/// The latency, TTFB and corrected-latency histograms, each summed over the (non-empty) runs.
+fn merged_histograms(runs: &[(String, Report)]) -> Result<[Histogram<u64>; 3]> {
+    let (name0, first) = &runs[0];
+    let [latency, ttfb, corrected] =
+        encoded_histograms(first).map(|(what, encoded)| decode(name0, what, encoded));
+    let mut sums = [latency?, ttfb?, corrected?];
+    for (name, r) in &runs[1..] {
+        for (sum, (what, encoded)) in sums.iter_mut().zip(encoded_histograms(r)) {
+            add(sum, &decode(name, what, encoded)?, name)?;
+        }
+    }
+    Ok(sums)
+}
+
+/// The runs' seconds summed, each run's placed by its clock's origin against the earliest.
+fn merged_timeseries(runs: &[(String, Report)], origin: f64) -> Vec<report::Second> {
+    let mut timeseries: Vec<report::Second> = Vec::new();
+    for (_, r) in runs {
+        let offset = slot(r.run.clock.origin_unix_s - origin, 1.0);
+        for s in &r.timeseries {
+            let t = (s.t + offset) as usize;
+            while timeseries.len() <= t {
+                timeseries.push(report::Second {
+                    t: timeseries.len() as u64,
+                    requests: 0,
+                    errors: 0,
+                });
+            }
+            timeseries[t].requests += s.requests;
+            timeseries[t].errors += s.errors;
+        }
+    }
+    timeseries
+}
+
+/// The responses by status and the transport errors, summed, and the first reason given for
+/// each kind of error.
+fn merged_outcomes(
+    runs: &[(String, Report)],
+) -> (BTreeMap<String, u64>, Errors, BTreeMap<String, String>) {
+    let mut status = BTreeMap::new();
+    let mut transport = Errors::default();
+    // Reports carry no time for their reasons: the first run (in the caller's order) that
+    // gave one for a kind of error speaks for it.
+    let mut first_reasons = BTreeMap::new();
+    for (_, r) in runs {
+        for (k, v) in &r.status {
+            *status.entry(k.clone()).or_default() += v;
+        }
+        transport.add(&r.errors.transport);
+        for (kind, reason) in &r.errors.first {
+            first_reasons
+                .entry(kind.clone())
+                .or_insert_with(|| reason.clone());
+        }
+    }
+    (status, transport, first_reasons)
+}
+
+/// The open loops of the runs that had one, as one: rates and counts summed.
+fn merged_open_loop(runs: &[(String, Report)]) -> Option<OpenLoop> {
+    let open: Vec<&OpenLoop> = runs
+        .iter()
+        .filter_map(|(_, r)| r.open_loop.as_ref())
+        .collect();
+    (!open.is_empty()).then(|| OpenLoop {
+        rate: open.iter().map(|o| o.rate).sum(),
+        sent: open.iter().map(|o| o.sent).sum(),
+        late: open.iter().map(|o| o.late).sum(),
+        missed: open.iter().map(|o| o.missed).sum(),
     })
 }
 
