@@ -132,30 +132,18 @@ pub(crate) struct SetupOptions<'a> {
     pub offer: Offer,
 }
 
-/// The URL's port, or `default` when it names none (or an empty one, RFC 3986 §3.2.3). http's
-/// `port_u16` reads a port that is not a number below 65536 as none, which silently dialled
-/// the default port (`:99999`, `:abc` went to 80): that is refused here.
-fn url_port(u: &http::Uri, default: u16) -> Result<u16> {
-    let authority = u.authority().map_or("", |a| a.as_str());
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let port = match host_port.rsplit_once(':') {
-        // `[v6]` alone: that colon is the address's.
-        Some((_, p)) if !p.contains(']') => p,
-        _ => return Ok(default),
-    };
-    if port.is_empty() {
-        return Ok(default);
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
-        _ => bail!("invalid port '{port}' in URL '{u}' (a number from 1 to 65535)"),
-    }
+/// The scheme, host and port every URL of a run shares, and the URLs.
+struct Origin {
+    uris: Vec<http::Uri>,
+    tls: bool,
+    host: String,
+    port: u16,
+    default_port: u16,
 }
 
-impl Setup {
-    pub(crate) fn new(o: &SetupOptions<'_>) -> Result<Setup> {
-        let uris: Vec<http::Uri> = o
-            .urls
+impl Origin {
+    fn of(urls: &[String]) -> Result<Origin> {
+        let uris: Vec<http::Uri> = urls
             .iter()
             .map(|u| {
                 u.parse::<http::Uri>()
@@ -184,7 +172,20 @@ impl Setup {
                 bail!("all URLs must share scheme, host and port ({u} differs from {first})");
             }
         }
-        let proto = match (o.proto, tls) {
+        Ok(Origin {
+            uris,
+            tls,
+            host,
+            port,
+            default_port,
+        })
+    }
+}
+
+impl ProtoChoice {
+    /// The protocol asked for, if the URL's scheme allows it; else the scheme's default.
+    fn for_scheme(asked: Option<ProtoChoice>, tls: bool) -> Result<ProtoChoice> {
+        Ok(match (asked, tls) {
             (None, true) => ProtoChoice::Alpn,
             (None, false) => ProtoChoice::H1,
             (Some(ProtoChoice::H2 | ProtoChoice::H3), false) => {
@@ -192,31 +193,85 @@ impl Setup {
             }
             (Some(ProtoChoice::H2c), true) => bail!("--h2c needs an http URL"),
             (Some(p), _) => p,
-        };
-        // h2load's --connect-to may leave the port out: the URL's then.
-        let connect_to = o.connect_to.map(|c| match c.rsplit_once(':') {
-            Some((_, p)) if !p.contains(']') => c.to_owned(),
-            _ => format!("{c}:{port}"),
-        });
-        let dial = connect_to.clone().unwrap_or_else(|| {
-            format!(
-                "{}:{port}",
-                host.trim_start_matches('[').trim_end_matches(']')
-            )
-        });
-        let dial = if connect_to.is_some() || !host.contains(':') {
-            dial
-        } else {
-            format!(
-                "[{}]:{port}",
-                host.trim_start_matches('[').trim_end_matches(']')
-            )
-        };
-        let addr = dial
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve '{dial}'"))?
-            .next()
-            .with_context(|| format!("'{dial}' resolves to nothing"))?;
+        })
+    }
+}
+
+/// The address to connect to: `--connect-to`'s, or the URL's host, resolved.
+fn dial_addr(connect_to: Option<&str>, host: &str, port: u16) -> Result<SocketAddr> {
+    // h2load's --connect-to may leave the port out: the URL's then.
+    let connect_to = connect_to.map(|c| match c.rsplit_once(':') {
+        Some((_, p)) if !p.contains(']') => c.to_owned(),
+        _ => format!("{c}:{port}"),
+    });
+    let dial = connect_to.clone().unwrap_or_else(|| {
+        format!(
+            "{}:{port}",
+            host.trim_start_matches('[').trim_end_matches(']')
+        )
+    });
+    let dial = if connect_to.is_some() || !host.contains(':') {
+        dial
+    } else {
+        format!(
+            "[{}]:{port}",
+            host.trim_start_matches('[').trim_end_matches(']')
+        )
+    };
+    dial.to_socket_addrs()
+        .with_context(|| format!("cannot resolve '{dial}'"))?
+        .next()
+        .with_context(|| format!("'{dial}' resolves to nothing"))
+}
+
+/// `-H` values (`name: value`) as header fields.
+fn parse_headers(headers: &[String]) -> Result<Vec<(http::HeaderName, http::HeaderValue)>> {
+    let mut out = Vec::new();
+    for h in headers {
+        let (n, v) = h
+            .split_once(':')
+            .with_context(|| format!("header '{h}' must be 'name: value'"))?;
+        out.push((
+            http::HeaderName::try_from(n.trim())
+                .with_context(|| format!("invalid header name in '{h}'"))?,
+            http::HeaderValue::try_from(v.trim())
+                .with_context(|| format!("invalid header value in '{h}'"))?,
+        ));
+    }
+    Ok(out)
+}
+
+/// The URL's port, or `default` when it names none (or an empty one, RFC 3986 §3.2.3). http's
+/// `port_u16` reads a port that is not a number below 65536 as none, which silently dialled
+/// the default port (`:99999`, `:abc` went to 80): that is refused here.
+fn url_port(u: &http::Uri, default: u16) -> Result<u16> {
+    let authority = u.authority().map_or("", |a| a.as_str());
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = match host_port.rsplit_once(':') {
+        // `[v6]` alone: that colon is the address's.
+        Some((_, p)) if !p.contains(']') => p,
+        _ => return Ok(default),
+    };
+    if port.is_empty() {
+        return Ok(default);
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(p),
+        _ => bail!("invalid port '{port}' in URL '{u}' (a number from 1 to 65535)"),
+    }
+}
+
+impl Setup {
+    pub(crate) fn new(o: &SetupOptions<'_>) -> Result<Setup> {
+        let Origin {
+            uris,
+            tls,
+            host,
+            port,
+            default_port,
+        } = Origin::of(o.urls)?;
+        let proto = ProtoChoice::for_scheme(o.proto, tls)?;
+        let addr = dial_addr(o.connect_to, &host, port)?;
         let sni = o
             .sni
             .unwrap_or(host.trim_start_matches('[').trim_end_matches(']'))
@@ -233,18 +288,7 @@ impl Setup {
             None if o.data.is_empty() => http::Method::GET,
             None => http::Method::POST,
         };
-        let mut headers = Vec::new();
-        for h in o.headers {
-            let (n, v) = h
-                .split_once(':')
-                .with_context(|| format!("header '{h}' must be 'name: value'"))?;
-            headers.push((
-                http::HeaderName::try_from(n.trim())
-                    .with_context(|| format!("invalid header name in '{h}'"))?,
-                http::HeaderValue::try_from(v.trim())
-                    .with_context(|| format!("invalid header value in '{h}'"))?,
-            ));
-        }
+        let headers = parse_headers(o.headers)?;
         // On HTTP/2 and 3 a Host given with -H becomes :authority, as in h2load: h3 refuses a
         // host field that contradicts the URL, and an h2 server goes by :authority.
         let host_header = headers
