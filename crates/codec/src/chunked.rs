@@ -178,6 +178,7 @@ impl ChunkedDecoder {
         r
     }
 
+    // A state machine: kept whole so that every transition of `State` reads in one match.
     fn run(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
         use ChunkError::*;
         use State::*;

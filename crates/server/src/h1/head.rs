@@ -128,16 +128,47 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
     head.control = None;
     head.if_match = None;
     head.if_none_match = None;
-    let mut length: Option<u64> = None;
-    let mut te = false;
-    let mut chunked = false;
-    let mut other_te = false;
-    let mut upgrade = false;
-    let mut settings = false;
-    for h in req.headers.iter() {
+    let seen = match read_fields(buf, req.headers, head, lenient) {
+        Ok(seen) => seen,
+        Err(page) => return Parsed::Error(page),
+    };
+    head.upgrade_h2c &= seen.upgrade
+        && seen.settings
+        && matches!(method, "GET" | "HEAD")
+        && len <= MAX_UPGRADE_HEAD;
+    match body_framing(buf, head, form, &seen, lenient) {
+        Ok(framing) => {
+            head.body = Some(framing);
+            Parsed::Complete
+        }
+        Err(page) => Parsed::Error(page),
+    }
+}
+
+/// What the field lines said that is judged once all are read: the body's framing and an h2c
+/// upgrade's fields.
+#[derive(Default)]
+struct SeenFields {
+    length: Option<u64>,
+    te: bool,
+    chunked: bool,
+    other_te: bool,
+    upgrade: bool,
+    settings: bool,
+}
+
+/// Reads the field lines into `head`, refusing what one line alone shows wrong.
+fn read_fields(
+    buf: &[u8],
+    headers: &[httparse::Header<'_>],
+    head: &mut RequestHead,
+    lenient: bool,
+) -> Result<SeenFields, ErrorPage> {
+    let mut seen = SeenFields::default();
+    for h in headers {
         let name = h.name.as_bytes();
         if name.len() + h.value.len() > MAX_FIELD {
-            return Parsed::Error(ErrorPage::FieldTooLarge);
+            return Err(ErrorPage::FieldTooLarge);
         }
         if !lenient {
             let mut end = offset(buf, h.value) + h.value.len();
@@ -145,48 +176,48 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
                 end += 1;
             }
             if buf[end] != b'\r' {
-                return Parsed::Error(ErrorPage::InvalidLineEnding);
+                return Err(ErrorPage::InvalidLineEnding);
             }
         }
         if name.eq_ignore_ascii_case(b"host") {
             if head.host.is_some() && !lenient {
-                return Parsed::Error(ErrorPage::DuplicateHost);
+                return Err(ErrorPage::DuplicateHost);
             }
             let at = offset(buf, h.value);
             head.host = Some(at..at + h.value.len());
         } else if name.eq_ignore_ascii_case(b"content-length") {
             // RFC 9110 §8.6 lets a recipient merge identical repeats; refusing every repeat
             // leaves nothing for a proxy in front to have merged differently.
-            if length.is_some() {
-                return Parsed::Error(ErrorPage::InvalidContentLength);
+            if seen.length.is_some() {
+                return Err(ErrorPage::InvalidContentLength);
             }
             let Some(v) = parse_length(h.value) else {
-                return Parsed::Error(ErrorPage::InvalidContentLength);
+                return Err(ErrorPage::InvalidContentLength);
             };
-            length = Some(v);
+            seen.length = Some(v);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            te = true;
+            seen.te = true;
             let mut any = false;
             for coding in tokens(h.value) {
                 any = true;
                 // `chunked` must be the last coding, and applied once.
-                other_te |= chunked || !coding.eq_ignore_ascii_case(b"chunked");
-                chunked = true;
+                seen.other_te |= seen.chunked || !coding.eq_ignore_ascii_case(b"chunked");
+                seen.chunked = true;
             }
             // An empty value is no coding at all: some proxies frame by Content-Length then.
-            other_te |= !any;
+            seen.other_te |= !any;
         } else if name.eq_ignore_ascii_case(b"connection") {
             for t in tokens(h.value) {
                 head.conn_close |= t.eq_ignore_ascii_case(b"close");
                 head.conn_keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
-                upgrade |= t.eq_ignore_ascii_case(b"upgrade");
+                seen.upgrade |= t.eq_ignore_ascii_case(b"upgrade");
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
             head.expect = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade_h2c = tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"h2c"));
         } else if name.eq_ignore_ascii_case(b"http2-settings") {
-            settings = true;
+            seen.settings = true;
         } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
             head.control = Some(h.value.to_vec());
         } else if name.eq_ignore_ascii_case(b"if-none-match") {
@@ -195,43 +226,51 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
             join_field_line(&mut head.if_match, h.value);
         }
     }
-    head.upgrade_h2c &=
-        upgrade && settings && matches!(method, "GET" | "HEAD") && len <= MAX_UPGRADE_HEAD;
+    Ok(seen)
+}
+
+/// The rules that need every field line read: Host (strict mode), then how the body is framed.
+fn body_framing(
+    buf: &[u8],
+    head: &RequestHead,
+    form: Option<Form>,
+    seen: &SeenFields,
+    lenient: bool,
+) -> Result<BodyFraming, ErrorPage> {
     if !lenient {
         // RFC 9112 §3.2: exactly one Host on HTTP/1.1, valid, and empty only when the target
         // carries the authority itself.
         match &head.host {
-            None if head.is_11 => return Parsed::Error(ErrorPage::MissingHost),
+            None if head.is_11 => return Err(ErrorPage::MissingHost),
             Some(r) if r.is_empty() && form != Some(Form::Absolute) && head.is_11 => {
-                return Parsed::Error(ErrorPage::InvalidHost)
+                return Err(ErrorPage::InvalidHost)
             }
             Some(r) if !r.is_empty() && !valid_authority(&buf[r.clone()]) => {
-                return Parsed::Error(ErrorPage::InvalidHost)
+                return Err(ErrorPage::InvalidHost)
             }
             _ => {}
         }
         // RFC 9112 §6.1: an HTTP/1.0 recipient cannot have meant chunked framing.
-        if te && !head.is_11 {
-            return Parsed::Error(ErrorPage::TransferEncodingOnHttp10);
+        if seen.te && !head.is_11 {
+            return Err(ErrorPage::TransferEncodingOnHttp10);
         }
     }
     // RFC 9112 §6.1: a transfer coding other than a final chunked cannot be framed; a request
     // with both Transfer-Encoding and Content-Length is a smuggling vector: refuse both.
-    if other_te {
-        return Parsed::Error(ErrorPage::InvalidTransferEncoding);
+    if seen.other_te {
+        return Err(ErrorPage::InvalidTransferEncoding);
     }
-    if chunked && length.is_some() {
-        return Parsed::Error(ErrorPage::TransferEncodingWithLength);
+    if seen.chunked && seen.length.is_some() {
+        return Err(ErrorPage::TransferEncodingWithLength);
     }
-    head.body = Some(if chunked {
+    Ok(if seen.chunked {
         BodyFraming::Chunked
     } else {
-        match length {
+        match seen.length {
             Some(0) | None => BodyFraming::None,
             Some(n) => BodyFraming::Length(n),
         }
-    });
-    Parsed::Complete
+    })
 }
 
 /// An incomplete head: wait for more, unless a limit is already exceeded.
