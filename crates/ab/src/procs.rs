@@ -577,3 +577,29 @@ pub(crate) fn clk_tck() -> f64 {
         100.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_run_gets_a_cidfile_after_run() {
+        let cid = std::path::Path::new("/tmp/x/cid");
+        let (runtime, with) = container_command(
+            "podman run --rm --network host img /bin/loadterm serve",
+            cid,
+        )
+        .unwrap();
+        assert_eq!(runtime, "podman");
+        assert_eq!(
+            with,
+            "podman run --cidfile /tmp/x/cid --rm --network host img /bin/loadterm serve"
+        );
+        let (runtime, _) = container_command("exec /usr/bin/docker run img", cid).unwrap();
+        assert_eq!(runtime, "/usr/bin/docker");
+        // The user's own --cidfile is theirs; a plain command is no container.
+        assert!(container_command("podman run --cidfile /c img", cid).is_none());
+        assert!(container_command("loadterm serve --run", cid).is_none());
+        assert!(container_command("podman ps", cid).is_none());
+    }
+}
