@@ -1,8 +1,9 @@
 //! `loadterm ab` measures the server wherever it runs: each variant in a cgroup ab makes below
 //! its own, a podman container (below that cgroup with `--cgroup-parent {cgroup}`), a daemon
 //! that forks and exits (nginx's default `daemon on;`); and it refuses a server that answers
-//! from outside what it started. After every run, interrupted or not: no container, no process
-//! and no cgroup left. Needs root (cgroups), podman and nginx.
+//! from outside what it started; and it reads cgroup v2 where asked. After every run,
+//! interrupted or not: no container, no process and no cgroup left. Needs root (cgroups),
+//! podman and nginx.
 
 mod common;
 
@@ -369,5 +370,47 @@ fn a_server_answering_from_outside_what_ab_started_is_refused() {
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("verdicts"),
         "no verdict on such data"
+    );
+}
+
+/// `--accounting cgroup-v2`: CPU from `cpu.stat` of a cgroup made in the v2 hierarchy (on this
+/// project's hybrid machines, the controller-less one at /sys/fs/cgroup/unified: CPU is
+/// accounted there without a controller, memory then comes from the processes).
+#[test]
+fn cgroup_v2_accounting_reads_cpu_stat() {
+    if !root() {
+        return;
+    }
+    let dir = Dir::new("v2");
+    let js = dir.file("ab.json");
+    let cmd = format!(
+        "{} serve -t 1 --no-quic -L {{host}}:{{clear_port}}:{{tls_port}}",
+        common::bin()
+    );
+    let child = Command::new(common::bin())
+        .args(["ab", "--a", &cmd, "--b", &cmd, "--accounting", "cgroup-v2"])
+        .args(SHORT)
+        .arg("--json")
+        .arg(&js)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = ok(&child.wait_with_output().unwrap());
+    assert!(stderr.contains("CPU and memory from cgroup v2"), "{stderr}");
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    for v in cell["variants"].as_array().unwrap() {
+        assert_eq!(v["accounting"], "cgroup-v2", "{v}");
+    }
+    for run in cell["runs"].as_array().unwrap() {
+        assert!(run["cpu_us_per_req"].as_f64().unwrap() > 1.0, "{run}");
+        assert!(run["rss_peak_mib"].as_f64().unwrap() > 0.1, "{run}");
+    }
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "cgroups left behind"
     );
 }
