@@ -75,6 +75,25 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A successful short ab run with `args` (and `SHORT`): ab's pid (the prefix of the cgroups it
+/// made), its stderr, and its JSON report.
+fn ab_run(args: &[&str], dir: &Dir) -> (u32, String, Value) {
+    let js = dir.file("ab.json");
+    let child = Command::new(common::bin())
+        .arg("ab")
+        .args(args)
+        .args(SHORT)
+        .arg("--json")
+        .arg(&js)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = ok(&child.wait_with_output().unwrap());
+    (pid, stderr, json(&js))
+}
+
 fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -189,20 +208,8 @@ fn podman_variants_are_measured_in_their_cgroups_and_removed() {
     let Some(image) = Image::build(&dir, "measured") else {
         return;
     };
-    let js = dir.file("ab.json");
-    let child = Command::new(common::bin())
-        .args(["ab", "--a", &image.variant(""), "--b", &image.variant("")])
-        .args(SHORT)
-        .arg("--json")
-        .arg(&js)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let stderr = ok(&out);
-    let r = json(&js);
+    let (a, b) = (image.variant(""), image.variant(""));
+    let (pid, stderr, r) = ab_run(&["--a", &a, "--b", &b], &dir);
     let cell = &r["cells"][0];
     for v in cell["variants"].as_array().unwrap() {
         let acc = v["accounting"].as_str().unwrap_or("none");
@@ -306,29 +313,31 @@ http {
     let (on, off) = (dir.file("on.conf"), dir.file("off.conf"));
     std::fs::write(&on, format!("daemon on;\n{conf}")).unwrap();
     std::fs::write(&off, format!("daemon off;\n{conf}")).unwrap();
-    let js = dir.file("ab.json");
     let nginx = "nginx -p {tmp} -e {tmp}/error.log -c {config}";
-    let child = Command::new(common::bin())
-        .arg("ab")
-        .args(["--config-template", &format!("on={}", on.display())])
-        .args(["--config-template", &format!("off={}", off.display())])
-        .args(["--variant", &format!("on={nginx}")])
-        .args(["--variant", &format!("off={nginx}")])
-        .args(["--url", "/"])
-        .args(SHORT)
-        .arg("--json")
-        .arg(&js)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let stderr = ok(&child.wait_with_output().unwrap());
+    let (on, off) = (
+        format!("on={}", on.display()),
+        format!("off={}", off.display()),
+    );
+    let (von, voff) = (format!("on={nginx}"), format!("off={nginx}"));
+    let (pid, stderr, r) = ab_run(
+        &[
+            "--config-template",
+            &on,
+            "--config-template",
+            &off,
+            "--variant",
+            &von,
+            "--variant",
+            &voff,
+            "--url",
+            "/",
+        ],
+        &dir,
+    );
     assert!(
         stderr.contains("exited (exit status: 0) and left"),
         "the daemon is noticed: {stderr}"
     );
-    let r = json(&js);
     for run in r["cells"][0]["runs"].as_array().unwrap() {
         assert_eq!(run["errors"], 0, "{run}");
         assert!(run["cpu_us_per_req"].as_f64().unwrap() > 1.0, "{run}");
@@ -382,24 +391,15 @@ fn cgroup_v2_accounting_reads_cpu_stat() {
         return;
     }
     let dir = Dir::new("v2");
-    let js = dir.file("ab.json");
     let cmd = format!(
         "{} serve -t 1 --no-quic -L {{host}}:{{clear_port}}:{{tls_port}}",
         common::bin()
     );
-    let child = Command::new(common::bin())
-        .args(["ab", "--a", &cmd, "--b", &cmd, "--accounting", "cgroup-v2"])
-        .args(SHORT)
-        .arg("--json")
-        .arg(&js)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let stderr = ok(&child.wait_with_output().unwrap());
+    let (pid, stderr, r) = ab_run(
+        &["--a", &cmd, "--b", &cmd, "--accounting", "cgroup-v2"],
+        &dir,
+    );
     assert!(stderr.contains("CPU and memory from cgroup v2"), "{stderr}");
-    let r = json(&js);
     let cell = &r["cells"][0];
     for v in cell["variants"].as_array().unwrap() {
         assert_eq!(v["accounting"], "cgroup-v2", "{v}");
