@@ -477,14 +477,17 @@ pub(crate) fn unique_name(tag: &str) -> String {
     )
 }
 
-/// Make the cgroup for one process, or say why it is read from /proc instead.
+/// Make the cgroup for one process; `None`: it is read from its /proc tree (asked for, or no
+/// cgroup could be made and none was asked for).
 pub(crate) fn for_process(tag: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
     match Cgroup::create(&unique_name(tag), want) {
         Ok(c) => Ok(Some(c)),
         // Asked for explicitly: that is what the user wants, or it is an error.
-        Err(why) if want.is_some_and(|w| w != Accounting::ProcTree) => {
-            Err(anyhow::anyhow!(why)).context(format!("--accounting {want:?}"))
-        }
+        Err(why) if want.is_some_and(|w| w != Accounting::ProcTree) => Err(anyhow::anyhow!(why))
+            .context(format!(
+                "--accounting {}",
+                want.map_or(String::new(), |w| w.to_string())
+            )),
         Err(_) => Ok(None),
     }
 }
