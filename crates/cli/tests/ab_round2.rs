@@ -4,37 +4,8 @@
 
 mod common;
 
-use serde_json::Value;
-use std::path::{Path, PathBuf};
+use common::{ab, json_file as json, Dir};
 use std::process::{Command, Output};
-
-/// A scratch directory of this test, removed at the end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("loadterm-ab2-{}-{tag}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn ab(args: &[&str]) -> Output {
-    Command::new(common::bin())
-        .arg("ab")
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn ok(out: &Output) -> String {
     assert!(
@@ -43,10 +14,6 @@ fn ok(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn server_cmd() -> String {

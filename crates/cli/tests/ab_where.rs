@@ -7,29 +7,10 @@
 
 mod common;
 
+use common::{ab, json_file as json, Dir};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-
-/// A scratch directory of this test, removed at the end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("loadterm-abw-{}-{tag}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Whether cgroups can be made here (root); when not, `cannot_run` fails or prints the skip.
 #[allow(unsafe_code)] // geteuid
@@ -58,14 +39,6 @@ const SHORT: &[&str] = &[
     "2",
 ];
 
-fn ab(args: &[&str]) -> Output {
-    Command::new(common::bin())
-        .arg("ab")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -92,10 +65,6 @@ fn ab_run(args: &[&str], dir: &Dir) -> (u32, String, Value) {
     let pid = child.id();
     let stderr = ok(&child.wait_with_output().unwrap());
     (pid, stderr, json(&js))
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Cgroup directories named after ab process `pid`, in every hierarchy.

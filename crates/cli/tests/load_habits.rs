@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Server;
+use common::{Dir, Server};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -20,27 +20,6 @@ fn load(args: &[&str]) -> Output {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A scratch directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("loadterm-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn p(path: &Path) -> &str {
@@ -84,8 +63,8 @@ fn a_bad_port_in_the_url_is_a_usage_error() {
 fn sigint_reports_what_was_measured() {
     let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
-    let dir = Scratch::new("sigint");
-    let (json, hlog) = (dir.path("run.json"), dir.path("run.hlog"));
+    let dir = Dir::new("sigint");
+    let (json, hlog) = (dir.file("run.json"), dir.file("run.hlog"));
     let url = format!("http://127.0.0.1:{}/?s=1k&t=5", s.clear_port);
     let mut cmd = Command::new(common::bin());
     cmd.args(["load", "-D", "60s", "-c", "2", &url]).args([
@@ -176,10 +155,10 @@ fn sigusr1_does_not_stop_a_load_client() {
 
 /// `openssl req -x509 … -subj /CN=bench.local -addext subjectAltName=DNS:bench.local` into
 /// `dir`: the certificate (CA:TRUE, as openssl makes them) and the server's combined PEM.
-fn openssl_self_signed(dir: &Scratch, name: &str) -> (PathBuf, PathBuf) {
+fn openssl_self_signed(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
     let (cert, key) = (
-        dir.path(&format!("{name}.crt")),
-        dir.path(&format!("{name}.key")),
+        dir.file(&format!("{name}.crt")),
+        dir.file(&format!("{name}.key")),
     );
     let out = Command::new("openssl")
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
@@ -195,7 +174,7 @@ fn openssl_self_signed(dir: &Scratch, name: &str) -> (PathBuf, PathBuf) {
         .output()
         .unwrap();
     assert!(out.status.success(), "openssl: {}", stderr(&out));
-    let combined = dir.path(&format!("{name}.pem"));
+    let combined = dir.file(&format!("{name}.pem"));
     let pem = std::fs::read_to_string(&cert).unwrap() + &std::fs::read_to_string(&key).unwrap();
     std::fs::write(&combined, pem).unwrap();
     (cert, combined)
@@ -208,7 +187,7 @@ fn cacert_accepts_the_openssl_self_signed_certificate() {
     if !common::have_tool("openssl") {
         return;
     }
-    let dir = Scratch::new("cacert");
+    let dir = Dir::new("cacert");
     let (cert, combined) = openssl_self_signed(&dir, "bench");
     let s = Server::start(&["-t", "1", "--cert", p(&combined)]);
     let to = format!("127.0.0.1:{}", s.tls_port);
@@ -230,7 +209,7 @@ fn cacert_refuses_other_certificates_in_words() {
     if !common::have_tool("openssl") {
         return;
     }
-    let dir = Scratch::new("cacert-other");
+    let dir = Dir::new("cacert-other");
     let (cert, combined) = openssl_self_signed(&dir, "server");
     let (other, _) = openssl_self_signed(&dir, "other");
     let s = Server::start(&["-t", "1", "--cert", p(&combined)]);
@@ -478,8 +457,8 @@ fn h2load_flags_without_an_equivalent_are_refused_with_one() {
 #[test]
 fn h2load_flags_with_an_equivalent_run() {
     let s = Server::start(&["-t", "1"]);
-    let dir = Scratch::new("h2load-flags");
-    let urls = dir.path("urls");
+    let dir = Dir::new("h2load-flags");
+    let urls = dir.file("urls");
     let clear = format!("http://127.0.0.1:{}", s.clear_port);
     std::fs::write(&urls, format!("{clear}/?s=10\n{clear}/?s=30\n")).unwrap();
     let defaults = [

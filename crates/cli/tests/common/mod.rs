@@ -231,3 +231,34 @@ pub(crate) fn report(out: std::process::Output) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON report")
 }
+
+/// A scratch directory of one test (`tag` tells the tests of one file apart), removed on drop.
+pub(crate) struct Dir(std::path::PathBuf);
+
+impl Dir {
+    pub(crate) fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("loadterm-test-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    pub(crate) fn file(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `loadterm ab ARGS`, run to its end.
+pub(crate) fn ab(args: &[&str]) -> std::process::Output {
+    Command::new(bin()).arg("ab").args(args).output().unwrap()
+}
+
+/// A JSON report written to `path`.
+pub(crate) fn json_file(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
