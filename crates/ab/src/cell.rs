@@ -572,8 +572,6 @@ impl CellPlan<'_> {
     }
 }
 
-/// What kind of contamination a flag reports: its words before the first figure
-/// ("foreign CPU", "client behind", "steal").
 /// Where each variant's CPU per request went (user, system, and the server cores' irq and
 /// softirq where it had them alone), in medians; and how much softirq the variants shared.
 fn cost_notes(variants: &[Variant], runs: &[Run]) -> Vec<String> {
@@ -617,6 +615,8 @@ fn cost_notes(variants: &[Variant], runs: &[Run]) -> Vec<String> {
     notes
 }
 
+/// What kind of contamination a flag reports: its words before the first figure
+/// ("foreign CPU", "client behind", "steal").
 fn flag_kind(flag: &str) -> &str {
     flag.split(|c: char| c.is_ascii_digit() || c == ':' || c == '+' || c == '-')
         .next()

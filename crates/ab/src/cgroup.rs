@@ -45,7 +45,7 @@ pub(crate) struct Usage {
 }
 
 /// The directories of one cgroup, one per hierarchy ab reads.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 struct Dirs {
     /// v2: the one directory; v1: the cpuacct hierarchy's.
     cpu: PathBuf,
@@ -466,21 +466,11 @@ pub(crate) fn enter(files: &[CString]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A cgroup name unique to this run of ab: `loadterm-ab-PID-N-TAG`.
-pub(crate) fn unique_name(tag: &str) -> String {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!(
-        "loadterm-ab-{}-{n}-{}",
-        std::process::id(),
-        tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
-    )
-}
-
-/// Make the cgroup for one process; `None`: it is read from its /proc tree (asked for, or no
-/// cgroup could be made and none was asked for).
-pub(crate) fn for_process(tag: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
-    match Cgroup::create(&unique_name(tag), want) {
+/// Make the cgroup named `name` for one process (the name of its scratch directory, unique to
+/// this run of ab); `None`: it is read from its /proc tree (asked for, or no cgroup could be
+/// made and none was asked for).
+pub(crate) fn for_process(name: &str, want: Option<Accounting>) -> Result<Option<Cgroup>> {
+    match Cgroup::create(name, want) {
         Ok(c) => Ok(Some(c)),
         // Asked for explicitly: that is what the user wants, or it is an error.
         Err(why) if want.is_some_and(|w| w != Accounting::ProcTree) => Err(anyhow::anyhow!(why))

@@ -51,6 +51,15 @@ impl Scratch {
     pub(crate) fn path(&self) -> &Path {
         &self.0
     }
+
+    /// Its directory's name, `loadterm-ab-PID-N-TAG`: unique to this run of ab, and given to
+    /// the process's cgroup too.
+    pub(crate) fn name(&self) -> &str {
+        self.0
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for Scratch {
@@ -141,9 +150,8 @@ impl Backends {
             taken.push(clear);
             let tls = procs::free_port(host, ports, &taken)?;
             taken.push(tls);
-            let tag = format!("backend{}", i + 1);
-            let scratch = Scratch::new(&tag)?;
-            let cgroup = cgroup::for_process(&tag, accounting)?;
+            let scratch = Scratch::new(&format!("backend{}", i + 1))?;
+            let cgroup = cgroup::for_process(scratch.name(), accounting)?;
             let mut own = vars.clone();
             own.set("backend_port", clear);
             own.set("backend_tls_port", tls);

@@ -413,7 +413,7 @@ impl ServerReadings {
             alone,
             ctx: a.ctx_switches.saturating_sub(b.ctx_switches),
             rss_kib: (a.rss_kib, a.rss_kib),
-            accounting: server.accounting().0,
+            accounting: server.accounting(),
         }
     }
 }
@@ -427,7 +427,7 @@ fn start_server(
     let clear = procs::free_port(&spec.host, spec.ports, &[])?;
     let tls = procs::free_port(&spec.host, spec.ports, &[clear])?;
     let scratch = Scratch::new(variant)?;
-    let cgroup = cgroup::for_process(variant, spec.accounting)?;
+    let cgroup = cgroup::for_process(scratch.name(), spec.accounting)?;
     let mut vars = spec.vars.clone();
     vars.set("host", &spec.host);
     vars.set("clear_port", clear);
@@ -460,7 +460,7 @@ fn start_server(
             said.push(variant.to_owned());
             eprintln!(
                 "ab: variant {variant}: CPU and memory from {}",
-                server.accounting().1
+                server.describe_accounting()
             );
         }
     }

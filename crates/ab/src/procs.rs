@@ -218,9 +218,16 @@ impl ServerProc {
         self.child.id()
     }
 
-    /// How this server's CPU and memory are read, for the report: e.g. "cgroup v1
-    /// /loadterm-ab-…", with what ab found on the way (a container's cgroup, a daemon).
-    pub(crate) fn accounting(&self) -> (Accounting, String) {
+    /// How this server's CPU and memory are read.
+    pub(crate) fn accounting(&self) -> Accounting {
+        self.cgroup
+            .as_ref()
+            .map_or(Accounting::ProcTree, Cgroup::accounting)
+    }
+
+    /// The same in words, for the user: e.g. "cgroup v1 /loadterm-ab-…", with what ab found
+    /// on the way (a container's cgroup, a daemon).
+    pub(crate) fn describe_accounting(&self) -> String {
         match &self.cgroup {
             Some(cg) => {
                 let mut text = format!("{} {}", cg.accounting(), cg.path());
@@ -230,12 +237,9 @@ impl ServerProc {
                 if self.daemon {
                     text.push_str(" (a daemon: the started process exited, its cgroup kept running)");
                 }
-                (cg.accounting(), text)
+                text
             }
-            None => (
-                Accounting::ProcTree,
-                "the /proc tree under the started process (no cgroup could be made: not root, or no delegation)".into(),
-            ),
+            None => "the /proc tree under the started process (no cgroup could be made: not root, or no delegation)".into(),
         }
     }
 
