@@ -6,14 +6,14 @@
 //! started process is the fallback (`Accounting::ProcTree`).
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How a variant's CPU and memory were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Accounting {
     /// cgroup v2: `cpu.stat`, `memory.stat` (anon) where the memory controller is enabled.

@@ -3,7 +3,9 @@
 use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
+use crate::agent::client::AgentClient;
 use crate::fixture::{Backends, Vars};
+use crate::host::ServerHost;
 use crate::measure::{RunSpec, VariantServer};
 use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
@@ -12,6 +14,7 @@ use loadterm_plan::exit::{usage_error, Interrupted};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `loadterm load --send-grid` of every run (it only acts in open loop).
@@ -69,9 +72,19 @@ pub struct AbArgs {
     /// hierarchy, else v2; the /proc tree under the started process where none can be made.
     #[arg(long, value_enum)]
     accounting: Option<crate::cgroup::Accounting>,
-    /// Address the servers listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
+    /// Address the servers listen on [default: 127.0.0.1, or the agent's address with
+    /// --server-host].
+    #[arg(long)]
+    host: Option<String>,
+    /// Run the variants and backends on another host, through `loadterm agent` there
+    /// (https://HOST:PORT, or http://127.0.0.1:PORT for an agent on loopback without
+    /// credentials). The load runs here, aimed at HOST; --server-cpus are that host's CPUs.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["a_endpoint", "b_endpoint"])]
+    server_host: Option<String>,
+    /// The credentials for --server-host (a directory made by `loadterm agent --init`, with
+    /// ca.pem, ab.pem, ab.key and token).
+    #[arg(long, value_name = "DIR", requires = "server_host")]
+    agent_auth: Option<PathBuf>,
     /// Ports of every server and backend ab starts, FIRST-LAST (inclusive; two per server:
     /// {clear_port}, {tls_port}), e.g. to stay inside a firewall's opening.
     #[arg(long, value_name = "FIRST-LAST", default_value_t = procs::PortRange::DEFAULT)]
@@ -304,8 +317,9 @@ pub fn run(a: AbArgs) -> Result<()> {
     let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
-    let environment = crate::env::capture();
-    let mut bench = Bench::start(&a, &variants, endpoint_mode).map_err(refusal)?;
+    let (server_host, host_report) = server_host(&a)?;
+    let environment = crate::env::capture(host_report);
+    let mut bench = Bench::start(&a, &variants, endpoint_mode, server_host).map_err(refusal)?;
     let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
     drop(bench);
     let report = MatrixReport {
@@ -326,6 +340,47 @@ pub fn run(a: AbArgs) -> Result<()> {
         bail!("no run completed");
     }
     Ok(())
+}
+
+/// Where the servers run: here, or on the agent's host (connected, its clock measured).
+fn server_host(
+    a: &AbArgs,
+) -> Result<(Arc<ServerHost>, Option<crate::env::ServerHostReport>)> {
+    let Some(url) = &a.server_host else {
+        return Ok((Arc::new(ServerHost::here()), None));
+    };
+    let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
+    let clock = agent.clock()?;
+    eprintln!(
+        "ab: servers on {} ({}, {} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
+        agent.facts.hostname,
+        agent.facts.cpu_model,
+        agent.facts.cpus,
+        clock.offset_s * 1e3,
+        clock.rtt_s * 1e3
+    );
+    let report = crate::env::ServerHostReport {
+        agent: url.clone(),
+        facts: agent.facts.clone(),
+        clock_offset_ms: clock.offset_s * 1e3,
+        round_trip_ms: clock.rtt_s * 1e3,
+    };
+    Ok((Arc::new(ServerHost::Agent(agent)), Some(report)))
+}
+
+/// The address the servers listen on and the clients aim at.
+fn listen_host(a: &AbArgs) -> Result<String> {
+    match (&a.host, &a.server_host) {
+        (Some(h), _) => Ok(h.clone()),
+        (None, None) => Ok("127.0.0.1".into()),
+        (None, Some(url)) => {
+            let authority = url.split("://").nth(1).unwrap_or(url).trim_end_matches('/');
+            match authority.rsplit_once(':') {
+                Some((h, _)) => Ok(h.trim_matches(['[', ']']).to_owned()),
+                None => bail!("--server-host {url}: no port"),
+            }
+        }
+    }
 }
 
 /// Figures that cannot be the server's end the comparison like a command line that cannot run
@@ -369,10 +424,13 @@ impl Bench {
         a: &AbArgs,
         variants: &[(String, VariantServer)],
         endpoint_mode: bool,
+        server_host: Arc<ServerHost>,
     ) -> Result<Bench> {
-        let reference = contam::settings(a.server_cpus.first().copied().unwrap_or(0));
-        // In endpoint mode the server is elsewhere: only the client's cores are ours to check.
-        let smt = if endpoint_mode {
+        let host = listen_host(a)?;
+        let reference = server_host.settings(a.server_cpus.first().copied().unwrap_or(0))?;
+        // In endpoint mode the server is elsewhere: only the client's cores are ours to
+        // check; on an agent's host, its CPUs share no core with the clients'.
+        let smt = if endpoint_mode || server_host.is_remote() {
             Vec::new()
         } else {
             contam::smt_shared(&a.server_cpus, &a.client_cpus, contam::sysfs_siblings)
@@ -383,10 +441,11 @@ impl Bench {
                 .map_or(1, |d| d.as_nanos() as u64)
         }));
         let mut vars = Vars::default();
-        vars.set("host", &a.host);
+        vars.set("host", &host);
         let backends = Backends::start(
+            &server_host,
             &a.backends,
-            &a.host,
+            &host,
             a.ports,
             &a.backend_cpus,
             a.accounting,
@@ -417,8 +476,9 @@ impl Bench {
             .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
         let base = RunSpec {
             target: variants[0].1.clone(),
+            server_host,
             proto: String::new(),
-            host: a.host.clone(),
+            host,
             ports: a.ports,
             url: a.url.clone(),
             server_cpus: a.server_cpus.clone(),

@@ -344,6 +344,7 @@ pub(crate) mod tests {
             client_cpu_util: None,
             series: Vec::new(),
             wall_s: 1.0,
+            server_window_off_ms: None,
             checks: crate::contam::Checks {
                 steal_pct: 0.0,
                 foreign_pct: Some(0.0),

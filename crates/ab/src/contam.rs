@@ -2,7 +2,7 @@
 //! function of /proc and /sys readings taken around the run, so the thresholds are decided here
 //! and nowhere else.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Steal above this share of the measured cores' capacity flags the run.
@@ -33,7 +33,7 @@ pub(crate) const STEADY_Z: f64 = 3.0;
 pub(crate) const STEADY_PCT: f64 = 2.0;
 
 /// Cumulative ticks of one CPU from /proc/stat.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq (guest time is already inside user).
     pub busy: u64,
@@ -68,7 +68,7 @@ pub(crate) fn read_proc_stat() -> BTreeMap<usize, CpuTicks> {
 }
 
 /// Machine settings that change what a run measures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Settings {
     pub governor: Option<String>,
     pub boost: Option<String>,
@@ -180,13 +180,22 @@ pub(crate) fn steady_state(series: &[f64]) -> Option<Steady> {
     })
 }
 
+/// /proc/stat of one host at both ends of a run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stat {
+    pub before: BTreeMap<usize, CpuTicks>,
+    pub after: BTreeMap<usize, CpuTicks>,
+}
+
 /// Readings of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct Readings {
     pub wall_s: f64,
     pub ticks_per_s: f64,
-    pub before: BTreeMap<usize, CpuTicks>,
-    pub after: BTreeMap<usize, CpuTicks>,
+    /// The servers' host (the server CPUs are its), and the clients' (the client CPUs): the
+    /// same machine unless an agent ran the servers.
+    pub server_stat: Stat,
+    pub client_stat: Stat,
     pub server_cpus: Vec<usize>,
     pub client_cpus: Vec<usize>,
     /// CPU seconds of every server measured during the run (their cgroups, or /proc trees);
@@ -231,11 +240,11 @@ pub(crate) struct Checks {
     pub repeat: Vec<String>,
 }
 
-fn delta(r: &Readings, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
+fn delta(stat: &Stat, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
     cpus.iter()
         .map(|c| {
-            let a = r.after.get(c).map_or(0, f);
-            let b = r.before.get(c).map_or(0, f);
+            let a = stat.after.get(c).map_or(0, f);
+            let b = stat.before.get(c).map_or(0, f);
             a.saturating_sub(b) as f64
         })
         .sum()
@@ -260,7 +269,7 @@ fn capacity(r: &Readings, cpus: &[usize]) -> f64 {
 impl Readings {
     /// Interrupt and softirq time on the server cores, seconds.
     fn softirq_s(&self) -> f64 {
-        delta(self, &self.server_cpus, |t| t.soft) / self.ticks_per_s
+        delta(&self.server_stat, &self.server_cpus, |t| t.soft) / self.ticks_per_s
     }
 
     /// The server cores' interrupt and softirq time that is not already in `own_s` (the
@@ -269,13 +278,13 @@ impl Readings {
     /// both in its runtime and as softirq in /proc/stat; what the cores spent beyond the
     /// servers' runtime bounds that overlap.
     pub(crate) fn network_s(&self, own_s: f64) -> f64 {
-        let busy = delta(self, &self.server_cpus, |t| t.busy) / self.ticks_per_s;
+        let busy = delta(&self.server_stat, &self.server_cpus, |t| t.busy) / self.ticks_per_s;
         self.softirq_s().min((busy - own_s).max(0.0))
     }
 
     /// Task time on the server cores (busy without interrupts and softirq), seconds.
     fn task_s(&self) -> f64 {
-        delta(self, &self.server_cpus, |t| t.busy - t.soft) / self.ticks_per_s
+        delta(&self.server_stat, &self.server_cpus, |t| t.busy - t.soft) / self.ticks_per_s
     }
 }
 
@@ -318,18 +327,14 @@ pub(crate) fn elsewhere_refusal(variant: &str, runs: &[&Checks]) -> Option<Strin
 
 pub(crate) fn check(r: &Readings) -> Checks {
     let capacity = |cpus: &[usize]| capacity(r, cpus);
-    let all: Vec<usize> = r
-        .server_cpus
-        .iter()
-        .chain(&r.client_cpus)
-        .copied()
-        .collect();
+    let client_steal = delta(&r.client_stat, &r.client_cpus, |t| t.steal);
     let steal_pct = if r.server_cpu_s.is_some() {
-        delta(r, &all, |t| t.steal) / capacity(&all)
+        (delta(&r.server_stat, &r.server_cpus, |t| t.steal) + client_steal)
+            / capacity(&[r.server_cpus.as_slice(), &r.client_cpus].concat())
     } else {
-        delta(r, &r.client_cpus, |t| t.steal) / capacity(&r.client_cpus)
+        client_steal / capacity(&r.client_cpus)
     } * 100.0;
-    let softirq_pct = delta(r, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
+    let softirq_pct = delta(&r.server_stat, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
     let foreign_pct = r.server_cpu_s.map(|own| {
         let others = r.task_s() - own;
         (others.max(0.0) * r.ticks_per_s / capacity(&r.server_cpus) * 100.0).min(100.0)
@@ -337,7 +342,7 @@ pub(crate) fn check(r: &Readings) -> Checks {
     // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
     // tick or two: capped, since it is a share.
     let client_busy_pct =
-        (delta(r, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
+        (delta(&r.client_stat, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
     let mut repeat = Vec::new();
     if steal_pct > STEAL_PCT {
         repeat.push(format!("steal {steal_pct:.1}%"));
@@ -431,8 +436,14 @@ mod tests {
             late_limit_pct: None,
             wall_s: 1.0,
             ticks_per_s: 100.0,
-            before: parse_proc_stat(before),
-            after: parse_proc_stat(after),
+            server_stat: Stat {
+                before: parse_proc_stat(before),
+                after: parse_proc_stat(after),
+            },
+            client_stat: Stat {
+                before: parse_proc_stat(before),
+                after: parse_proc_stat(after),
+            },
             server_cpus: vec![0],
             client_cpus: vec![1],
             server_cpu_s,

@@ -1,10 +1,13 @@
 //! The environment block of a report: what machine, what load, what exact commands.
 
+use crate::agent::HostFacts;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Environment {
     pub loadterm: String,
+    /// This machine's name: where ab and its load clients ran.
+    pub hostname: String,
     pub kernel: String,
     pub cpu_model: String,
     pub cpus: usize,
@@ -13,6 +16,20 @@ pub(crate) struct Environment {
     pub thp: Option<String>,
     pub load_average: String,
     pub command_line: String,
+    /// The servers' host, when an agent ran them (`--server-host`); else they ran here.
+    pub server_host: Option<ServerHostReport>,
+}
+
+/// The agent's host and how its clock was aligned with this one.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ServerHostReport {
+    pub agent: String,
+    #[serde(flatten)]
+    pub facts: HostFacts,
+    /// Its clock minus this machine's, and the shortest round trip of the measurement
+    /// (the offset is known to ± half of it), milliseconds, when the comparison began.
+    pub clock_offset_ms: f64,
+    pub round_trip_ms: f64,
 }
 
 fn read(path: &str) -> Option<String> {
@@ -22,20 +39,31 @@ fn read(path: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-pub(crate) fn capture() -> Environment {
-    let cpu_model = read("/proc/cpuinfo")
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+/// What a report says of a host: the same for this one and an agent's.
+pub(crate) fn host_facts() -> HostFacts {
+    HostFacts {
+        hostname: read("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into()),
+        kernel: read("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
+        cpu_model: read("/proc/cpuinfo")
+            .and_then(|c| {
+                c.lines().find_map(|l| {
+                    l.strip_prefix("model name")
+                        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+                })
             })
-        })
-        .unwrap_or_else(|| "unknown".into());
+            .unwrap_or_else(|| "unknown".into()),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+pub(crate) fn capture(server_host: Option<ServerHostReport>) -> Environment {
+    let here = host_facts();
     Environment {
         loadterm: env!("CARGO_PKG_VERSION").into(),
-        kernel: read("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
-        cpu_model,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        hostname: here.hostname,
+        kernel: here.kernel,
+        cpu_model: here.cpu_model,
+        cpus: here.cpus,
         governor: read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         boost: read("/sys/devices/system/cpu/cpufreq/boost"),
         thp: read("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -45,5 +73,6 @@ pub(crate) fn capture() -> Environment {
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
             .collect::<Vec<_>>()
             .join(" "),
+        server_host,
     }
 }

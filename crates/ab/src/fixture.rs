@@ -2,15 +2,17 @@
 //! config templates), per-run scratch directories, and backends that run for the whole
 //! comparison on their own CPUs and are never measured.
 
-use crate::cgroup::{self, Accounting, Cgroup};
+use crate::cgroup::{Accounting, Cgroup};
+use crate::host::{Launch, Role, ServerHost};
 use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Placeholder → value, applied in order: `{backend_port_2}` before `{backend_port}` would not
 /// matter since braces delimit names, but keeping one list keeps one rule.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Vars(Vec<(String, String)>);
 
 impl Vars {
@@ -90,13 +92,13 @@ pub(crate) fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str
 
 /// Wait until something answers on `host:port`, and check that it is `server`'s: a process in
 /// its cgroup (or /proc tree), or in the container it started; and that all of them run on
-/// `cpus`.
+/// `cpus`. Returns where a container was found, when outside the server's own cgroup.
 pub(crate) fn wait_ready(
     server: &mut ServerProc,
     host: &str,
     port: u16,
     cpus: &[usize],
-) -> Result<()> {
+) -> Result<Option<String>> {
     let t0 = Instant::now();
     loop {
         if let Some(why) = server.exited() {
@@ -110,9 +112,7 @@ pub(crate) fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if let Some(found) = server.locate() {
-        eprintln!("ab: {found}");
-    }
+    let located = server.locate();
     if !server.owns_port(port) {
         return Err(crate::contam::Implausible(format!("{host}:{port} is answered by a process outside what ab started and measures (the command's cgroup, or its /proc tree where no cgroup could be made): an already running server or container, or a port shared via SO_REUSEPORT")).into());
     }
@@ -122,12 +122,13 @@ pub(crate) fn wait_ready(
             cpu_list(cpus)
         );
     }
-    Ok(())
+    Ok(located)
 }
 
-/// The backends of a comparison, stopped when dropped.
+/// The backends of a comparison, on the servers' host, stopped when dropped.
 pub(crate) struct Backends {
-    procs: Vec<(ServerProc, Scratch)>,
+    host: Arc<ServerHost>,
+    ids: Vec<u64>,
 }
 
 impl Backends {
@@ -136,6 +137,7 @@ impl Backends {
     /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
     /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
     pub(crate) fn start(
+        server_host: &Arc<ServerHost>,
         commands: &[String],
         host: &str,
         ports: procs::PortRange,
@@ -143,29 +145,32 @@ impl Backends {
         accounting: Option<Accounting>,
         vars: &mut Vars,
     ) -> Result<Backends> {
-        let mut procs = Vec::new();
-        let mut taken = Vec::new();
+        let mut backends = Backends {
+            host: server_host.clone(),
+            ids: Vec::new(),
+        };
         for (i, command) in commands.iter().enumerate() {
-            let clear = procs::free_port(host, ports, &taken)?;
-            taken.push(clear);
-            let tls = procs::free_port(host, ports, &taken)?;
-            taken.push(tls);
-            let scratch = Scratch::new(&format!("backend{}", i + 1))?;
-            let cgroup = cgroup::for_process(scratch.name(), accounting)?;
-            let mut own = vars.clone();
-            own.set("backend_port", clear);
-            own.set("backend_tls_port", tls);
-            own.set("tmp", scratch.path().display());
-            set_cgroup(&mut own, cgroup.as_ref(), command)?;
-            let rendered = own.render(command);
-            let mut p = ServerProc::start(&rendered, cpus, scratch.path(), cgroup)?;
-            wait_ready(&mut p, host, clear, cpus)
-                .with_context(|| format!("backend {}: `{rendered}`", i + 1))?;
+            let launched = server_host
+                .launch(&Launch {
+                    role: Role::Backend,
+                    tag: format!("backend{}", i + 1),
+                    command: command.clone(),
+                    config: None,
+                    vars: vars.clone(),
+                    host: host.to_owned(),
+                    ports,
+                    cpus: cpus.to_vec(),
+                    accounting,
+                    ready_on_tls: false,
+                })
+                .with_context(|| format!("backend {}", i + 1))?;
+            backends.ids.push(launched.id);
+            let (clear, tls) = (launched.clear_port, launched.tls_port);
             eprintln!(
-                "backend {} on {host}:{clear} (TLS {tls}): {rendered}",
-                i + 1
+                "backend {} on {host}:{clear} (TLS {tls}): {}",
+                i + 1,
+                launched.command
             );
-            procs.push((p, scratch));
             if i == 0 {
                 vars.set("backend_port", clear);
                 vars.set("backend_tls_port", tls);
@@ -173,13 +178,13 @@ impl Backends {
             vars.set(&format!("backend_port_{}", i + 1), clear);
             vars.set(&format!("backend_tls_port_{}", i + 1), tls);
         }
-        Ok(Backends { procs })
+        Ok(backends)
     }
 
     /// Fail when a backend died: every later round would measure error responses.
     pub(crate) fn check_alive(&mut self) -> Result<()> {
-        for (i, (p, _)) in self.procs.iter_mut().enumerate() {
-            if let Some(why) = p.exited() {
+        for (i, id) in self.ids.iter().enumerate() {
+            if let Some(why) = self.host.exited(*id)? {
                 bail!("backend {} exited during the comparison ({why})", i + 1);
             }
         }
@@ -189,8 +194,8 @@ impl Backends {
 
 impl Drop for Backends {
     fn drop(&mut self) {
-        for (p, _) in self.procs.drain(..) {
-            p.stop(Duration::from_secs(3));
+        for id in self.ids.drain(..) {
+            self.host.stop(id);
         }
     }
 }

@@ -1,4 +1,5 @@
 //! See the crate description.
+pub mod agent;
 mod cell;
 mod cgroup;
 pub mod cli;
@@ -6,6 +7,7 @@ mod compare;
 mod contam;
 mod env;
 mod fixture;
+mod host;
 mod measure;
 mod plot;
 mod procs;

@@ -6,16 +6,19 @@
 //!   its connections up and then measures a window that starts at an agreed instant, and each
 //!   server's CPU read in nanoseconds at both ends of that window.
 
-use crate::cgroup::{self, Accounting};
-use crate::contam::{self, Checks, Readings, Settings};
-use crate::fixture::{self, Scratch, Vars};
-use crate::procs::{self, ServerProc};
+use crate::cgroup::Accounting;
+use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
+use std::collections::BTreeMap;
+use crate::fixture::Vars;
+use crate::host::{self, Launch, Role, ServerHost};
+use crate::procs::{self, UsageSample};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
 use serde::Serialize;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 /// What a variant is.
 #[derive(Debug, Clone)]
@@ -35,6 +38,8 @@ pub(crate) enum VariantServer {
 #[derive(Debug, Clone)]
 pub(crate) struct RunSpec {
     pub target: VariantServer,
+    /// Where the servers run (this machine, or an agent's host).
+    pub server_host: Arc<ServerHost>,
     pub proto: String,
     pub host: String,
     /// The ports the servers may listen on (`--ports`).
@@ -104,6 +109,9 @@ pub(crate) struct Run {
     pub series: Vec<f64>,
     /// Wall time of the whole run: start-up, checks, warm-up, measurement, stop.
     pub wall_s: f64,
+    /// How far the server host's readings were from the window's agreed start, at worst, ms
+    /// (kept servers; with an agent, its clock's uncertainty included).
+    pub server_window_off_ms: Option<f64>,
     pub checks: Checks,
 }
 
@@ -212,16 +220,18 @@ fn url_host(host: &str) -> String {
     }
 }
 
-/// A started server, with its scratch directory (removed after the server stops).
+/// A server started on the comparison's server host.
 pub(crate) struct Started {
-    server: ServerProc,
+    host: Arc<ServerHost>,
+    id: u64,
     base: String,
-    _scratch: Scratch,
+    accounting: Accounting,
+    in_cgroup: bool,
 }
 
 impl Started {
     pub(crate) fn stop(self) {
-        self.server.stop(Duration::from_secs(3));
+        self.host.stop(self.id);
     }
 }
 
@@ -259,15 +269,16 @@ const WINDOW_LEAD: Duration = Duration::from_millis(150);
 /// server's CPU readings.
 const WINDOW_SLACK_S: f64 = 0.002;
 
-fn sleep_until(t: std::time::SystemTime) {
-    if let Ok(d) = t.duration_since(std::time::SystemTime::now()) {
+fn sleep_until(t: SystemTime) {
+    if let Ok(d) = t.duration_since(SystemTime::now()) {
         std::thread::sleep(d);
     }
 }
 
 /// One measured window on servers kept running, all at once: each gets its own client, every
 /// client starts its window at the same agreed instant, and each server's CPU (nanoseconds,
-/// from its cgroup or every thread of its tree) is read at that instant and `duration` later.
+/// from its cgroup or every thread of its tree) is read by its host at that instant and
+/// `duration` later, while the clients' CPU is read here.
 /// Measured together, the variants share whatever else the machine does in that second, and
 /// their ratio cancels it.
 pub(crate) fn windows(
@@ -278,14 +289,13 @@ pub(crate) fn windows(
     let Some(first) = jobs.first() else {
         return Ok(Vec::new());
     };
-    let (duration, cpu0) = (
+    let (duration, cpu0, host) = (
         first.0.duration,
         first.0.server_cpus.first().copied().unwrap_or(0),
+        first.2.host.clone(),
     );
-    let at = std::time::SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
-    let at_s = at
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let at = SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
+    let at_s = host::unix_s(at);
     let extra = [
         "--warm-up-time".to_owned(),
         format!("{}ms", WINDOW_WARMUP.as_millis()),
@@ -294,7 +304,7 @@ pub(crate) fn windows(
     ];
     let mut clients = Vec::new();
     for (spec, variant, s) in jobs.iter_mut() {
-        if let Some(why) = s.server.exited() {
+        if let Some(why) = host.exited(s.id)? {
             bail!("variant {variant}: the server exited: {why}");
         }
         let url = format!("{}{}", s.base, spec.url);
@@ -304,22 +314,27 @@ pub(crate) fn windows(
             .context("cannot run loadterm load")?;
         clients.push((child, json_path));
     }
-    let read = |jobs: &[(&RunSpec, &str, &mut Started)], clients: &[(std::process::Child, _)]| {
-        let servers: Vec<procs::UsageSample> =
-            jobs.iter().map(|(_, _, s)| s.server.sample()).collect();
-        let client_ticks: Vec<u64> = clients
+    let ids: Vec<u64> = jobs.iter().map(|(_, _, s)| s.id).collect();
+    let read_clients = |clients: &[(std::process::Child, _)]| {
+        let ticks: Vec<u64> = clients
             .iter()
             .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
             .collect();
-        (servers, client_ticks, contam::read_proc_stat())
+        (ticks, contam::read_proc_stat())
     };
-    sleep_until(at);
-    let settings = contam::settings(cpu0);
-    let before = read(jobs, &clients);
-    let t0 = Instant::now();
-    sleep_until(at + duration);
-    let after = read(jobs, &clients);
-    let wall = t0.elapsed().as_secs_f64();
+    let (window, before, after, wall) = std::thread::scope(|scope| {
+        let server = scope.spawn(|| host.window(&ids, at, duration, cpu0));
+        sleep_until(at);
+        let before = read_clients(&clients);
+        let t0 = Instant::now();
+        sleep_until(at + duration);
+        let after = read_clients(&clients);
+        let wall = t0.elapsed().as_secs_f64();
+        let window = server
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the server host's readings panicked")));
+        (window, before, after, wall)
+    });
     let reports: Vec<Result<LoadReport>> = clients
         .into_iter()
         .map(|(child, json_path)| {
@@ -331,9 +346,11 @@ pub(crate) fn windows(
             report?.context("the load report is missing")
         })
         .collect();
+    let window = window?;
+    let (sb, sa) = (&window.readings.before, &window.readings.after);
     // For the foreign-CPU check, every server measured in this window is "own" CPU.
     let all_ns: u64 = (0..jobs.len())
-        .map(|k| after.0[k].cpu_ns.saturating_sub(before.0[k].cpu_ns))
+        .map(|k| sa.servers[k].cpu_ns.saturating_sub(sb.servers[k].cpu_ns))
         .sum();
     let alone = jobs.len() == 1;
     let mut runs = Vec::new();
@@ -341,8 +358,7 @@ pub(crate) fn windows(
         let (spec, variant, started) = &jobs[k];
         let report = report?;
         let misaligned_s = report.run.clock.window_start_unix_s - at_s;
-        let server =
-            ServerReadings::between(&started.server, &before.0[k], &after.0[k], all_ns, alone);
+        let server = ServerReadings::between(started, &sb.servers[k], &sa.servers[k], all_ns, alone);
         let mut run = run_of(
             spec,
             variant,
@@ -350,8 +366,17 @@ pub(crate) fn windows(
             &report,
             wall,
             Some(server),
-            (before.2.clone(), after.2.clone()),
-            settings.clone(),
+            (
+                Stat {
+                    before: sb.stat.clone(),
+                    after: sa.stat.clone(),
+                },
+                Stat {
+                    before: before.1.clone(),
+                    after: after.1.clone(),
+                },
+            ),
+            window.readings.settings.clone(),
         )?;
         if misaligned_s.abs() > WINDOW_SLACK_S {
             let flag = format!(
@@ -361,10 +386,19 @@ pub(crate) fn windows(
             run.checks.flags.push(flag.clone());
             run.checks.repeat.push(flag);
         }
+        if window.misaligned_s > WINDOW_SLACK_S {
+            let flag = format!(
+                "server readings late: up to {:.1} ms off the window's start",
+                window.misaligned_s * 1e3
+            );
+            run.checks.flags.push(flag.clone());
+            run.checks.repeat.push(flag);
+        }
+        run.server_window_off_ms = Some(window.misaligned_s * 1e3);
         // Ticks, not schedstat: the client may have ended its window, and its threads, before
         // the second reading, and a finished process keeps only its totals.
         run.client_cpu_util =
-            Some(after.1[k].saturating_sub(before.1[k]) as f64 / procs::clk_tck() / wall);
+            Some(after.0[k].saturating_sub(before.0[k]) as f64 / procs::clk_tck() / wall);
         run.wall_s = t_start.elapsed().as_secs_f64();
         runs.push(run);
     }
@@ -398,9 +432,9 @@ struct ServerReadings {
 impl ServerReadings {
     /// Between two samples of a long-lived server (nanoseconds: its cgroup, or its threads).
     fn between(
-        server: &ServerProc,
-        b: &procs::UsageSample,
-        a: &procs::UsageSample,
+        server: &Started,
+        b: &UsageSample,
+        a: &UsageSample,
         all_ns: u64,
         alone: bool,
     ) -> Self {
@@ -413,7 +447,7 @@ impl ServerReadings {
             alone,
             ctx: a.ctx_switches.saturating_sub(b.ctx_switches),
             rss_kib: (a.rss_kib, a.rss_kib),
-            accounting: server.accounting(),
+            accounting: server.accounting,
         }
     }
 }
@@ -424,35 +458,29 @@ fn start_server(
     command: &str,
     config: &Option<(String, String)>,
 ) -> Result<Started> {
-    let clear = procs::free_port(&spec.host, spec.ports, &[])?;
-    let tls = procs::free_port(&spec.host, spec.ports, &[clear])?;
-    let scratch = Scratch::new(variant)?;
-    let cgroup = cgroup::for_process(scratch.name(), spec.accounting)?;
-    let mut vars = spec.vars.clone();
-    vars.set("host", &spec.host);
-    vars.set("clear_port", clear);
-    vars.set("tls_port", tls);
-    vars.set("tmp", scratch.path().display());
-    vars.set("variant", variant);
-    vars.set("server_cpus", fixture::cpu_list(&spec.server_cpus));
-    fixture::set_cgroup(&mut vars, cgroup.as_ref(), command)?;
-    if let Some((name, template)) = config {
-        let path = scratch.path().join(name);
-        std::fs::write(&path, vars.render(template))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        vars.set("config", path.display());
+    let launched = spec
+        .server_host
+        .launch(&Launch {
+            role: Role::Variant,
+            tag: variant.to_owned(),
+            command: command.to_owned(),
+            config: config.clone(),
+            vars: spec.vars.clone(),
+            host: spec.host.clone(),
+            ports: spec.ports,
+            cpus: spec.server_cpus.clone(),
+            accounting: spec.accounting,
+            ready_on_tls: !matches!(spec.proto.as_str(), "h1" | "h2c"),
+        })
+        .with_context(|| format!("variant {variant}"))?;
+    if let Some(found) = &launched.located {
+        eprintln!("ab: {found}");
     }
-    let command = vars.render(command);
-    let mut server = ServerProc::start(&command, &spec.server_cpus, scratch.path(), cgroup)?;
     let (scheme, port) = if matches!(spec.proto.as_str(), "h1" | "h2c") {
-        ("http", clear)
+        ("http", launched.clear_port)
     } else {
-        ("https", tls)
+        ("https", launched.tls_port)
     };
-    if let Err(e) = fixture::wait_ready(&mut server, &spec.host, port, &spec.server_cpus) {
-        server.stop(Duration::from_secs(3));
-        return Err(e.context(format!("variant {variant}: `{command}`")));
-    }
     // Said once per variant: every later start is read the same way.
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     if let Ok(mut said) = SAID.lock() {
@@ -460,14 +488,16 @@ fn start_server(
             said.push(variant.to_owned());
             eprintln!(
                 "ab: variant {variant}: CPU and memory from {}",
-                server.describe_accounting()
+                launched.describe
             );
         }
     }
     Ok(Started {
-        server,
+        host: spec.server_host.clone(),
+        id: launched.id,
         base: format!("{scheme}://{}:{port}", url_host(&spec.host)),
-        _scratch: scratch,
+        accounting: launched.accounting,
+        in_cgroup: launched.in_cgroup,
     })
 }
 
@@ -486,7 +516,7 @@ pub(crate) fn run(spec: &RunSpec, variant: &str, round: usize) -> Result<Run> {
         variant,
         round,
         &format!("{base}{}", spec.url),
-        started.as_ref().map(|s| &s.server),
+        started.as_ref(),
     );
     if let Some(s) = started {
         s.stop();
@@ -501,51 +531,71 @@ fn measured(
     variant: &str,
     round: usize,
     url: &str,
-    server: Option<&ServerProc>,
+    server: Option<&Started>,
 ) -> Result<Run> {
     prove_and_warm(spec, variant, url)?;
     let json_path = report_path(variant, round);
     let stop = AtomicBool::new(false);
+    // The server and its host's CPUs, read together.
+    let sample = |s: &Started| -> Result<(UsageSample, BTreeMap<usize, CpuTicks>)> {
+        let h = s.host.sample(&[s.id])?;
+        Ok((h.servers.first().copied().unwrap_or_default(), h.stat))
+    };
     std::thread::scope(|scope| {
         let sampler = server.map(|server| {
             let stop = &stop;
             scope.spawn(move || {
                 let (mut peak, mut sum, mut n) = (0u64, 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
-                    let rss = server.sample().rss_kib;
-                    peak = peak.max(rss);
-                    sum += rss;
-                    n += 1;
+                    if let Ok((s, _)) = sample(server) {
+                        peak = peak.max(s.rss_kib);
+                        sum += s.rss_kib;
+                        n += 1;
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 (peak, sum.checked_div(n).unwrap_or(0))
             })
         });
-        let settings = contam::settings(spec.server_cpus.first().copied().unwrap_or(0));
-        let before = server.map(ServerProc::sample);
+        let settings = match server {
+            Some(s) => s
+                .host
+                .settings(spec.server_cpus.first().copied().unwrap_or(0))?,
+            None => contam::settings(spec.server_cpus.first().copied().unwrap_or(0)),
+        };
+        let before = server.map(sample).transpose()?;
         let stat_before = contam::read_proc_stat();
         let t0 = Instant::now();
         let report = client(spec, url, spec.duration, Some(&json_path));
         let wall = t0.elapsed().as_secs_f64();
         let stat_after = contam::read_proc_stat();
-        let after = server.map(ServerProc::sample);
+        let after = server.map(sample).transpose()?;
         stop.store(true, Ordering::Relaxed);
         let rss = sampler.map(|s| s.join().unwrap_or((0, 0)));
         let _ = std::fs::remove_file(&json_path);
         let report = report?.context("the load report is missing")?;
-        let readings = match (server, before, after, rss) {
+        let client_stat = Stat {
+            before: stat_before,
+            after: stat_after,
+        };
+        let (readings, server_stat) = match (server, before, after, rss) {
             (Some(server), Some(b), Some(a), Some(rss)) => {
                 // A cgroup keeps the time of processes that ended; a /proc tree loses it
                 // from the nanoseconds of exited threads, but not from its ticks.
-                let mut r = ServerReadings::between(server, &b, &a, 0, true);
-                if !server.in_cgroup() {
-                    r.cpu_s = a.cpu_ticks.saturating_sub(b.cpu_ticks) as f64 / procs::clk_tck();
+                let mut r = ServerReadings::between(server, &b.0, &a.0, 0, true);
+                if !server.in_cgroup {
+                    r.cpu_s = a.0.cpu_ticks.saturating_sub(b.0.cpu_ticks) as f64 / procs::clk_tck();
                 }
                 r.all_cpu_s = r.cpu_s;
                 r.rss_kib = rss;
-                Some(r)
+                let stat = Stat {
+                    before: b.1,
+                    after: a.1,
+                };
+                (Some(r), stat)
             }
-            _ => None,
+            // Endpoint mode: no server host is read; its CPUs are not checked.
+            _ => (None, client_stat.clone()),
         };
         run_of(
             spec,
@@ -554,7 +604,7 @@ fn measured(
             &report,
             wall,
             readings,
-            (stat_before, stat_after),
+            (server_stat, client_stat),
             settings,
         )
     })
@@ -569,10 +619,8 @@ fn run_of(
     report: &LoadReport,
     wall: f64,
     server: Option<ServerReadings>,
-    stat: (
-        std::collections::BTreeMap<usize, contam::CpuTicks>,
-        std::collections::BTreeMap<usize, contam::CpuTicks>,
-    ),
+    // The servers' host's, and the clients'.
+    stat: (Stat, Stat),
     settings: Settings,
 ) -> Result<Run> {
     let requests = report.requests.completed;
@@ -604,8 +652,8 @@ fn run_of(
     let readings = Readings {
         wall_s: wall,
         ticks_per_s: procs::clk_tck(),
-        before: stat.0,
-        after: stat.1,
+        server_stat: stat.0,
+        client_stat: stat.1,
         server_cpus: spec.server_cpus.clone(),
         client_cpus: spec.client_cpus.clone(),
         server_cpu_s: server.as_ref().map(|s| s.all_cpu_s),
@@ -660,6 +708,7 @@ fn run_of(
         client_cpu_util: None,
         series,
         wall_s: 0.0,
+        server_window_off_ms: None,
         checks,
     })
 }

@@ -150,7 +150,7 @@ fn container_command(command: &str, cidfile: &std::path::Path) -> Option<(String
 }
 
 /// CPU, memory and scheduling counters of a server at one instant.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct UsageSample {
     /// utime + stime of the /proc tree, clock ticks (cgroups: the same from `cpu_ns`).
     pub cpu_ticks: u64,
@@ -505,7 +505,7 @@ fn listening_inodes(port: u16) -> Vec<String> {
 }
 
 /// The ports ab may give the servers and backends it starts (`--ports FIRST-LAST`, inclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PortRange {
     pub first: u16,
     pub last: u16,

@@ -227,6 +227,19 @@ fn environment_text(r: &MatrixReport) -> String {
         e.load_average,
         e.command_line
     );
+    if let Some(h) = &e.server_host {
+        s += &format!(
+            "servers on {} through the agent at {}: kernel {}, CPU {} ({} usable); its clock {:+.3} ms from this one's (round trip {:.3} ms); the clients ran on {}\n",
+            h.facts.hostname,
+            h.agent,
+            h.facts.kernel,
+            h.facts.cpu_model,
+            h.facts.cpus,
+            h.clock_offset_ms,
+            h.round_trip_ms,
+            e.hostname
+        );
+    }
     for c in r.cells.iter().take(1) {
         for v in &c.variants {
             let acc = v
@@ -422,6 +435,7 @@ pub(crate) mod tests {
             interrupted: false,
             environment: Environment {
                 loadterm: "0.0.0".into(),
+                hostname: "lab".into(),
                 kernel: "6.1".into(),
                 cpu_model: "test CPU".into(),
                 cpus: 2,
@@ -430,6 +444,7 @@ pub(crate) mod tests {
                 thp: Some("madvise".into()),
                 load_average: "0.10 0.20 0.30 1/100 1".into(),
                 command_line: "loadterm ab --a 'serve' --b 'serve --burn 3' --aa".into(),
+                server_host: None,
             },
             discarded_first_round: true,
             not_measured: None,

@@ -22,6 +22,9 @@ enum Cmd {
     Load(Box<loadterm_load::cli::LoadArgs>),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
     Ab(Box<loadterm_ab::cli::AbArgs>),
+    /// Run on a server host for `loadterm ab --server-host`: starts, pins, measures and stops
+    /// the variants of one comparison at a time (loopback unless authenticated).
+    Agent(Box<loadterm_ab::agent::AgentArgs>),
     /// Merge the JSON reports and interval logs of several runs (shards) into one, losslessly.
     Merge(Box<loadterm_load::merge_cmd::MergeArgs>),
     /// Print a shell completion script (e.g. `loadterm completions bash > /etc/bash_completion.d/loadterm`).
@@ -113,6 +116,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Serve(a) => ("serve", loadterm_server::cli::run(*a)),
         Cmd::Load(a) => ("load", loadterm_load::cli::run(*a)),
         Cmd::Ab(a) => ("ab", loadterm_ab::cli::run(*a)),
+        Cmd::Agent(a) => ("agent", loadterm_ab::agent::run(*a)),
         Cmd::Merge(a) => ("merge", loadterm_load::merge_cmd::run(*a)),
         Cmd::Completions { shell } => ("completions", completions(shell)),
         Cmd::Man { dir } => ("man", man(dir.as_deref())),

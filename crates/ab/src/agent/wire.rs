@@ -1,0 +1,188 @@
+//! HTTP/1.1 framing of the agent's requests and replies: a request line or status line,
+//! headers, and a body of exactly `Content-Length` bytes. Small, because both ends are ours;
+//! strict, because one end may be an attacker: a head over 16 KiB, a body over `MAX_BODY`, or
+//! a body cut short is an error, never a request.
+
+use super::proto::MAX_BODY;
+use std::io::{BufRead, Write};
+
+const MAX_HEAD: usize = 16 << 10;
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    /// The peer closed the connection between messages.
+    #[error("connection closed")]
+    Closed,
+    /// The peer closed the connection, or went silent, in the middle of a message.
+    #[error("truncated message: {0}")]
+    Truncated(String),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("message too large: {0}")]
+    TooLarge(String),
+}
+
+/// A message's first line, its headers (names in lower case) and its body.
+#[derive(Debug)]
+pub(crate) struct Message {
+    pub start: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Message {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn io_error(e: std::io::Error, what: &str) -> WireError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            WireError::Truncated(format!("{what}: timed out"))
+        }
+        _ => WireError::Truncated(format!("{what}: {e}")),
+    }
+}
+
+/// Read one message. Between messages, a closed connection is `Closed`.
+pub(crate) fn read_message(r: &mut impl BufRead) -> Result<Message, WireError> {
+    let mut head_len = 0usize;
+    let mut lines = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let n = std::io::Read::take(&mut *r, (MAX_HEAD - head_len + 1) as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_error(e, "reading the head"))?;
+        if n == 0 {
+            return Err(if lines.is_empty() {
+                WireError::Closed
+            } else {
+                WireError::Truncated("the head ends before its blank line".into())
+            });
+        }
+        head_len += n;
+        if head_len > MAX_HEAD {
+            return Err(WireError::TooLarge(format!("head over {MAX_HEAD} bytes")));
+        }
+        if !line.ends_with(b"\n") {
+            return Err(WireError::Truncated("the head ends mid-line".into()));
+        }
+        let line = String::from_utf8(line)
+            .map_err(|_| WireError::Malformed("a head line is not UTF-8".into()))?;
+        let line = line.trim_end_matches(['\r', '\n']).to_owned();
+        if line.is_empty() {
+            break;
+        }
+        lines.push(line);
+    }
+    let start = lines.remove(0);
+    let headers = lines
+        .into_iter()
+        .map(|l| {
+            let (n, v) = l
+                .split_once(':')
+                .ok_or_else(|| WireError::Malformed(format!("header without a colon: {l:?}")))?;
+            Ok((n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
+    let msg = Message {
+        start,
+        headers,
+        body: Vec::new(),
+    };
+    let len: usize = msg
+        .header("content-length")
+        .ok_or_else(|| WireError::Malformed("no Content-Length".into()))?
+        .parse()
+        .map_err(|_| WireError::Malformed("Content-Length is not a number".into()))?;
+    if len > MAX_BODY {
+        return Err(WireError::TooLarge(format!(
+            "a body of {len} bytes (at most {MAX_BODY})"
+        )));
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)
+        .map_err(|e| io_error(e, &format!("reading a body of {len} bytes")))?;
+    Ok(Message { body, ..msg })
+}
+
+/// Write one message: `start` line, `headers`, and `body` with its length.
+pub(crate) fn write_message(
+    w: &mut impl Write,
+    start: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut out = format!("{start}\r\ncontent-length: {}\r\n", body.len());
+    for (n, v) in headers {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(body);
+    w.write_all(&bytes)?;
+    w.flush()
+}
+
+/// Equality that takes the same time wherever the first difference is (a token check must
+/// not tell an attacker how many leading bytes were right).
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(a.len() ^ b.len(), |acc, (x, y)| acc | usize::from(x ^ y));
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(bytes: &[u8]) -> Result<Message, WireError> {
+        read_message(&mut std::io::BufReader::new(bytes))
+    }
+
+    #[test]
+    fn a_message_round_trips() {
+        let mut out = Vec::new();
+        write_message(&mut out, "POST /v1/clock HTTP/1.1", &[("x-a", "1")], b"{}").unwrap();
+        let m = read(&out).unwrap();
+        assert_eq!(m.start, "POST /v1/clock HTTP/1.1");
+        assert_eq!(m.header("x-a"), Some("1"));
+        assert_eq!(m.body, b"{}");
+    }
+
+    #[test]
+    fn a_cut_body_is_truncated_not_a_request() {
+        let e = read(b"POST /v1/launch HTTP/1.1\r\ncontent-length: 10\r\n\r\n{\"op\"").unwrap_err();
+        assert!(matches!(e, WireError::Truncated(_)), "{e}");
+        let e = read(b"POST /v1/launch HTTP/1.1\r\ncontent-le").unwrap_err();
+        assert!(matches!(e, WireError::Truncated(_)), "{e}");
+        assert!(matches!(read(b"").unwrap_err(), WireError::Closed));
+    }
+
+    #[test]
+    fn oversized_and_malformed_heads_are_refused() {
+        let big = format!("POST / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        assert!(matches!(read(big.as_bytes()).unwrap_err(), WireError::TooLarge(_)));
+        let huge = format!("POST / HTTP/1.1\r\ncontent-length: {}\r\n\r\n", MAX_BODY + 1);
+        assert!(matches!(read(huge.as_bytes()).unwrap_err(), WireError::TooLarge(_)));
+        assert!(matches!(
+            read(b"POST / HTTP/1.1\r\nno colon\r\n\r\n").unwrap_err(),
+            WireError::Malformed(_)
+        ));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}
