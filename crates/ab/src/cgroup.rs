@@ -419,6 +419,14 @@ pub(crate) fn adopt_orphans() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
+/// Reap every child that has exited: the orphans adopted as subreaper. Only while no started
+/// process is running: its `Child` must reap it itself.
+#[allow(unsafe_code)] // waitpid
+pub(crate) fn reap_orphans() {
+    // SAFETY: waitpid with WNOHANG on any child; 0 or -1 (none left) ends the loop.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+}
+
 /// Remove `dir` and the cgroups below it, deepest first.
 fn remove_tree(dir: &Path) -> std::io::Result<()> {
     if !dir.exists() {

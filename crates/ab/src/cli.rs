@@ -1,9 +1,9 @@
 //! `loadterm ab`: the command line, the cells of a comparison, and the report.
 
+use crate::agent::client::AgentClient;
 use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
-use crate::agent::client::AgentClient;
 use crate::fixture::{Backends, Vars};
 use crate::host::ServerHost;
 use crate::measure::{RunSpec, VariantServer};
@@ -343,9 +343,7 @@ pub fn run(a: AbArgs) -> Result<()> {
 }
 
 /// Where the servers run: here, or on the agent's host (connected, its clock measured).
-fn server_host(
-    a: &AbArgs,
-) -> Result<(Arc<ServerHost>, Option<crate::env::ServerHostReport>)> {
+fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::ServerHostReport>)> {
     let Some(url) = &a.server_host else {
         return Ok((Arc::new(ServerHost::here()), None));
     };

@@ -334,7 +334,8 @@ pub(crate) fn check(r: &Readings) -> Checks {
     } else {
         client_steal / capacity(&r.client_cpus)
     } * 100.0;
-    let softirq_pct = delta(&r.server_stat, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
+    let softirq_pct =
+        delta(&r.server_stat, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
     let foreign_pct = r.server_cpu_s.map(|own| {
         let others = r.task_s() - own;
         (others.max(0.0) * r.ticks_per_s / capacity(&r.server_cpus) * 100.0).min(100.0)
@@ -342,7 +343,8 @@ pub(crate) fn check(r: &Readings) -> Checks {
     // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
     // tick or two: capped, since it is a share.
     let client_busy_pct =
-        (delta(&r.client_stat, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0).min(100.0);
+        (delta(&r.client_stat, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0)
+            .min(100.0);
     let mut repeat = Vec::new();
     if steal_pct > STEAL_PCT {
         repeat.push(format!("steal {steal_pct:.1}%"));

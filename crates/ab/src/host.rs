@@ -183,6 +183,9 @@ impl Station {
     }
 
     pub(crate) fn sample(&self, ids: &[u64]) -> Result<HostSample> {
+        // The instant the reading starts: a cgroup's counters are read right after it (a
+        // /proc tree's take longer, and are that much later).
+        let unix_s = unix_s(SystemTime::now());
         let servers = ids
             .iter()
             .map(|id| Ok(self.get(*id)?.sample()))
@@ -190,7 +193,7 @@ impl Station {
         Ok(HostSample {
             servers,
             stat: contam::read_proc_stat(),
-            unix_s: unix_s(SystemTime::now()),
+            unix_s,
         })
     }
 

@@ -8,13 +8,13 @@
 
 use crate::cgroup::Accounting;
 use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
-use std::collections::BTreeMap;
 use crate::fixture::Vars;
 use crate::host::{self, Launch, Role, ServerHost};
 use crate::procs::{self, UsageSample};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -358,7 +358,8 @@ pub(crate) fn windows(
         let (spec, variant, started) = &jobs[k];
         let report = report?;
         let misaligned_s = report.run.clock.window_start_unix_s - at_s;
-        let server = ServerReadings::between(started, &sb.servers[k], &sa.servers[k], all_ns, alone);
+        let server =
+            ServerReadings::between(started, &sb.servers[k], &sa.servers[k], all_ns, alone);
         let mut run = run_of(
             spec,
             variant,

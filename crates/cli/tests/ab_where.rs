@@ -7,21 +7,9 @@
 
 mod common;
 
-use common::{ab, json_file as json, Dir};
+use common::{ab, cgroups_of, json_file as json, processes_with, root, Dir};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-
-/// Whether cgroups can be made here (root); when not, `cannot_run` fails or prints the skip.
-#[allow(unsafe_code)] // geteuid
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        common::cannot_run("ab makes cgroups only as root");
-    }
-    root
-}
 
 /// Short runs: a fixed rate (no pilot), two measured rounds after the discarded one.
 const SHORT: &[&str] = &[
@@ -65,36 +53,6 @@ fn ab_run(args: &[&str], dir: &Dir) -> (u32, String, Value) {
     let pid = child.id();
     let stderr = ok(&child.wait_with_output().unwrap());
     (pid, stderr, json(&js))
-}
-
-/// Cgroup directories named after ab process `pid`, in every hierarchy.
-fn cgroups_of(pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("loadterm-ab-{pid}-");
-    let mut found = Vec::new();
-    let mut stack = vec![PathBuf::from("/sys/fs/cgroup")];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                found.push(e.path());
-            } else {
-                stack.push(e.path());
-            }
-        }
-    }
-    found
-}
-
-/// Processes whose command line holds `marker`.
-fn processes_with(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(marker))
-        .count()
 }
 
 /// A local podman image holding this build's loadterm and its libraries (nothing can be
@@ -194,7 +152,7 @@ fn podman_variants_are_measured_in_their_cgroups_and_removed() {
     assert_eq!(image.containers(), "", "containers left behind");
     assert_eq!(
         cgroups_of(pid),
-        Vec::<PathBuf>::new(),
+        Vec::<std::path::PathBuf>::new(),
         "cgroups left behind"
     );
 }
@@ -247,7 +205,7 @@ fn sigint_during_a_container_run_leaves_nothing_behind() {
     assert_eq!(processes_with(&marker), 0, "processes left behind");
     assert_eq!(
         cgroups_of(pid),
-        Vec::<PathBuf>::new(),
+        Vec::<std::path::PathBuf>::new(),
         "cgroups left behind"
     );
 }
@@ -319,7 +277,7 @@ http {
     );
     assert_eq!(
         cgroups_of(pid),
-        Vec::<PathBuf>::new(),
+        Vec::<std::path::PathBuf>::new(),
         "cgroups left behind"
     );
 }
@@ -379,7 +337,7 @@ fn cgroup_v2_accounting_reads_cpu_stat() {
     }
     assert_eq!(
         cgroups_of(pid),
-        Vec::<PathBuf>::new(),
+        Vec::<std::path::PathBuf>::new(),
         "cgroups left behind"
     );
 }

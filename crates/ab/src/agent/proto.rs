@@ -19,11 +19,15 @@ pub(crate) const MAX_BODY: usize = 4 << 20;
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub(crate) enum Request {
     /// The first request: both sides' versions must match.
-    Hello { version: u32 },
+    Hello {
+        version: u32,
+    },
     /// The agent's clock, for the offset between the hosts.
     Clock,
     Launch(Box<Launch>),
-    Sample { ids: Vec<u64> },
+    Sample {
+        ids: Vec<u64>,
+    },
     /// Readings at `at_unix_s` (the agent's clock) and `duration_s` later.
     Window {
         ids: Vec<u64>,
@@ -31,9 +35,15 @@ pub(crate) enum Request {
         duration_s: f64,
         cpu0: usize,
     },
-    Exited { id: u64 },
-    Stop { id: u64 },
-    Settings { cpu: usize },
+    Exited {
+        id: u64,
+    },
+    Stop {
+        id: u64,
+    },
+    Settings {
+        cpu: usize,
+    },
 }
 
 impl Request {
@@ -66,14 +76,23 @@ pub(crate) struct HostFacts {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Reply {
-    Welcome { version: u32, host: HostFacts },
-    Clock { unix_s: f64 },
+    Welcome {
+        version: u32,
+        host: HostFacts,
+    },
+    Clock {
+        unix_s: f64,
+    },
     Launched(Box<Launched>),
     Sample(HostSample),
     Window(Box<WindowReadings>),
-    Exited { why: Option<String> },
+    Exited {
+        why: Option<String>,
+    },
     Stopped,
     Settings(crate::contam::Settings),
     /// The request was understood and failed (the text says why); the session goes on.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }

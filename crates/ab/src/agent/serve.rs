@@ -39,8 +39,8 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
             cfg.listen
         )));
     }
-    let listener =
-        TcpListener::bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let listener = TcpListener::bind(cfg.listen)
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     listener.set_nonblocking(true)?;
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
@@ -61,7 +61,9 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
         match listener.accept() {
             Ok((tcp, peer)) => {
                 let (cfg, shared) = (cfg.clone(), shared.clone());
-                threads.push(std::thread::spawn(move || connection(&cfg, &shared, tcp, peer)));
+                threads.push(std::thread::spawn(move || {
+                    connection(&cfg, &shared, tcp, peer)
+                }));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(50));
@@ -69,9 +71,21 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
             Err(e) => eprintln!("agent: accept: {e}"),
         }
         threads.retain(|t| !t.is_finished());
+        // Between comparisons, the processes a session's servers orphaned (a shell's child,
+        // a daemon) are the agent's to reap: it lives on, and they would stay zombies.
+        let holder = shared.holder.lock().unwrap_or_else(|e| e.into_inner());
+        if holder.is_none() {
+            crate::cgroup::reap_orphans();
+        }
+        drop(holder);
     }
     eprintln!("agent: stopping: ending every session");
-    for (_, s) in shared.sockets.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (_, s) in shared
+        .sockets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
         let _ = s.shutdown(Shutdown::Both);
     }
     for t in threads {
@@ -180,7 +194,9 @@ fn session<S: Read + Write>(
             return refuse(
                 w,
                 "409 Conflict",
-                format!("a replayed or out-of-order request: sequence {seq:?}, expected {expected}"),
+                format!(
+                    "a replayed or out-of-order request: sequence {seq:?}, expected {expected}"
+                ),
             );
         }
         expected += 1;
@@ -211,7 +227,9 @@ fn session<S: Read + Write>(
                     return refuse(
                         w,
                         "409 Conflict",
-                        format!("busy: {h} runs a comparison here (two would share the server cores)"),
+                        format!(
+                            "busy: {h} runs a comparison here (two would share the server cores)"
+                        ),
                     );
                 }
                 *holder = Some(peer);
@@ -268,7 +286,9 @@ fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
                 bail!("a window of {duration_s} s");
             }
             let at = host::from_unix_s(at_unix_s);
-            if at.duration_since(std::time::SystemTime::now()).unwrap_or_default()
+            if at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default()
                 > Duration::from_secs(60)
             {
                 bail!("a window over a minute ahead");

@@ -57,7 +57,14 @@ pub(crate) fn read_message(r: &mut impl BufRead) -> Result<Message, WireError> {
         let mut line = Vec::new();
         let n = std::io::Read::take(&mut *r, (MAX_HEAD - head_len + 1) as u64)
             .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(e, "reading the head"))?;
+            .map_err(|e| {
+                // A TLS peer that closes without close_notify between messages has ended.
+                if head_len == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    WireError::Closed
+                } else {
+                    io_error(e, "reading the head")
+                }
+            })?;
         if n == 0 {
             return Err(if lines.is_empty() {
                 WireError::Closed
@@ -169,9 +176,18 @@ mod tests {
     #[test]
     fn oversized_and_malformed_heads_are_refused() {
         let big = format!("POST / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
-        assert!(matches!(read(big.as_bytes()).unwrap_err(), WireError::TooLarge(_)));
-        let huge = format!("POST / HTTP/1.1\r\ncontent-length: {}\r\n\r\n", MAX_BODY + 1);
-        assert!(matches!(read(huge.as_bytes()).unwrap_err(), WireError::TooLarge(_)));
+        assert!(matches!(
+            read(big.as_bytes()).unwrap_err(),
+            WireError::TooLarge(_)
+        ));
+        let huge = format!(
+            "POST / HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+            MAX_BODY + 1
+        );
+        assert!(matches!(
+            read(huge.as_bytes()).unwrap_err(),
+            WireError::TooLarge(_)
+        ));
         assert!(matches!(
             read(b"POST / HTTP/1.1\r\nno colon\r\n\r\n").unwrap_err(),
             WireError::Malformed(_)

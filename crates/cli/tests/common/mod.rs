@@ -262,3 +262,45 @@ pub(crate) fn ab(args: &[&str]) -> std::process::Output {
 pub(crate) fn json_file(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Whether cgroups and network namespaces can be made here (root); when not, `cannot_run`
+/// fails or prints the skip.
+#[allow(unsafe_code)] // geteuid
+pub(crate) fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        cannot_run("cgroups and network namespaces are made only as root");
+    }
+    root
+}
+
+/// Cgroup directories named after ab (or agent) process `pid`, in every hierarchy.
+pub(crate) fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    let prefix = format!("loadterm-ab-{pid}-");
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                found.push(e.path());
+            } else {
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// Processes whose command line holds `marker`.
+pub(crate) fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(marker))
+        .count()
+}
