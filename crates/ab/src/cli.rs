@@ -5,7 +5,7 @@ use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
 use crate::fixture::{Backends, Vars};
-use crate::host::ServerHost;
+use crate::host::{ClientHost, ServerHost};
 use crate::measure::{RunSpec, VariantServer};
 use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
@@ -81,9 +81,19 @@ pub struct AbArgs {
     /// credentials). The load runs here, aimed at HOST; --server-cpus are that host's CPUs.
     #[arg(long, value_name = "URL", conflicts_with_all = ["a_endpoint", "b_endpoint"])]
     server_host: Option<String>,
-    /// The credentials for --server-host (a directory made by `loadterm agent --init`, with
-    /// ca.pem, ab.pem, ab.key and token).
-    #[arg(long, value_name = "DIR", requires = "server_host")]
+    /// Run a shard of every measured window's load on another host too, through `loadterm
+    /// agent` there (repeatable): with N client hosts, this machine and each of them take
+    /// 1/(N+1) of the connections and of the rate (`loadterm load --shard`), all starting
+    /// at the same instant, and their reports are merged. For a rate one machine cannot send.
+    #[arg(
+        long = "client-host",
+        value_name = "URL",
+        conflicts_with = "fresh_process"
+    )]
+    client_hosts: Vec<String>,
+    /// The credentials for --server-host and --client-host (a directory made by `loadterm
+    /// agent --init`, with ca.pem, ab.pem, ab.key and token).
+    #[arg(long, value_name = "DIR")]
     agent_auth: Option<PathBuf>,
     /// Ports of every server and backend ab starts, FIRST-LAST (inclusive; two per server:
     /// {clear_port}, {tls_port}), e.g. to stay inside a firewall's opening.
@@ -318,8 +328,10 @@ pub fn run(a: AbArgs) -> Result<()> {
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
     let (server_host, host_report) = server_host(&a)?;
-    let environment = crate::env::capture(host_report);
-    let mut bench = Bench::start(&a, &variants, endpoint_mode, server_host).map_err(refusal)?;
+    let client_hosts = client_hosts(&a)?;
+    let environment = crate::env::capture(host_report, &client_hosts);
+    let mut bench =
+        Bench::start(&a, &variants, endpoint_mode, server_host, client_hosts).map_err(refusal)?;
     let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
     drop(bench);
     let report = MatrixReport {
@@ -364,6 +376,24 @@ fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::Server
         round_trip_ms: clock.rtt_s * 1e3,
     };
     Ok((Arc::new(ServerHost::Agent(agent)), Some(report)))
+}
+
+/// Where the load of a measured window runs: here, and on every --client-host's agent.
+fn client_hosts(a: &AbArgs) -> Result<Arc<Vec<ClientHost>>> {
+    let mut hosts = vec![ClientHost::Here];
+    for url in &a.client_hosts {
+        let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
+        let clock = agent.clock()?;
+        eprintln!(
+            "ab: a shard of the load on {} ({} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
+            agent.facts.hostname,
+            agent.facts.cpus,
+            clock.offset_s * 1e3,
+            clock.rtt_s * 1e3
+        );
+        hosts.push(ClientHost::Agent(Box::new(agent)));
+    }
+    Ok(Arc::new(hosts))
 }
 
 /// The address the servers listen on and the clients aim at.
@@ -423,6 +453,7 @@ impl Bench {
         variants: &[(String, VariantServer)],
         endpoint_mode: bool,
         server_host: Arc<ServerHost>,
+        client_hosts: Arc<Vec<ClientHost>>,
     ) -> Result<Bench> {
         let host = listen_host(a)?;
         let reference = server_host.settings(a.server_cpus.first().copied().unwrap_or(0))?;
@@ -475,6 +506,7 @@ impl Bench {
         let base = RunSpec {
             target: variants[0].1.clone(),
             server_host,
+            client_hosts,
             proto: String::new(),
             host,
             ports: a.ports,

@@ -192,10 +192,10 @@ pub(crate) struct Stat {
 pub(crate) struct Readings {
     pub wall_s: f64,
     pub ticks_per_s: f64,
-    /// The servers' host (the server CPUs are its), and the clients' (the client CPUs): the
-    /// same machine unless an agent ran the servers.
+    /// The servers' host (the server CPUs are its), and each client host's (the client CPUs):
+    /// one machine unless agents ran the servers or shards of the load.
     pub server_stat: Stat,
-    pub client_stat: Stat,
+    pub client_stats: Vec<Stat>,
     pub server_cpus: Vec<usize>,
     pub client_cpus: Vec<usize>,
     /// CPU seconds of every server measured during the run (their cgroups, or /proc trees);
@@ -226,7 +226,7 @@ pub(crate) struct Checks {
     /// Interrupt and softirq time on the server's cores, % of their capacity: the servers'
     /// network stack, never foreign.
     pub softirq_pct: f64,
-    /// Busy share of the client's cores.
+    /// Busy share of the client's cores (the busiest client host's, with several).
     pub client_busy_pct: f64,
     pub settings: Settings,
     pub steady: Option<Steady>,
@@ -327,12 +327,17 @@ pub(crate) fn elsewhere_refusal(variant: &str, runs: &[&Checks]) -> Option<Strin
 
 pub(crate) fn check(r: &Readings) -> Checks {
     let capacity = |cpus: &[usize]| capacity(r, cpus);
-    let client_steal = delta(&r.client_stat, &r.client_cpus, |t| t.steal);
+    let client_steal: f64 = r
+        .client_stats
+        .iter()
+        .map(|s| delta(s, &r.client_cpus, |t| t.steal))
+        .sum();
+    let client_capacity = capacity(&r.client_cpus) * r.client_stats.len().max(1) as f64;
     let steal_pct = if r.server_cpu_s.is_some() {
         (delta(&r.server_stat, &r.server_cpus, |t| t.steal) + client_steal)
-            / capacity(&[r.server_cpus.as_slice(), &r.client_cpus].concat())
+            / (capacity(&r.server_cpus) + client_capacity)
     } else {
-        client_steal / capacity(&r.client_cpus)
+        client_steal / client_capacity
     } * 100.0;
     let softirq_pct =
         delta(&r.server_stat, &r.server_cpus, |t| t.soft) / capacity(&r.server_cpus) * 100.0;
@@ -342,9 +347,12 @@ pub(crate) fn check(r: &Readings) -> Checks {
     });
     // /proc/stat is read just outside the client's run, so a busy share can pass 100% by a
     // tick or two: capped, since it is a share.
-    let client_busy_pct =
-        (delta(&r.client_stat, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0)
-            .min(100.0);
+    let client_busy_pct = r
+        .client_stats
+        .iter()
+        .map(|s| delta(s, &r.client_cpus, |t| t.busy) / capacity(&r.client_cpus) * 100.0)
+        .fold(0.0, f64::max)
+        .min(100.0);
     let mut repeat = Vec::new();
     if steal_pct > STEAL_PCT {
         repeat.push(format!("steal {steal_pct:.1}%"));
@@ -442,10 +450,10 @@ mod tests {
                 before: parse_proc_stat(before),
                 after: parse_proc_stat(after),
             },
-            client_stat: Stat {
+            client_stats: vec![Stat {
                 before: parse_proc_stat(before),
                 after: parse_proc_stat(after),
-            },
+            }],
             server_cpus: vec![0],
             client_cpus: vec![1],
             server_cpu_s,

@@ -18,6 +18,8 @@ pub(crate) struct Environment {
     pub command_line: String,
     /// The servers' host, when an agent ran them (`--server-host`); else they ran here.
     pub server_host: Option<ServerHostReport>,
+    /// The agents that ran shards of the load besides this machine (`--client-host`).
+    pub client_hosts: Vec<String>,
 }
 
 /// The agent's host and how its clock was aligned with this one.
@@ -56,7 +58,10 @@ pub(crate) fn host_facts() -> HostFacts {
     }
 }
 
-pub(crate) fn capture(server_host: Option<ServerHostReport>) -> Environment {
+pub(crate) fn capture(
+    server_host: Option<ServerHostReport>,
+    client_hosts: &[crate::host::ClientHost],
+) -> Environment {
     let here = host_facts();
     Environment {
         loadterm: env!("CARGO_PKG_VERSION").into(),
@@ -74,5 +79,10 @@ pub(crate) fn capture(server_host: Option<ServerHostReport>) -> Environment {
             .collect::<Vec<_>>()
             .join(" "),
         server_host,
+        client_hosts: client_hosts
+            .iter()
+            .filter(|h| !matches!(h, crate::host::ClientHost::Here))
+            .map(|h| format!("{h:?}"))
+            .collect(),
     }
 }

@@ -5,10 +5,11 @@
 
 use crate::agent::client::AgentClient;
 use crate::cgroup::{self, Accounting};
-use crate::contam::{self, CpuTicks, Settings};
+use crate::contam::{self, CpuTicks, Settings, Stat};
 use crate::fixture::{self, Scratch, Vars};
 use crate::procs::{self, PortRange, ServerProc, UsageSample};
 use anyhow::{bail, Context, Result};
+use loadterm_load::report::Report as LoadReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -255,6 +256,162 @@ pub(crate) fn window_here(
         after,
         settings,
     })
+}
+
+/// A client host's shard of a window's load: one `loadterm load` per variant (its options
+/// after `load`, with a `--start-at` on the same clock as `at_unix_s`), all pinned to `cpus`;
+/// their CPU and the host's read at `at_unix_s` (that host's clock) and `duration_s` later.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LoadWindow {
+    pub loads: Vec<Vec<String>>,
+    pub cpus: Vec<usize>,
+    pub at_unix_s: f64,
+    pub duration_s: f64,
+}
+
+/// What one load of a window measured: its report (JSON, as `loadterm load --json` wrote it)
+/// and its CPU ticks over the window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LoadDone {
+    pub report: String,
+    pub cpu_ticks: u64,
+}
+
+/// A window's loads on one host, and the host's /proc/stat over it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LoadWindowDone {
+    pub loads: Vec<LoadDone>,
+    pub stat_before: BTreeMap<usize, CpuTicks>,
+    pub stat_after: BTreeMap<usize, CpuTicks>,
+    /// Time between the two readings, seconds.
+    pub wall_s: f64,
+}
+
+/// Run a window's loads on this host, all at once.
+pub(crate) fn load_here(w: &LoadWindow) -> Result<LoadWindowDone> {
+    let scratch = Scratch::new("load")?;
+    let exe = std::env::current_exe().context("cannot find the loadterm binary")?;
+    let mut children = Vec::new();
+    for (k, args) in w.loads.iter().enumerate() {
+        let json = scratch.path().join(format!("report-{k}.json"));
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("load")
+            .args(args)
+            .arg("--json")
+            .arg(&json)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        procs::pin(&mut cmd, w.cpus.clone());
+        children.push((cmd.spawn().context("cannot run loadterm load")?, json));
+    }
+    let at = from_unix_s(w.at_unix_s);
+    let read = || {
+        let ticks: Vec<u64> = children
+            .iter()
+            .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
+            .collect();
+        (ticks, contam::read_proc_stat())
+    };
+    sleep_until(at);
+    let (ticks0, stat_before) = read();
+    let t0 = std::time::Instant::now();
+    sleep_until(at + Duration::from_secs_f64(w.duration_s));
+    let (ticks1, stat_after) = read();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let mut loads = Vec::new();
+    for (k, (child, json)) in children.into_iter().enumerate() {
+        let out = child
+            .wait_with_output()
+            .context("waiting for loadterm load")?;
+        if !out.status.success() {
+            bail!(
+                "load run failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        loads.push(LoadDone {
+            report: std::fs::read_to_string(&json).context("reading the load report")?,
+            // Ticks, not schedstat: the client may have ended its window, and its threads,
+            // before the second reading, and a finished process keeps only its totals.
+            cpu_ticks: ticks1[k].saturating_sub(ticks0[k]),
+        });
+    }
+    Ok(LoadWindowDone {
+        loads,
+        stat_before,
+        stat_after,
+        wall_s,
+    })
+}
+
+/// Where a share of the load runs: here, or on an agent's host (`--client-host`).
+pub(crate) enum ClientHost {
+    Here,
+    Agent(Box<AgentClient>),
+}
+
+impl std::fmt::Debug for ClientHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientHost::Here => f.write_str("this machine"),
+            ClientHost::Agent(a) => write!(f, "{}", a.url()),
+        }
+    }
+}
+
+/// A client host's window, read: a report and CPU ticks per variant, the host's /proc/stat.
+pub(crate) struct ShardRun {
+    pub reports: Vec<(LoadReport, u64)>,
+    pub stat: Stat,
+    pub wall_s: f64,
+    /// How far its loads' windows began from the agreed instant, seconds, at worst (an
+    /// agent's clock uncertainty included).
+    pub off_s: f64,
+}
+
+impl ClientHost {
+    /// Run `w`, whose `at_unix_s` and `--start-at`s are on ab's clock: an agent gets them on
+    /// its own.
+    pub(crate) fn load(&self, w: &LoadWindow) -> Result<ShardRun> {
+        let (done, at, uncertainty_s) = match self {
+            ClientHost::Here => (load_here(w)?, w.at_unix_s, 0.0),
+            ClientHost::Agent(a) => {
+                let clock = a.clock()?;
+                let mut theirs = w.clone();
+                theirs.at_unix_s += clock.offset_s;
+                for args in &mut theirs.loads {
+                    if let Some(i) = args.iter().position(|x| x == "--start-at") {
+                        if let Some(v) = args.get_mut(i + 1) {
+                            *v = format!("{:.6}", theirs.at_unix_s);
+                        }
+                    }
+                }
+                (a.load(&theirs)?, theirs.at_unix_s, clock.rtt_s / 2.0)
+            }
+        };
+        let mut reports = Vec::new();
+        let mut off_s: f64 = 0.0;
+        for l in done.loads {
+            let mut report: LoadReport =
+                serde_json::from_str(&l.report).context("parsing the load report")?;
+            off_s = off_s.max((report.run.clock.window_start_unix_s - at).abs() + uncertainty_s);
+            // On ab's clock, so that shards of several hosts merge on one timeline.
+            let shift = at - w.at_unix_s;
+            report.run.clock.window_start_unix_s -= shift;
+            report.run.clock.origin_unix_s -= shift;
+            reports.push((report, l.cpu_ticks));
+        }
+        Ok(ShardRun {
+            reports,
+            stat: Stat {
+                before: done.stat_before,
+                after: done.stat_after,
+            },
+            wall_s: done.wall_s,
+            off_s,
+        })
+    }
 }
 
 /// A window's readings, and how far (seconds, at worst) the server host's first reading was

@@ -9,7 +9,7 @@
 use crate::cgroup::Accounting;
 use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
 use crate::fixture::Vars;
-use crate::host::{self, Launch, Role, ServerHost};
+use crate::host::{self, ClientHost, Launch, LoadWindow, Role, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
@@ -40,6 +40,9 @@ pub(crate) struct RunSpec {
     pub target: VariantServer,
     /// Where the servers run (this machine, or an agent's host).
     pub server_host: Arc<ServerHost>,
+    /// Where the load of a measured window runs, one shard each: this machine first, then the
+    /// agents of `--client-host`.
+    pub client_hosts: Arc<Vec<ClientHost>>,
     pub proto: String,
     pub host: String,
     /// The ports the servers may listen on (`--ports`).
@@ -143,29 +146,37 @@ impl Run {
     }
 }
 
-/// The `loadterm load` command of a run (`extra`: options of this run only).
+/// The options of a run's `loadterm load` (`extra`: options of this run only).
+fn client_args(spec: &RunSpec, url: &str, duration: Duration, extra: &[String]) -> Vec<String> {
+    let mut args = vec![
+        match spec.proto.as_str() {
+            // HTTP/1.1 over TLS is the client's --h1 with an https URL.
+            "h1s" => "--h1".to_owned(),
+            p => format!("--{p}"),
+        },
+        "-k".to_owned(),
+        "-q".to_owned(),
+    ];
+    args.extend_from_slice(&spec.load_args);
+    args.extend_from_slice(extra);
+    args.extend([
+        "-D".to_owned(),
+        format!("{}ms", duration.as_millis()),
+        url.to_owned(),
+    ]);
+    args
+}
+
+/// The `loadterm load` command of an unmeasured run here.
 fn client_command(
     spec: &RunSpec,
     url: &str,
     duration: Duration,
     json: Option<&std::path::Path>,
-    extra: &[String],
 ) -> Result<Command> {
     let exe = std::env::current_exe().context("cannot find the loadterm binary")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("load")
-        .arg(match spec.proto.as_str() {
-            // HTTP/1.1 over TLS is the client's --h1 with an https URL.
-            "h1s" => "--h1".to_owned(),
-            p => format!("--{p}"),
-        })
-        .arg("-k")
-        .arg("-q");
-    cmd.args(&spec.load_args)
-        .args(extra)
-        .arg("-D")
-        .arg(format!("{}ms", duration.as_millis()))
-        .arg(url);
+    cmd.arg("load").args(client_args(spec, url, duration, &[]));
     if let Some(j) = json {
         cmd.arg("--json").arg(j);
     }
@@ -182,7 +193,7 @@ fn client(
     duration: Duration,
     json: Option<&std::path::Path>,
 ) -> Result<Option<LoadReport>> {
-    let out = client_command(spec, url, duration, json, &[])?
+    let out = client_command(spec, url, duration, json)?
         .output()
         .context("cannot run loadterm load")?;
     client_result(out, json)
@@ -269,18 +280,12 @@ const WINDOW_LEAD: Duration = Duration::from_millis(150);
 /// server's CPU readings.
 const WINDOW_SLACK_S: f64 = 0.002;
 
-fn sleep_until(t: SystemTime) {
-    if let Ok(d) = t.duration_since(SystemTime::now()) {
-        std::thread::sleep(d);
-    }
-}
-
-/// One measured window on servers kept running, all at once: each gets its own client, every
-/// client starts its window at the same agreed instant, and each server's CPU (nanoseconds,
-/// from its cgroup or every thread of its tree) is read by its host at that instant and
-/// `duration` later, while the clients' CPU is read here.
-/// Measured together, the variants share whatever else the machine does in that second, and
-/// their ratio cancels it.
+/// One measured window on servers kept running, all at once: each gets its own client (in
+/// shards, one per client host, with `--client-host`), every client starts its window at the
+/// same agreed instant, and each server's CPU (nanoseconds, from its cgroup or every thread of
+/// its tree) is read by its host at that instant and `duration` later, as each client's CPU is
+/// by its own host. Measured together, the variants share whatever else the machine does in
+/// that second, and their ratio cancels it.
 pub(crate) fn windows(
     jobs: &mut [(&RunSpec, &str, &mut Started)],
     round: usize,
@@ -289,75 +294,79 @@ pub(crate) fn windows(
     let Some(first) = jobs.first() else {
         return Ok(Vec::new());
     };
-    let (duration, cpu0, host) = (
+    let (duration, cpu0, host, client_hosts) = (
         first.0.duration,
         first.0.server_cpus.first().copied().unwrap_or(0),
         first.2.host.clone(),
+        first.0.client_hosts.clone(),
     );
-    let at = SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
-    let at_s = host::unix_s(at);
-    let extra = [
-        "--warm-up-time".to_owned(),
-        format!("{}ms", WINDOW_WARMUP.as_millis()),
-        "--start-at".to_owned(),
-        format!("{at_s:.6}"),
-    ];
-    let mut clients = Vec::new();
-    for (spec, variant, s) in jobs.iter_mut() {
+    for (_, variant, s) in jobs.iter() {
         if let Some(why) = host.exited(s.id)? {
             bail!("variant {variant}: the server exited: {why}");
         }
-        let url = format!("{}{}", s.base, spec.url);
-        let json_path = report_path(variant, round);
-        let child = client_command(spec, &url, duration, Some(&json_path), &extra)?
-            .spawn()
-            .context("cannot run loadterm load")?;
-        clients.push((child, json_path));
     }
-    let ids: Vec<u64> = jobs.iter().map(|(_, _, s)| s.id).collect();
-    let read_clients = |clients: &[(std::process::Child, _)]| {
-        let ticks: Vec<u64> = clients
-            .iter()
-            .map(|(c, _)| procs::sample_tree(c.id()).cpu_ticks)
-            .collect();
-        (ticks, contam::read_proc_stat())
-    };
-    let (window, before, after, wall) = std::thread::scope(|scope| {
-        let server = scope.spawn(|| host.window(&ids, at, duration, cpu0));
-        sleep_until(at);
-        let before = read_clients(&clients);
-        let t0 = Instant::now();
-        sleep_until(at + duration);
-        let after = read_clients(&clients);
-        let wall = t0.elapsed().as_secs_f64();
-        let window = server
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the server host's readings panicked")));
-        (window, before, after, wall)
-    });
-    let reports: Vec<Result<LoadReport>> = clients
-        .into_iter()
-        .map(|(child, json_path)| {
-            let out = child
-                .wait_with_output()
-                .context("waiting for loadterm load");
-            let report = out.and_then(|o| client_result(o, Some(&json_path)));
-            let _ = std::fs::remove_file(&json_path);
-            report?.context("the load report is missing")
+    let at = SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
+    let at_s = host::unix_s(at);
+    let shards = client_hosts.len();
+    // Each client host's shard of every variant's load.
+    let loads: Vec<LoadWindow> = (0..shards)
+        .map(|i| LoadWindow {
+            loads: jobs
+                .iter()
+                .map(|(spec, _, s)| {
+                    let mut extra = vec![
+                        "--warm-up-time".to_owned(),
+                        format!("{}ms", WINDOW_WARMUP.as_millis()),
+                        "--start-at".to_owned(),
+                        format!("{at_s:.6}"),
+                    ];
+                    if shards > 1 {
+                        extra.extend(["--shard".to_owned(), format!("{i}/{shards}")]);
+                    }
+                    client_args(spec, &format!("{}{}", s.base, spec.url), duration, &extra)
+                })
+                .collect(),
+            cpus: first.0.client_cpus.clone(),
+            at_unix_s: at_s,
+            duration_s: duration.as_secs_f64(),
         })
         .collect();
+    let ids: Vec<u64> = jobs.iter().map(|(_, _, s)| s.id).collect();
+    let (window, loaded) = std::thread::scope(|scope| {
+        let server = scope.spawn(|| host.window(&ids, at, duration, cpu0));
+        let clients: Vec<_> = loads
+            .iter()
+            .zip(client_hosts.iter())
+            .map(|(w, h)| scope.spawn(move || h.load(w)))
+            .collect();
+        let loaded: Vec<Result<ShardRun>> = clients.into_iter().map(|t| joined(t.join())).collect();
+        (joined(server.join()), loaded)
+    });
     let window = window?;
+    let mut loaded: Vec<ShardRun> = loaded.into_iter().collect::<Result<_>>()?;
     let (sb, sa) = (&window.readings.before, &window.readings.after);
     // For the foreign-CPU check, every server measured in this window is "own" CPU.
     let all_ns: u64 = (0..jobs.len())
         .map(|k| sa.servers[k].cpu_ns.saturating_sub(sb.servers[k].cpu_ns))
         .sum();
     let alone = jobs.len() == 1;
+    // This host's shard measures the window's wall time (the first client host is here).
+    let wall = loaded[0].wall_s;
+    let client_stats: Vec<Stat> = loaded.iter().map(|l| l.stat.clone()).collect();
+    let mut per_variant: Vec<Vec<(String, LoadReport, f64)>> =
+        (0..jobs.len()).map(|_| Vec::new()).collect();
+    for (l, h) in loaded.iter_mut().zip(client_hosts.iter()) {
+        for (k, (report, ticks)) in std::mem::take(&mut l.reports).into_iter().enumerate() {
+            let util = ticks as f64 / procs::clk_tck() / l.wall_s.max(1e-9);
+            per_variant[k].push((format!("{h:?}"), report, util));
+        }
+    }
     let mut runs = Vec::new();
-    for (k, report) in reports.into_iter().enumerate() {
+    for (k, shards) in per_variant.into_iter().enumerate() {
         let (spec, variant, started) = &jobs[k];
-        let report = report?;
-        let misaligned_s = report.run.clock.window_start_unix_s - at_s;
+        // The busiest client host's share: the pilot keeps every one of them with room.
+        let client_util = shards.iter().map(|s| s.2).fold(0.0, f64::max);
+        let report = merged(shards.into_iter().map(|(h, r, _)| (h, r)).collect())?;
         let server =
             ServerReadings::between(started, &sb.servers[k], &sa.servers[k], all_ns, alone);
         let mut run = run_of(
@@ -372,38 +381,49 @@ pub(crate) fn windows(
                     before: sb.stat.clone(),
                     after: sa.stat.clone(),
                 },
-                Stat {
-                    before: before.1.clone(),
-                    after: after.1.clone(),
-                },
+                client_stats.clone(),
             ),
             window.readings.settings.clone(),
         )?;
-        if misaligned_s.abs() > WINDOW_SLACK_S {
-            let flag = format!(
-                "client window {:+.1} ms off the server's readings",
-                misaligned_s * 1e3
-            );
-            run.checks.flags.push(flag.clone());
-            run.checks.repeat.push(flag);
+        for (l, h) in loaded.iter().zip(client_hosts.iter()) {
+            if l.off_s > WINDOW_SLACK_S {
+                let flag = format!(
+                    "client window off: up to {:.1} ms from the agreed start ({h:?})",
+                    l.off_s * 1e3
+                );
+                run.checks.flags.push(flag.clone());
+                run.checks.repeat.push(flag);
+            }
         }
         if window.misaligned_s > WINDOW_SLACK_S {
             let flag = format!(
-                "server readings late: up to {:.1} ms off the window's start",
+                "server readings off: up to {:.1} ms from the agreed start",
                 window.misaligned_s * 1e3
             );
             run.checks.flags.push(flag.clone());
             run.checks.repeat.push(flag);
         }
         run.server_window_off_ms = Some(window.misaligned_s * 1e3);
-        // Ticks, not schedstat: the client may have ended its window, and its threads, before
-        // the second reading, and a finished process keeps only its totals.
-        run.client_cpu_util =
-            Some(after.0[k].saturating_sub(before.0[k]) as f64 / procs::clk_tck() / wall);
+        run.client_cpu_util = Some(client_util);
         run.wall_s = t_start.elapsed().as_secs_f64();
         runs.push(run);
     }
     Ok(runs)
+}
+
+/// One report from a window's shards (labelled by host): the union of their samples
+/// (`loadterm merge`).
+fn merged(mut reports: Vec<(String, LoadReport)>) -> Result<LoadReport> {
+    if reports.len() == 1 {
+        if let Some((_, one)) = reports.pop() {
+            return Ok(one);
+        }
+    }
+    loadterm_load::merge::reports(&reports, false).context("merging the load's shards")
+}
+
+fn joined<T>(r: std::thread::Result<Result<T>>) -> Result<T> {
+    r.unwrap_or_else(|_| Err(anyhow::anyhow!("a reading thread panicked")))
 }
 
 fn report_path(variant: &str, round: usize) -> std::path::PathBuf {
@@ -605,7 +625,7 @@ fn measured(
             &report,
             wall,
             readings,
-            (server_stat, client_stat),
+            (server_stat, vec![client_stat]),
             settings,
         )
     })
@@ -620,8 +640,8 @@ fn run_of(
     report: &LoadReport,
     wall: f64,
     server: Option<ServerReadings>,
-    // The servers' host's, and the clients'.
-    stat: (Stat, Stat),
+    // The servers' host's, and each client host's.
+    stat: (Stat, Vec<Stat>),
     settings: Settings,
 ) -> Result<Run> {
     let requests = report.requests.completed;
@@ -654,7 +674,7 @@ fn run_of(
         wall_s: wall,
         ticks_per_s: procs::clk_tck(),
         server_stat: stat.0,
-        client_stat: stat.1,
+        client_stats: stat.1,
         server_cpus: spec.server_cpus.clone(),
         client_cpus: spec.client_cpus.clone(),
         server_cpu_s: server.as_ref().map(|s| s.all_cpu_s),

@@ -445,6 +445,7 @@ pub(crate) mod tests {
                 load_average: "0.10 0.20 0.30 1/100 1".into(),
                 command_line: "loadterm ab --a 'serve' --b 'serve --burn 3' --aa".into(),
                 server_host: None,
+                client_hosts: Vec::new(),
             },
             discarded_first_round: true,
             not_measured: None,

@@ -6,7 +6,7 @@ use super::auth;
 use super::proto::{HostFacts, Reply, Request, SEQ_HEADER, VERSION};
 use super::wire;
 use crate::contam::Settings;
-use crate::host::{self, HostSample, Launch, Launched, Window};
+use crate::host::{self, HostSample, Launch, Launched, LoadWindow, LoadWindowDone, Window};
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
@@ -169,6 +169,19 @@ impl AgentClient {
         match self.call(&Request::Settings { cpu }, CALL_TIMEOUT)? {
             Reply::Settings(s) => Ok(s),
             other => bail!("agent {}: settings answered {other:?}", self.url),
+        }
+    }
+
+    /// Run this host's shard of a window's load (`w.at_unix_s` on the agent's clock).
+    pub(crate) fn load(&self, w: &LoadWindow) -> Result<LoadWindowDone> {
+        // The agent's clock and ours agree within the offset: a few seconds' slack covers it.
+        let wait = host::from_unix_s(w.at_unix_s)
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let timeout = wait + Duration::from_secs_f64(w.duration_s) + CALL_TIMEOUT;
+        match self.call(&Request::Load(Box::new(w.clone())), timeout)? {
+            Reply::Loaded(done) => Ok(*done),
+            other => bail!("agent {}: load answered {other:?}", self.url),
         }
     }
 

@@ -2,7 +2,7 @@
 //! connection per comparison. Every request is `POST /v1/NAME` with a sequence number one
 //! above the last (a replayed or reordered request is refused), the first one `hello`.
 
-use crate::host::{HostSample, Launch, Launched, WindowReadings};
+use crate::host::{HostSample, Launch, Launched, LoadWindow, LoadWindowDone, WindowReadings};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a request or a reply changes shape: ab and the agent must agree.
@@ -44,6 +44,8 @@ pub(crate) enum Request {
     Settings {
         cpu: usize,
     },
+    /// This host's shard of a window's load (`--client-host`).
+    Load(Box<LoadWindow>),
 }
 
 impl Request {
@@ -58,6 +60,7 @@ impl Request {
             Request::Exited { .. } => "exited",
             Request::Stop { .. } => "stop",
             Request::Settings { .. } => "settings",
+            Request::Load(_) => "load",
         }
     }
 }
@@ -91,6 +94,7 @@ pub(crate) enum Reply {
     },
     Stopped,
     Settings(crate::contam::Settings),
+    Loaded(Box<LoadWindowDone>),
     /// The request was understood and failed (the text says why); the session goes on.
     Failed {
         error: String,

@@ -316,5 +316,13 @@ fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
             Reply::Stopped
         }
         Request::Settings { cpu } => Reply::Settings(crate::contam::settings(cpu)),
+        Request::Load(w) => {
+            if w.at_unix_s > host::unix_s(std::time::SystemTime::now()) + 60.0
+                || !(0.0..=3600.0).contains(&w.duration_s)
+            {
+                bail!("a load window over a minute ahead, or over an hour long");
+            }
+            Reply::Loaded(Box::new(host::load_here(&w)?))
+        }
     })
 }
