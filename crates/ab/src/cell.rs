@@ -601,6 +601,14 @@ fn cost_notes(variants: &[Variant], runs: &[Run]) -> Vec<String> {
             v.name
         ));
     }
+    let off: Vec<f64> = runs.iter().filter_map(|r| r.server_window_off_ms).collect();
+    if !off.is_empty() {
+        notes.push(format!(
+            "the server host's readings were {:.2} ms (median), at most {:.2} ms, from the windows' agreed start",
+            crate::stats::median(&off),
+            off.iter().copied().fold(0.0, f64::max)
+        ));
+    }
     let shared: Vec<f64> = runs
         .iter()
         .filter(|r| r.softirq_us_per_req.is_none() && r.cpu_us_per_req.is_some())

@@ -360,7 +360,7 @@ fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::Server
         return Ok((Arc::new(ServerHost::here()), None));
     };
     let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
-    let clock = agent.clock()?;
+    let clock = absorbable_clock(&agent)?;
     eprintln!(
         "ab: servers on {} ({}, {} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
         agent.facts.hostname,
@@ -378,12 +378,28 @@ fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::Server
     Ok((Arc::new(ServerHost::Agent(agent)), Some(report)))
 }
 
+/// The agent's clock offset, refused when the round trip leaves it too uncertain for a
+/// window's edges (every round would be run again).
+fn absorbable_clock(agent: &AgentClient) -> Result<crate::agent::client::ClockOffset> {
+    let clock = agent.clock()?;
+    if clock.rtt_s / 2.0 > crate::measure::WINDOW_SLACK_S {
+        return Err(usage_error(format!(
+            "refused: the round trip to the agent at {} is {:.1} ms, so its clock's offset is known to ±{:.1} ms only, more than the {:.0} ms a window's edges can absorb",
+            agent.url(),
+            clock.rtt_s * 1e3,
+            clock.rtt_s * 1e3 / 2.0,
+            crate::measure::WINDOW_SLACK_S * 1e3
+        )));
+    }
+    Ok(clock)
+}
+
 /// Where the load of a measured window runs: here, and on every --client-host's agent.
 fn client_hosts(a: &AbArgs) -> Result<Arc<Vec<ClientHost>>> {
     let mut hosts = vec![ClientHost::Here];
     for url in &a.client_hosts {
         let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
-        let clock = agent.clock()?;
+        let clock = absorbable_clock(&agent)?;
         eprintln!(
             "ab: a shard of the load on {} ({} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
             agent.facts.hostname,

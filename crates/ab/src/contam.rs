@@ -495,6 +495,21 @@ mod tests {
     }
 
     #[test]
+    fn a_client_host_is_read_apart_from_the_server_host() {
+        // Server CPU 0 on the agent's host, client CPU 0 here: the same index, two machines.
+        // The agent's CPU 0 is quiet but for its server; this host's CPU 0 is saturated.
+        let mut r = readings(BEFORE, QUIET, Some(58));
+        r.client_cpus = vec![0];
+        r.client_stats = vec![Stat {
+            before: parse_proc_stat(BEFORE),
+            after: parse_proc_stat("cpu0 170 0 130 1040 0 0 10 0 0 0\n"),
+        }];
+        let c = check(&r);
+        assert!(c.foreign_pct.unwrap().abs() < 1e-9, "{c:?}");
+        assert!((c.client_busy_pct - 100.0).abs() < 1e-9, "{c:?}");
+    }
+
+    #[test]
     fn softirq_on_the_server_cores_is_not_foreign() {
         // cpu0: 80 busy ticks, 25 of them irq + softirq, 55 the server's: 0 foreign.
         let after = "cpu0 150 0 55 1020 0 5 30 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";

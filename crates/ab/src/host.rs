@@ -416,7 +416,7 @@ impl ClientHost {
 
 /// A window's readings, and how far (seconds, at worst) the server host's first reading was
 /// from the agreed instant on ab's clock.
-pub(crate) struct Window {
+pub(crate) struct ServerWindow {
     pub readings: WindowReadings,
     pub misaligned_s: f64,
 }
@@ -493,12 +493,12 @@ impl ServerHost {
         at: SystemTime,
         duration: Duration,
         cpu0: usize,
-    ) -> Result<Window> {
+    ) -> Result<ServerWindow> {
         match self {
             ServerHost::Here(s) => {
                 let readings = window_here(s, ids, at, duration, cpu0)?;
                 let misaligned_s = (readings.before.unix_s - unix_s(at)).abs();
-                Ok(Window {
+                Ok(ServerWindow {
                     readings,
                     misaligned_s,
                 })

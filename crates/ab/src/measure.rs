@@ -278,7 +278,7 @@ const WINDOW_WARMUP: Duration = Duration::from_millis(250);
 const WINDOW_LEAD: Duration = Duration::from_millis(150);
 /// A window the client began further than this from the agreed instant is misaligned with the
 /// server's CPU readings.
-const WINDOW_SLACK_S: f64 = 0.002;
+pub(crate) const WINDOW_SLACK_S: f64 = 0.002;
 
 /// One measured window on servers kept running, all at once: each gets its own client (in
 /// shards, one per client host, with `--client-host`), every client starts its window at the

@@ -420,3 +420,42 @@ fn ab_through_an_agent_in_another_network_namespace_measures_the_servers_there()
         "namespaces left"
     );
 }
+
+#[test]
+fn a_client_host_runs_a_shard_of_every_window_and_the_rate_is_held() {
+    if !root() {
+        return;
+    }
+    let dir = Dir::new("agent-shards");
+    let agent = Agent::start(&dir, &[]);
+    let js = dir.file("ab.json");
+    let url = format!("http://127.0.0.1:{}", agent.port);
+    let serve = format!("{} serve --listen {{host}}:{{clear_port}}", common::bin());
+    let mut ab = Command::new(common::bin())
+        .arg("ab")
+        .args(["--client-host", &url, "--a", &serve, "--b", &serve])
+        .args(SHORT)
+        .arg("--json")
+        .arg(&js)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The agent runs no server here: its children are the load's shards.
+    let mut shards_seen = 0;
+    while ab.try_wait().unwrap().is_none() {
+        shards_seen = shards_seen.max(agent.children());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = ab.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(shards_seen >= 1, "the agent ran no load");
+    let report = json(&js);
+    assert_eq!(report["environment"]["client_hosts"][0], url.as_str());
+    for r in report["cells"][0]["runs"].as_array().unwrap() {
+        // 2000 req/s in one-second windows, half from each host, merged into one report.
+        let n = r["requests"].as_f64().unwrap();
+        assert!((1900.0..=2100.0).contains(&n), "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+    }
+}

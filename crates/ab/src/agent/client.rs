@@ -6,7 +6,7 @@ use super::auth;
 use super::proto::{HostFacts, Reply, Request, SEQ_HEADER, VERSION};
 use super::wire;
 use crate::contam::Settings;
-use crate::host::{self, HostSample, Launch, Launched, LoadWindow, LoadWindowDone, Window};
+use crate::host::{self, HostSample, Launch, Launched, LoadWindow, LoadWindowDone, ServerWindow};
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
@@ -212,7 +212,7 @@ impl AgentClient {
         at: SystemTime,
         duration: Duration,
         cpu0: usize,
-    ) -> Result<Window> {
+    ) -> Result<ServerWindow> {
         let clock = self.clock()?;
         let at_agent = host::unix_s(at) + clock.offset_s;
         let req = Request::Window {
@@ -225,7 +225,7 @@ impl AgentClient {
         match self.call(&req, wait + duration + CALL_TIMEOUT)? {
             Reply::Window(readings) => {
                 let misaligned_s = (readings.before.unix_s - at_agent).abs() + clock.rtt_s / 2.0;
-                Ok(Window {
+                Ok(ServerWindow {
                     readings: *readings,
                     misaligned_s,
                 })

@@ -25,13 +25,13 @@ pub(crate) enum WireError {
 
 /// A message's first line, its headers (names in lower case) and its body.
 #[derive(Debug)]
-pub(crate) struct Message {
+pub(crate) struct AgentMessage {
     pub start: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
-impl Message {
+impl AgentMessage {
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -50,7 +50,7 @@ fn io_error(e: std::io::Error, what: &str) -> WireError {
 }
 
 /// Read one message. Between messages, a closed connection is `Closed`.
-pub(crate) fn read_message(r: &mut impl BufRead) -> Result<Message, WireError> {
+pub(crate) fn read_message(r: &mut impl BufRead) -> Result<AgentMessage, WireError> {
     let mut head_len = 0usize;
     let mut lines = Vec::new();
     loop {
@@ -97,7 +97,7 @@ pub(crate) fn read_message(r: &mut impl BufRead) -> Result<Message, WireError> {
             Ok((n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         })
         .collect::<Result<Vec<_>, WireError>>()?;
-    let msg = Message {
+    let msg = AgentMessage {
         start,
         headers,
         body: Vec::new(),
@@ -115,7 +115,7 @@ pub(crate) fn read_message(r: &mut impl BufRead) -> Result<Message, WireError> {
     let mut body = vec![0; len];
     r.read_exact(&mut body)
         .map_err(|e| io_error(e, &format!("reading a body of {len} bytes")))?;
-    Ok(Message { body, ..msg })
+    Ok(AgentMessage { body, ..msg })
 }
 
 /// Write one message: `start` line, `headers`, and `body` with its length.
@@ -150,7 +150,7 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn read(bytes: &[u8]) -> Result<Message, WireError> {
+    fn read(bytes: &[u8]) -> Result<AgentMessage, WireError> {
         read_message(&mut std::io::BufReader::new(bytes))
     }
 
