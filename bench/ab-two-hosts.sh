@@ -22,6 +22,7 @@ server=lt-srv-$id
 client=lt-cli-$id
 work=$(mktemp -d /tmp/ab-two-hosts.XXXXXX)
 agent=
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
     if [ -n "$agent" ]; then
         kill -TERM "$agent" 2>/dev/null || true
