@@ -145,7 +145,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     for (l, tls) in listeners {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => {
-                tokio::spawn(accept_loop(l, tls, cfg.clone(), conns.clone()));
+                tokio::task::spawn_local(accept_loop(l, tls, cfg.clone(), conns.clone()));
             }
             Err(e) => eprintln!("loadterm: cannot register a listener: {e}"),
         }
@@ -211,11 +211,11 @@ async fn accept_loop(
         // otherwise be paid by every clear connection.
         match &tls {
             None => {
-                tokio::spawn(serve_clear(sock, cfg.clone(), slot));
+                tokio::task::spawn_local(serve_clear(sock, cfg.clone(), slot));
             }
             Some(config) => {
                 let config = config.clone();
-                tokio::spawn(serve_tls(sock, config, cfg.clone(), extra.clone(), slot));
+                tokio::task::spawn_local(serve_tls(sock, config, cfg.clone(), extra.clone(), slot));
             }
         }
     }
@@ -296,7 +296,7 @@ fn resume(idle: park::Idle, cfg: &Arc<Config>) {
     match idle.session {
         None => {
             let sock = Metered::new(sock, Transport::Tcp);
-            tokio::spawn(serve_h1_clear(
+            tokio::task::spawn_local(serve_h1_clear(
                 sock,
                 cfg.clone(),
                 idle.slot,
@@ -489,7 +489,7 @@ where
     fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
         let TlsIdle { mut parked, extra } = *self;
         parked.get_mut().attach(sock);
-        tokio::spawn(serve_h1_tls(parked.resume(), cfg, extra, slot, Some(until)));
+        tokio::task::spawn_local(serve_h1_tls(parked.resume(), cfg, extra, slot, Some(until)));
     }
 }
 

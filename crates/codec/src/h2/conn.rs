@@ -311,6 +311,11 @@ impl Connection {
         !self.ctl.is_empty()
     }
 
+    /// The peer's preface and first SETTINGS came.
+    pub fn preface_received(&self) -> bool {
+        self.settings_seen
+    }
+
     /// Streams open on either side.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
@@ -351,6 +356,11 @@ impl Connection {
             Some(s) if s.send_open => s.send_window.min(self.conn_send).max(0) as usize,
             _ => 0,
         }
+    }
+
+    /// Whether the peer may still send on `stream` (its request or response body goes on).
+    pub fn is_recv_open(&self, stream: u32) -> bool {
+        self.streams.get(&stream).is_some_and(|s| s.recv_open)
     }
 
     /// Whether we may still send on `stream`.
