@@ -230,8 +230,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let served = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
-            h2_ended(served);
+            // Its failure, if any, is counted by the engine.
+            let _ = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -267,7 +267,7 @@ async fn serve_h1_clear(
             },
             Some(h1::Handover::Upgrade(up)) => {
                 break Box::pin(async move {
-                    h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
+                    let _ = h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
                     drop(slot);
                 })
             }
@@ -372,15 +372,10 @@ async fn handshake<IO>(
         None => return stats::handshake_failed(Transport::Tls, HandshakeFailure::Timeout),
     };
     match session(stream, cfg, extra, slot) {
-        Session::H2(s, _slot) => h2_ended(s.await),
+        Session::H2(s, _slot) => {
+            let _ = s.await;
+        }
         Session::H1(s) => s.await,
-    }
-}
-
-/// An HTTP/2 connection is over: its failure, if any, is counted here, once.
-fn h2_ended(served: Result<(), h2_engine::H2ConnError>) {
-    if let Err(e) = served {
-        e.count();
     }
 }
 

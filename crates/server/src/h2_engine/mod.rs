@@ -17,7 +17,6 @@ use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role};
 use loadterm_codec::hpack::{put_literal, HpackDecoder, HpackError};
 use loadterm_exchange::{join_field_line, Exchange, RequestSummary, Version};
-use loadterm_plan::pages::ErrorPage;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -30,8 +29,8 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// Why an HTTP/2 connection failed. Converting to it counts nothing: the caller counts it once,
-/// with [`H2ConnError::count`], when the connection ends.
+/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve_connection`
+/// as it ends, before its last frames go out (a client that reads our GOAWAY finds it counted).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum H2ConnError {
     #[error("HTTP/2 handshake not done within the client timeout")]
@@ -46,7 +45,7 @@ impl H2ConnError {
     /// Count the failure: a timeout; a flood cut off (our budget of frames that ask for nothing:
     /// `h2_control_flood`; endless CONTINUATION or malformed streams: `enhance_your_calm`); I/O
     /// errors by kind; any other protocol error.
-    pub(crate) fn count(&self) {
+    fn count(&self) {
         match self {
             H2ConnError::HandshakeTimeout => stats::error(CountedError::Timeout),
             H2ConnError::Protocol(e) if e.is_control_flood() => {
@@ -226,6 +225,9 @@ where
         idle_ms: 0,
     };
     let served = driver.run(&mut io).await;
+    if let Err(e) = &served {
+        e.count();
+    }
     {
         let mut sh = shared.borrow_mut();
         sh.closed = true;
@@ -436,28 +438,31 @@ impl Driver {
                         }
                         continue;
                     }
-                    let x = if decoded == Err(HpackError::TooLarge) {
+                    if decoded == Err(HpackError::TooLarge) {
+                        // Beyond our SETTINGS_MAX_HEADER_LIST_SIZE (the HPACK bomb): refused
+                        // without an answer (RFC 9113 §10.5.1), and counted among the streams
+                        // reset for errors (a connection of them is cut off).
                         stats::protection(Protection::HeaderListTooLarge);
-                        Exchange::error(ErrorPage::HeadersTooLarge, Version::H2, self.cfg.date, now)
-                    } else {
-                        match self.head.check.finish() {
-                            Err(_) => {
-                                stats::error(CountedError::Protocol);
-                                conn.reset(stream, code::PROTOCOL_ERROR);
-                                continue;
+                        conn.reset(stream, code::PROTOCOL_ERROR);
+                        continue;
+                    }
+                    let x = match self.head.check.finish() {
+                        Err(_) => {
+                            stats::error(CountedError::Protocol);
+                            conn.reset(stream, code::PROTOCOL_ERROR);
+                            continue;
+                        }
+                        // No tunnels here: refused unprocessed.
+                        Ok(facts) if facts.connect => {
+                            stats::error(CountedError::Protocol);
+                            conn.reset(stream, code::REFUSED_STREAM);
+                            continue;
+                        }
+                        Ok(facts) => {
+                            if let Some(n) = facts.content_length {
+                                conn.set_content_length(stream, n);
                             }
-                            // No tunnels here: refused unprocessed.
-                            Ok(facts) if facts.connect => {
-                                stats::error(CountedError::Protocol);
-                                conn.reset(stream, code::REFUSED_STREAM);
-                                continue;
-                            }
-                            Ok(facts) => {
-                                if let Some(n) = facts.content_length {
-                                    conn.set_content_length(stream, n);
-                                }
-                                self.exchange(end_stream, now)
-                            }
+                            self.exchange(end_stream, now)
                         }
                     };
                     requests.insert(
