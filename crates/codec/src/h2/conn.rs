@@ -166,6 +166,8 @@ struct DataIn {
 #[derive(Debug)]
 struct BlockIn {
     complete: bool,
+    /// CONTINUATION frames so far: bounded apart from the bytes, since empty ones add none.
+    frames: usize,
     stream: u32,
     end_stream: bool,
     first: bool,
@@ -749,7 +751,12 @@ impl Connection {
             if b.stream != id {
                 return Err(self.error(code::PROTOCOL_ERROR, "CONTINUATION on another stream"));
             }
-            if b.bytes.len() + p.len() > self.block_cap {
+            b.frames += 1;
+            // A block may take as many frames as its largest size needs at the smallest frame
+            // size, and a few more: beyond that, a CONTINUATION flood of small or empty frames.
+            if b.bytes.len() + p.len() > self.block_cap
+                || b.frames > 16 + self.block_cap / DEFAULT_MAX_FRAME
+            {
                 return Err(self.error(code::ENHANCE_YOUR_CALM, "header block too large"));
             }
             b.bytes.extend_from_slice(p);
@@ -812,6 +819,7 @@ impl Connection {
             bytes.extend_from_slice(p);
             self.block = Some(BlockIn {
                 complete: flags & flag::END_HEADERS != 0,
+                frames: 0,
                 stream: id,
                 end_stream,
                 first,

@@ -772,6 +772,11 @@ fn endless_continuation_is_cut_off() {
     let mut input = frame(HEADERS, 0, 1, &get("/"));
     input.extend(frame(CONTINUATION, 0, 1, &[0x40; 16_000]).repeat(20));
     assert_eq!(conn_error(&mut c, &input), code::ENHANCE_YOUR_CALM);
+    // Empty ones add no bytes: their count is bounded.
+    let mut c = server();
+    let mut input = frame(HEADERS, 0, 1, &get("/"));
+    input.extend(frame(CONTINUATION, 0, 1, &[]).repeat(1000));
+    assert_eq!(conn_error(&mut c, &input), code::ENHANCE_YOUR_CALM);
 }
 
 #[test]

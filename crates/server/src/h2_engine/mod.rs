@@ -291,10 +291,14 @@ impl Driver {
                     }
                 }
                 let preface = sh.conn.preface_received();
-                let busy = sh.conn.open_streams() > 0 || !sh.requests.is_empty();
                 drop(sh);
+                let busy = self.busy();
                 if !going_away && stop.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Wake::Stop);
+                }
+                // After our GOAWAY, the connection ends with its last stream.
+                if going_away && !busy {
+                    return Poll::Ready(Wake::Idle);
                 }
                 if rbuf.capacity() == 0 {
                     rbuf = crate::buffers::take(16 * 1024);
@@ -341,6 +345,14 @@ impl Driver {
                     let t = Instant::now();
                     let mut batch = Vec::new();
                     let failed = self.feed(input, t, &mut batch);
+                    if !batch.is_empty() && !going_away {
+                        // A new request: the idle time (`w`'s, or the timeout) starts again.
+                        let w = match self.idle_ms {
+                            0 => cfg.timeout,
+                            ms => Duration::from_millis(ms),
+                        };
+                        idle.as_mut().reset(tokio::time::Instant::now() + w);
+                    }
                     // Every request received is answered before any is written: many streams'
                     // responses leave in one write.
                     for x in batch {
@@ -349,12 +361,23 @@ impl Driver {
                     if let Err(e) = failed {
                         return Err(e.into());
                     }
-                    let sh = self.shared.borrow();
-                    if going_away && sh.conn.open_streams() == 0 && sh.requests.is_empty() {
+                    if going_away && !self.busy() {
                         return Ok(());
                     }
                 }
                 Wake::Eof => return Ok(()),
+                // A client that resets (or drops TLS without close_notify) with nothing in
+                // flight has closed, not failed: as at the end of every load run.
+                Wake::Failed(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::UnexpectedEof
+                    ) && !self.busy() =>
+                {
+                    return Ok(())
+                }
                 Wake::Failed(e) => return Err(e.into()),
                 Wake::HandshakeTimeout => return Err(H2ConnError::HandshakeTimeout),
                 Wake::Idle | Wake::Stop => {
@@ -365,8 +388,7 @@ impl Driver {
                     }
                     going_away = true;
                     self.shared.borrow_mut().conn.goaway();
-                    let sh = self.shared.borrow();
-                    if sh.conn.open_streams() == 0 && sh.requests.is_empty() {
+                    if !self.busy() {
                         return Ok(());
                     }
                     idle.as_mut()
@@ -374,6 +396,12 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// A stream is open, or a request still being answered.
+    fn busy(&self) -> bool {
+        let sh = self.shared.borrow();
+        sh.conn.open_streams() > 0 || !sh.requests.is_empty()
     }
 
     /// Feed what was read to the codec: new requests into `batch`, body bytes and resets to
@@ -527,9 +555,8 @@ impl Driver {
             },
             now,
         );
-        if let Some(w) = x.idle() {
-            self.idle_ms = w.as_millis() as u64;
-        }
+        // `w` holds from this request until the next.
+        self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
         x
     }
 
