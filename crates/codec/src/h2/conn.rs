@@ -466,13 +466,19 @@ impl Connection {
     }
 
     /// Reset `stream` with `code` (a malformed message: PROTOCOL_ERROR; a request not
-    /// processed: REFUSED_STREAM; given up: CANCEL; our side done before the peer's: NO_ERROR).
-    /// Past `ERROR_RESETS` resets for the peer's errors the connection fails (ENHANCE_YOUR_CALM).
+    /// processed: REFUSED_STREAM; given up: CANCEL; our side done before the peer's: NO_ERROR);
+    /// nothing if it is closed already (the peer reset it, or both sides ended). Past
+    /// `ERROR_RESETS` resets for the peer's errors the connection fails (ENHANCE_YOUR_CALM).
     pub fn reset(&mut self, stream: u32, code: u32) {
-        if self.failed.is_some() {
+        if self.failed.is_some() || self.streams.remove(&stream).is_none() {
             return;
         }
-        self.streams.remove(&stream);
+        self.close_with(stream, code);
+    }
+
+    /// RST_STREAM for `stream` (open or not), counted against `ERROR_RESETS` if it is for an
+    /// error of the peer's.
+    fn close_with(&mut self, stream: u32, code: u32) {
         self.rst_stream(stream, code);
         if matches!(
             code,
@@ -669,7 +675,10 @@ impl Connection {
 
     /// A stream error found here: RST_STREAM, and the event that tells the user.
     fn stream_error<'e>(&mut self, stream: u32, code: u32) -> Result<Option<Event<'e>>, ConnError> {
-        self.reset(stream, code);
+        if self.failed.is_none() {
+            self.streams.remove(&stream);
+            self.close_with(stream, code);
+        }
         if let Some(e) = self.failed {
             return Err(e);
         }
