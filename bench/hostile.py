@@ -4,7 +4,8 @@
     bench/hostile.py SCENARIO [KIND] --port PORT [-n SIZE] [--duration SECONDS] [options]
 
 Scenarios (each has --help):
-  idle            N keep-alive connections (clear or --tls), one request each, then held idle
+  idle            N keep-alive connections (clear or --tls; HTTP/1.1, or --h2), one request
+                  each, then held idle
   slowloris       N connections trickling a request head, one byte per --interval
   slow-read       N connections asking for a large body (--path, /?s=10m) and never reading it
   tls-flood       full TLS handshakes as fast as possible, --parallel at a time, closed at once
@@ -144,11 +145,20 @@ async def idle(args):
     async def one():
         async with sem:
             try:
-                reader, writer = await open_tcp(args)
+                reader, writer = await open_tcp(args, alpn=("h2",) if args.h2 else ("http/1.1",))
             except Exception as e:
                 out["errors"]["connect:" + error_kind(e)] += 1
                 return None
             try:
+                if args.h2:
+                    first = PREFACE + frame(SETTINGS, 0, 0) + frame(
+                        HEADERS, END_STREAM | END_HEADERS, 1, request_block(args.path))
+                    writer.write(first)
+                    out["sent"] += len(first)
+                    status, n = await read_h2_response(reader, writer, args.timeout)
+                    out["status"][status] += 1
+                    out["received"] += n
+                    return reader, writer
                 writer.write(req)
                 out["sent"] += len(req)
                 status, n = await read_h1_response(reader, args.timeout)
@@ -399,6 +409,28 @@ def request_block(path, method=b"GET"):
     return b"".join(hpack_literal(n, v) for n, v in [
         (b":method", method), (b":scheme", b"http"), (b":path", path.encode()),
         (b":authority", b"x")])
+
+
+async def read_h2_response(reader, writer, limit):
+    """Frames until stream 1 ended and the server acknowledged our SETTINGS (its SETTINGS
+    acknowledged too): ("h2", bytes read). Nothing more comes to an idle connection then."""
+    n, done, acked = 0, False, False
+    while not (done and acked):
+        head = await asyncio.wait_for(reader.readexactly(9), limit)
+        length = int.from_bytes(head[:3], "big")
+        payload = await asyncio.wait_for(reader.readexactly(length), limit) if length else b""
+        n += 9 + length
+        ty, flags, stream = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+        if ty == SETTINGS:
+            if flags & ACK:
+                acked = True
+            else:
+                writer.write(frame(SETTINGS, ACK, 0))
+        if stream == 1 and ty in (HEADERS, DATA) and flags & END_STREAM:
+            done = True
+        if ty in (GOAWAY, RST_STREAM):
+            raise ConnectionError(FRAME_NAMES[ty])
+    return "h2", n
 
 
 class H2Conn:
@@ -930,6 +962,8 @@ def parse_args(argv):
     sub = p.add_subparsers(dest="scenario", required=True)
     s = sub.add_parser("idle", parents=[common], help="idle keep-alive connections")
     s.add_argument("-n", type=int, default=1000, help="connections (default 1000)")
+    s.add_argument("--h2", action="store_true",
+                   help="HTTP/2 (h2c, or ALPN h2 with --tls): preface, SETTINGS, one request")
     s = sub.add_parser("slowloris", parents=[common], help="request heads trickled")
     s.add_argument("-n", type=int, default=1000, help="connections (default 1000)")
     s.add_argument("--interval", type=float, default=1.0, help="seconds between bytes (1)")

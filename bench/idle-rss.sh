@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # RSS per idle keep-alive connection (docs/PERFORMANCE.md "Memory per idle connection").
 #
-#   bench/idle-rss.sh BINARY clear|tls [N] [C] [RUNS] [HOLD_S]
+#   bench/idle-rss.sh BINARY clear|tls|h2c|h2 [N] [C] [RUNS] [HOLD_S]
 #
 # For each run: a fresh `BINARY serve -t 1` on loopback, one warm-up request, VmRSS read; then
 # N keep-alive connections (C opening at once), one `GET /?s=1k` each, response read
-# (bench/hostile.py idle, HTTP/1.1), all held idle for HOLD_S seconds (default 5: past the 1 s
+# (bench/hostile.py idle: HTTP/1.1, or HTTP/2 for h2c and h2 over TLS), all held idle for HOLD_S seconds (default 5: past the 1 s
 # after which idle connections are parked), VmRSS read again. Prints (after - before) / N in
 # KiB, one line per run. Defaults: N 1000, C 100, RUNS 3.
 set -euo pipefail
 bin=$1 transport=$2 n=${3:-1000} c=${4:-100} runs=${5:-3} hold=${6:-5}
 here=$(cd "$(dirname "$0")" && pwd)
 tls=()
-[ "$transport" = tls ] && tls=(--tls)
+case $transport in
+  tls) tls=(--tls) ;;
+  h2c) tls=(--h2) ;;
+  h2) tls=(--tls --h2) ;;
+esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
@@ -30,7 +34,7 @@ for run in $(seq "$runs"); do
     exit 1
   fi
   target=$port
-  [ "$transport" = tls ] && target=$((port + 1))
+  [[ $transport = tls || $transport = h2 ]] && target=$((port + 1))
   curl -sk -o /dev/null "https://127.0.0.1:$((port + 1))/?s=1k"
   sleep 1
   before=$(rss "$pid")

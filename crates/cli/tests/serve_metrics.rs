@@ -260,7 +260,7 @@ fn a_continuation_flood_is_counted_as_a_protection() {
             break;
         }
     }
-    // The h2 crate's flood protections all end in GOAWAY ENHANCE_YOUR_CALM.
+    // The codec cuts a header block in too many frames off with GOAWAY ENHANCE_YOUR_CALM.
     let key = "loadterm_protections_total{kind=\"enhance_your_calm\"}";
     assert_eq!(m.reaches(key, 1.0), 1.0, "{}", m.scrape());
     assert_eq!(m.value("loadterm_errors_total{kind=\"limit\"}"), 1.0);

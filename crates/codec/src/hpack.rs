@@ -1,9 +1,7 @@
-//! HPACK (RFC 7541) without encoder state: header blocks encoded as literals that are never
-//! indexed (so one block serves every connection and stream), and a decoder that keeps only
-//! what a load generator needs of a response (status and sizes), with the dynamic table kept
-//! in step by entry size, so that no header string is stored.
+//! HPACK (RFC 7541) without encoder state: header blocks encoded with the static table and
+//! literals that are never indexed (so one block serves every connection and stream), and the
+//! decoder both ends use, which hands each field to a callback.
 
-use crate::syntax::content_length;
 use crate::{get_int, get_string, put_int};
 use std::collections::VecDeque;
 
@@ -108,53 +106,42 @@ fn put_raw_string(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Invalid;
-
-impl std::fmt::Display for Invalid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("invalid HPACK header block")
-    }
+/// Why a header block could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HpackError {
+    /// Not valid HPACK (RFC 7541): the connection's table can no longer be trusted
+    /// (HTTP/2 COMPRESSION_ERROR).
+    #[error("invalid HPACK header block")]
+    Invalid,
+    /// Decoded in full (the table is in step) but its field list is larger than the limit:
+    /// the fields past the limit were not passed on.
+    #[error("header list larger than the limit")]
+    TooLarge,
 }
 
-impl std::error::Error for Invalid {}
-
-/// What is kept of a header field: enough to answer later references to it.
-#[derive(Debug, Clone, Copy)]
+/// One dynamic table entry: `name` then `value` in one buffer.
+#[derive(Debug)]
 struct Entry {
+    bytes: Box<[u8]>,
     name_len: usize,
-    value_len: usize,
-    /// Name starts with ':'.
-    pseudo: bool,
-    /// Name is `:status`; `status` is its value if that is three digits.
-    is_status: bool,
-    status: Option<u16>,
-    /// Name is `content-length`; `length` is its value if that is decimal digits.
-    is_length: bool,
-    length: Option<u64>,
 }
 
 impl Entry {
+    fn name(&self) -> &[u8] {
+        &self.bytes[..self.name_len]
+    }
+    fn value(&self) -> &[u8] {
+        &self.bytes[self.name_len..]
+    }
+    /// RFC 7541 §4.1.
     fn size(&self) -> usize {
-        self.name_len + self.value_len + 32
+        self.bytes.len() + 32
     }
 }
 
-/// A decoded response header block, as far as it matters here.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ResponseBlock {
-    pub status: Option<u16>,
-    /// Regular (non-pseudo) fields, counted as `name: value\r\n`.
-    pub field_bytes: u64,
-    pub content_length: Option<u64>,
-    /// A pseudo-header was present (trailers may have none).
-    pub pseudo: bool,
-    /// Malformed as a response (RFC 9113 §8.1.1, §8.3): a pseudo-header other than one
-    /// `:status`, or after a regular field; a `content-length` not decimal, or repeated with
-    /// another value. The block is still decoded in full, to keep the table in step.
-    pub malformed: bool,
-}
-
+/// The HPACK decoder of one connection's header blocks (either end): its dynamic table, and
+/// scratch buffers for literals, reused from block to block. Fields are handed to a callback as
+/// they are decoded; nothing is collected.
 #[derive(Debug)]
 pub struct HpackDecoder {
     table: VecDeque<Entry>,
@@ -162,13 +149,21 @@ pub struct HpackDecoder {
     max: usize,
     /// The largest table size update accepted: our SETTINGS_HEADER_TABLE_SIZE.
     limit: usize,
-    scratch: Vec<u8>,
+    name: Vec<u8>,
+    value: Vec<u8>,
 }
 
 impl Default for HpackDecoder {
     fn default() -> Self {
         HpackDecoder::with_limit(TABLE_SIZE)
     }
+}
+
+/// Where a field's name comes from while its value is decoded.
+enum Name {
+    Static(&'static [u8]),
+    Dynamic(usize),
+    Literal,
 }
 
 impl HpackDecoder {
@@ -181,97 +176,108 @@ impl HpackDecoder {
             size: 0,
             max: TABLE_SIZE,
             limit,
-            scratch: Vec::new(),
+            name: Vec::new(),
+            value: Vec::new(),
         }
     }
 
-    pub fn decode(&mut self, mut block: &[u8]) -> Result<ResponseBlock, Invalid> {
-        let mut head = ResponseBlock::default();
+    /// Decode `block`, handing each field to `field` in order while the list's size (RFC 9113
+    /// §6.5.2: name, value and 32 bytes per field) stays within `max_list`. The whole block is
+    /// always decoded, so that the table stays in step: past the limit, fields are skipped
+    /// (an indexed one costs nothing, however large: the HPACK bomb) and the answer is
+    /// [`HpackError::TooLarge`].
+    pub fn decode(
+        &mut self,
+        mut block: &[u8],
+        max_list: usize,
+        mut field: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), HpackError> {
+        let mut list = 0usize;
         let mut fields = 0;
-        let (mut seen_status, mut regular) = (false, false);
         while let Some(&first) = block.first() {
-            let entry = if first & 0x80 != 0 {
-                let (i, n) = int(block, 7)?;
-                block = &block[n..];
-                self.get(i)?
-            } else if first & 0xe0 == 0x20 {
-                // Dynamic table size update: only before the first field.
+            if first & 0xe0 == 0x20 {
+                // Dynamic table size update: only before the first field (RFC 7541 §4.2).
                 let (max, n) = int(block, 5)?;
                 block = &block[n..];
                 if fields > 0 || max > self.limit {
-                    return Err(Invalid);
+                    return Err(HpackError::Invalid);
                 }
                 self.max = max;
                 self.evict(0);
                 continue;
-            } else {
-                let (index, prefix) = match first & 0xc0 {
-                    0x40 => (true, 6),
-                    _ => (false, 4),
-                };
-                let (i, n) = int(block, prefix)?;
-                block = &block[n..];
-                let mut e = if i == 0 {
-                    let n = self.string(&mut block)?;
-                    let name = &self.scratch[..n];
-                    Entry {
-                        name_len: n,
-                        value_len: 0,
-                        pseudo: name.first() == Some(&b':'),
-                        is_status: name == b":status",
-                        status: None,
-                        is_length: name == b"content-length",
-                        length: None,
-                    }
-                } else {
-                    self.get(i)?
-                };
-                e.value_len = self.string(&mut block)?;
-                e.status = e.is_status.then(|| status(&self.scratch)).flatten();
-                e.length = e.is_length.then(|| content_length(&self.scratch)).flatten();
-                if index {
-                    self.insert(e);
-                }
-                e
-            };
-            fields += 1;
-            if entry.pseudo {
-                head.malformed |= !entry.is_status || seen_status || regular;
-                seen_status |= entry.is_status;
-                head.pseudo = true;
-                head.status = entry.status;
-            } else {
-                regular = true;
-                head.field_bytes += (entry.name_len + entry.value_len + 4) as u64;
             }
-            if entry.is_length {
-                let first = head.content_length;
-                head.content_length = entry.length;
-                head.malformed |=
-                    entry.length.is_none() || first.is_some_and(|n| Some(n) != entry.length);
+            fields += 1;
+            if first & 0x80 != 0 {
+                let (i, n) = int(block, 7)?;
+                block = &block[n..];
+                let (name, value) = self.get(i)?;
+                list += name.len() + value.len() + 32;
+                if list <= max_list {
+                    field(name, value);
+                }
+                continue;
+            }
+            let (index, prefix) = match first & 0xc0 {
+                0x40 => (true, 6),
+                _ => (false, 4),
+            };
+            let (i, n) = int(block, prefix)?;
+            block = &block[n..];
+            let name = match i {
+                0 => {
+                    let n = get_string(block, 7, &mut self.name).ok_or(HpackError::Invalid)?;
+                    block = &block[n..];
+                    Name::Literal
+                }
+                i if i <= STATIC.len() => Name::Static(STATIC[i - 1].0.as_bytes()),
+                i => {
+                    let d = i - 1 - STATIC.len();
+                    if d >= self.table.len() {
+                        return Err(HpackError::Invalid);
+                    }
+                    Name::Dynamic(d)
+                }
+            };
+            let n = get_string(block, 7, &mut self.value).ok_or(HpackError::Invalid)?;
+            block = &block[n..];
+            let name: &[u8] = match name {
+                Name::Static(s) => s,
+                Name::Dynamic(d) => self.table[d].name(),
+                Name::Literal => &self.name,
+            };
+            list += name.len() + self.value.len() + 32;
+            if list <= max_list {
+                field(name, &self.value);
+            }
+            if index {
+                let mut bytes = Vec::with_capacity(name.len() + self.value.len());
+                bytes.extend_from_slice(name);
+                bytes.extend_from_slice(&self.value);
+                let name_len = name.len();
+                self.insert(Entry {
+                    bytes: bytes.into_boxed_slice(),
+                    name_len,
+                });
             }
         }
-        Ok(head)
+        if list > max_list {
+            return Err(HpackError::TooLarge);
+        }
+        Ok(())
     }
 
-    fn get(&self, i: usize) -> Result<Entry, Invalid> {
+    fn get(&self, i: usize) -> Result<(&[u8], &[u8]), HpackError> {
         if i == 0 {
-            return Err(Invalid);
+            return Err(HpackError::Invalid);
         }
         if let Some(&(name, value)) = STATIC.get(i - 1) {
-            return Ok(Entry {
-                name_len: name.len(),
-                value_len: value.len(),
-                pseudo: name.starts_with(':'),
-                is_status: name == ":status",
-                status: status(value.as_bytes()),
-                is_length: name == "content-length",
-                length: (name == "content-length")
-                    .then(|| content_length(value.as_bytes()))
-                    .flatten(),
-            });
+            return Ok((name.as_bytes(), value.as_bytes()));
         }
-        self.table.get(i - 1 - STATIC.len()).copied().ok_or(Invalid)
+        let e = self
+            .table
+            .get(i - 1 - STATIC.len())
+            .ok_or(HpackError::Invalid)?;
+        Ok((e.name(), e.value()))
     }
 
     fn insert(&mut self, e: Entry) {
@@ -293,25 +299,14 @@ impl HpackDecoder {
         }
     }
 
-    /// Decode a string literal into `scratch`; returns its decoded length.
-    fn string(&mut self, block: &mut &[u8]) -> Result<usize, Invalid> {
-        let n = get_string(block, 7, &mut self.scratch).ok_or(Invalid)?;
-        *block = &block[n..];
-        Ok(self.scratch.len())
+    /// The bytes the table holds (its entries' strings), for memory accounting.
+    pub fn table_bytes(&self) -> usize {
+        self.table.iter().map(|e| e.bytes.len()).sum()
     }
 }
 
-fn status(v: &[u8]) -> Option<u16> {
-    match v {
-        [a, b, c] if v.iter().all(u8::is_ascii_digit) => {
-            Some((*a - b'0') as u16 * 100 + (*b - b'0') as u16 * 10 + (*c - b'0') as u16)
-        }
-        _ => None,
-    }
-}
-
-fn int(buf: &[u8], prefix: u32) -> Result<(usize, usize), Invalid> {
-    get_int(buf, prefix).ok_or(Invalid)
+fn int(buf: &[u8], prefix: u32) -> Result<(usize, usize), HpackError> {
+    get_int(buf, prefix).ok_or(HpackError::Invalid)
 }
 
 #[cfg(test)]
@@ -326,55 +321,115 @@ mod tests {
             .collect()
     }
 
+    fn fields(d: &mut HpackDecoder, block: &[u8]) -> Result<Vec<(String, String)>, HpackError> {
+        let mut out = Vec::new();
+        d.decode(block, usize::MAX, |n, v| {
+            out.push((
+                String::from_utf8_lossy(n).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            ))
+        })?;
+        Ok(out)
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn rfc7541_response_examples_keep_the_table_in_step() {
         // Appendix C.6: three responses with Huffman coding and a 256-byte table, where the
         // third refers back to fields the first two inserted and evicted.
         let mut d = HpackDecoder::default();
-        d.decode(&hex("3fe1 01")).unwrap(); // size update to 256 (C.5 uses a 256-byte table)
-        let r1 = d
-            .decode(&hex(
+        fields(&mut d, &hex("3fe1 01")).unwrap(); // size update to 256
+        let r1 = fields(
+            &mut d,
+            &hex(
                 "4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
                  2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
-            ))
-            .unwrap();
-        assert_eq!(r1.status, Some(302));
-        // cache-control: private, date: Mon, 21 Oct 2013 20:13:21 GMT,
-        // location: https://www.example.com
-        assert_eq!(r1.field_bytes, (13 + 7 + 4) + (4 + 29 + 4) + (8 + 23 + 4));
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            r1,
+            pairs(&[
+                (":status", "302"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ])
+        );
         assert_eq!(d.size, 222);
-        let r2 = d.decode(&hex("4883 640e ff c1 c0 bf")).unwrap();
-        assert_eq!(r2.status, Some(307));
+        let r2 = fields(&mut d, &hex("4883 640e ff c1 c0 bf")).unwrap();
+        assert_eq!(r2[0], (":status".into(), "307".into()));
+        assert_eq!(r2[3], ("location".into(), "https://www.example.com".into()));
         assert_eq!(d.size, 222);
-        let r3 = d
-            .decode(&hex(
+        let r3 = fields(
+            &mut d,
+            &hex(
                 "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
                  77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
                  9587 3160 65c0 03ed 4ee5 b106 3d50 07",
-            ))
-            .unwrap();
-        assert_eq!(r3.status, Some(200));
+            ),
+        )
+        .unwrap();
+        assert_eq!(r3[0], (":status".into(), "200".into()));
+        assert_eq!(r3[1], ("cache-control".into(), "private".into()));
+        assert_eq!(
+            r3[5],
+            (
+                "set-cookie".into(),
+                "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1".into()
+            )
+        );
         assert_eq!(d.size, 215);
         assert_eq!(d.table.len(), 3);
     }
 
     #[test]
+    fn rfc7541_request_examples_with_indexing() {
+        // Appendix C.3: three requests without Huffman coding, each indexing new fields.
+        let mut d = HpackDecoder::default();
+        let r1 = fields(
+            &mut d,
+            &hex("8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d"),
+        )
+        .unwrap();
+        assert_eq!(r1[3], (":authority".into(), "www.example.com".into()));
+        let r2 = fields(&mut d, &hex("8286 84be 5808 6e6f 2d63 6163 6865")).unwrap();
+        assert_eq!(r2[3], (":authority".into(), "www.example.com".into()));
+        assert_eq!(r2[4], ("cache-control".into(), "no-cache".into()));
+        let r3 = fields(
+            &mut d,
+            &hex("8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65"),
+        )
+        .unwrap();
+        assert_eq!(r3[3], (":authority".into(), "www.example.com".into()));
+        assert_eq!(r3[4], ("custom-key".into(), "custom-value".into()));
+        assert_eq!(d.size, 164);
+    }
+
+    #[test]
     fn request_blocks_decode_back() {
         let mut block = Vec::new();
-        for (n, v) in [
-            (":method", &b"GET"[..]),
-            (":path", b"/?s=1k"),
-            ("user-agent", b"loadterm"),
-            ("x-custom", b"v"),
-        ] {
-            put_field(&mut block, n.as_bytes(), v);
+        let want = [
+            (":method", "GET"),
+            (":path", "/?s=1k"),
+            ("user-agent", "loadterm"),
+            ("x-custom", "v"),
+        ];
+        for (n, v) in want {
+            put_field(&mut block, n.as_bytes(), v.as_bytes());
         }
         assert_eq!(block[0], 0x82); // :method GET, fully indexed
                                     // :path with the static name (index 4), 6 raw bytes.
         assert_eq!(block[1..3], [0x04, 0x06]);
-        let head = HpackDecoder::default().decode(&block).unwrap();
-        assert_eq!(head.field_bytes, (10 + 8 + 4) + (8 + 1 + 4));
-        assert_eq!(head.status, None);
+        assert_eq!(
+            fields(&mut HpackDecoder::default(), &block),
+            Ok(pairs(&want))
+        );
     }
 
     #[test]
@@ -387,9 +442,9 @@ mod tests {
         put_literal(&mut out, b"x", &[b'v'; 200]);
         assert_eq!(out[..5], [0x00, 0x01, b'x', 0x7f, 200 - 127]);
         assert_eq!(out.len(), 5 + 200);
-        // Decoded as a field of these sizes, not entered in the table.
+        // Decoded, not entered in the table.
         let mut d = HpackDecoder::default();
-        assert_eq!(d.decode(&out).unwrap().field_bytes, 1 + 200 + 4);
+        assert_eq!(fields(&mut d, &out).unwrap()[0].1.len(), 200);
         assert_eq!(d.size, 0);
     }
 
@@ -398,30 +453,41 @@ mod tests {
     #[test]
     fn table_size_updates_up_to_the_limit() {
         let update = |n: usize| {
-            let mut b = vec![0x20];
-            // 5-bit prefix integer (RFC 7541 §5.1).
-            if n < 31 {
-                b[0] |= n as u8;
-            } else {
-                b[0] |= 31;
-                let mut rest = n - 31;
-                while rest >= 128 {
-                    b.push((rest % 128) as u8 | 0x80);
-                    rest /= 128;
-                }
-                b.push(rest as u8);
-            }
+            let mut b = Vec::new();
+            put_int(&mut b, 0x20, 5, n);
             b.push(0x88); // :status 200
             b
         };
         let mut d = HpackDecoder::with_limit(65_536);
-        assert_eq!(d.decode(&update(65_536)).unwrap().status, Some(200));
+        assert!(fields(&mut d, &update(65_536)).is_ok());
         assert_eq!(d.max, 65_536);
-        assert_eq!(d.decode(&update(65_537)), Err(Invalid));
+        assert_eq!(fields(&mut d, &update(65_537)), Err(HpackError::Invalid));
         let mut d = HpackDecoder::with_limit(0);
-        assert_eq!(d.decode(&update(0)).unwrap().status, Some(200));
-        assert_eq!(d.decode(&update(1)), Err(Invalid));
-        assert_eq!(HpackDecoder::default().decode(&update(4097)), Err(Invalid));
+        assert!(fields(&mut d, &update(0)).is_ok());
+        assert_eq!(fields(&mut d, &update(1)), Err(HpackError::Invalid));
+        assert_eq!(
+            fields(&mut HpackDecoder::default(), &update(4097)),
+            Err(HpackError::Invalid)
+        );
+    }
+
+    /// Past the list limit fields are skipped, but the block is decoded in full: a field it
+    /// indexes is there for the next block (an HPACK bomb's references cost nothing).
+    #[test]
+    fn a_list_over_the_limit_is_skipped_and_the_table_kept_in_step() {
+        let mut d = HpackDecoder::default();
+        let mut block = hex("400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65");
+        block.extend(std::iter::repeat_n(0xbe, 10_000));
+        let mut seen = 0;
+        assert_eq!(
+            d.decode(&block, 1000, |_, _| seen += 1),
+            Err(HpackError::TooLarge)
+        );
+        assert_eq!(seen, 1000 / (10 + 12 + 32));
+        assert_eq!(
+            fields(&mut d, &[0xbe]).unwrap(),
+            pairs(&[("custom-key", "custom-value")])
+        );
     }
 
     #[test]
@@ -435,8 +501,9 @@ mod tests {
             &[0x82, 0x20],             // size update after a field
             &[0x3f, 0xe2, 0x1f],       // size update above what we allow
             &[0x00, 0x81, 0x00, 0x00], // Huffman with zero padding
+            &[0x7f, 0x10, 0x00],       // literal name index beyond both tables
         ] {
-            assert_eq!(d.decode(bad), Err(Invalid), "{bad:02x?}");
+            assert_eq!(fields(&mut d, bad), Err(HpackError::Invalid), "{bad:02x?}");
         }
     }
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chunked;
+pub mod fields;
 pub mod h2;
 pub mod hpack;
 pub mod huffman;

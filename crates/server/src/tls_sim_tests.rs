@@ -44,6 +44,12 @@ pub(crate) fn identity() -> (Identity, rustls::RootCertStore) {
     (identity, roots)
 }
 
+/// Runs a test on a `LocalSet`, as the server's workers run (connections are tasks of their
+/// thread).
+async fn local<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::LocalSet::new().run_until(f).await
+}
+
 /// The TLS engine serving one end of a duplex stream (offering h2 and http/1.1, as a TLS port
 /// does): the client's end, the shutdown trigger, and the engine's task.
 fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
@@ -54,7 +60,7 @@ fn server() -> (DuplexStream, rustls::RootCertStore, Trigger, JoinHandle<()>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
     let slot = ConnSlot::new(&Arc::new(AtomicUsize::new(0)), Transport::Tls);
-    let served = tokio::spawn(handshake(
+    let served = tokio::task::spawn_local(handshake(
         server,
         crate::stream::tls_stream::server_config(tls),
         cfg,
@@ -85,66 +91,78 @@ async fn connect(
 
 #[tokio::test(start_paused = true)]
 async fn http11_by_alpn_answers_and_closes() {
-    let (io, roots, _stop, served) = server();
-    let mut tls = connect(io, roots, &[b"http/1.1"]).await.unwrap();
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
-    tls.write_all(b"GET /?s=5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    tls.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8_lossy(&response);
-    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-    assert!(text.ends_with("\r\n\r\n.1234"), "{text}");
-    served.await.unwrap();
+    local(async {
+        let (io, roots, _stop, served) = server();
+        let mut tls = connect(io, roots, &[b"http/1.1"]).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        tls.write_all(b"GET /?s=5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = Vec::new();
+        tls.read_to_end(&mut response).await.unwrap();
+        let text = String::from_utf8_lossy(&response);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n.1234"), "{text}");
+        served.await.unwrap();
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn h2_by_alpn_serves_streams() {
-    let (io, roots, stop, served) = server();
-    let tls = connect(io, roots, &[b"h2", b"http/1.1"]).await.unwrap();
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (send, conn) = h2::client::handshake(tls).await.unwrap();
-    let conn = tokio::spawn(conn);
-    let req = http::Request::get("https://localhost/?s=100")
-        .body(())
-        .unwrap();
-    let (resp, _) = send.ready().await.unwrap().send_request(req, true).unwrap();
-    let resp = resp.await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
-    let mut len = 0;
-    while let Some(data) = body.data().await {
-        len += data.unwrap().len();
-    }
-    assert_eq!(len, 100);
-    // Shutdown: GOAWAY, and the engine's task ends with the connection.
-    stop.fire();
-    served.await.unwrap();
-    conn.await.unwrap().unwrap();
+    local(async {
+        let (io, roots, stop, served) = server();
+        let tls = connect(io, roots, &[b"h2", b"http/1.1"]).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (send, conn) = h2::client::handshake(tls).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let req = http::Request::get("https://localhost/?s=100")
+            .body(())
+            .unwrap();
+        let (resp, _) = send.ready().await.unwrap().send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut len = 0;
+        while let Some(data) = body.data().await {
+            len += data.unwrap().len();
+        }
+        assert_eq!(len, 100);
+        // Shutdown: GOAWAY, and the engine's task ends with the connection.
+        stop.fire();
+        served.await.unwrap();
+        conn.await.unwrap().unwrap();
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn silent_client_is_dropped_at_the_handshake_timeout() {
-    let (mut io, _roots, _stop, served) = server();
-    let start = Instant::now();
-    served.await.unwrap();
-    assert!(
-        start.elapsed() >= TIMEOUT,
-        "gave up after {:?}",
-        start.elapsed()
-    );
-    assert_eq!(
-        io.read(&mut [0u8; 1]).await.unwrap(),
-        0,
-        "closed, nothing sent"
-    );
+    local(async {
+        let (mut io, _roots, _stop, served) = server();
+        let start = Instant::now();
+        served.await.unwrap();
+        assert!(
+            start.elapsed() >= TIMEOUT,
+            "gave up after {:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            io.read(&mut [0u8; 1]).await.unwrap(),
+            0,
+            "closed, nothing sent"
+        );
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_common_protocol_fails_the_handshake() {
-    let (io, roots, _stop, served) = server();
-    let err = connect(io, roots, &[b"h3"]).await.unwrap_err();
-    assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
-    served.await.unwrap();
+    local(async {
+        let (io, roots, _stop, served) = server();
+        let err = connect(io, roots, &[b"h3"]).await.unwrap_err();
+        assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
+        served.await.unwrap();
+    })
+    .await
 }

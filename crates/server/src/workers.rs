@@ -145,7 +145,7 @@ async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize
     for (l, tls) in listeners {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => {
-                tokio::spawn(accept_loop(l, tls, cfg.clone(), conns.clone()));
+                tokio::task::spawn_local(accept_loop(l, tls, cfg.clone(), conns.clone()));
             }
             Err(e) => eprintln!("loadterm: cannot register a listener: {e}"),
         }
@@ -211,11 +211,11 @@ async fn accept_loop(
         // otherwise be paid by every clear connection.
         match &tls {
             None => {
-                tokio::spawn(serve_clear(sock, cfg.clone(), slot));
+                tokio::task::spawn_local(serve_clear(sock, cfg.clone(), slot));
             }
             Some(config) => {
                 let config = config.clone();
-                tokio::spawn(serve_tls(sock, config, cfg.clone(), extra.clone(), slot));
+                tokio::task::spawn_local(serve_tls(sock, config, cfg.clone(), extra.clone(), slot));
             }
         }
     }
@@ -230,8 +230,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let served = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
-            h2_ended(served);
+            // Its failure, if any, is counted by the engine.
+            let _ = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -267,7 +267,7 @@ async fn serve_h1_clear(
             },
             Some(h1::Handover::Upgrade(up)) => {
                 break Box::pin(async move {
-                    h2_ended(h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await);
+                    let _ = h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
                     drop(slot);
                 })
             }
@@ -296,7 +296,7 @@ fn resume(idle: park::Idle, cfg: &Arc<Config>) {
     match idle.session {
         None => {
             let sock = Metered::new(sock, Transport::Tcp);
-            tokio::spawn(serve_h1_clear(
+            tokio::task::spawn_local(serve_h1_clear(
                 sock,
                 cfg.clone(),
                 idle.slot,
@@ -372,15 +372,10 @@ async fn handshake<IO>(
         None => return stats::handshake_failed(Transport::Tls, HandshakeFailure::Timeout),
     };
     match session(stream, cfg, extra, slot) {
-        Session::H2(s, _slot) => h2_ended(s.await),
+        Session::H2(s, _slot) => {
+            let _ = s.await;
+        }
         Session::H1(s) => s.await,
-    }
-}
-
-/// An HTTP/2 connection is over: its failure, if any, is counted here, once.
-fn h2_ended(served: Result<(), h2_engine::H2ConnError>) {
-    if let Err(e) = served {
-        e.count();
     }
 }
 
@@ -489,7 +484,7 @@ where
     fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
         let TlsIdle { mut parked, extra } = *self;
         parked.get_mut().attach(sock);
-        tokio::spawn(serve_h1_tls(parked.resume(), cfg, extra, slot, Some(until)));
+        tokio::task::spawn_local(serve_h1_tls(parked.resume(), cfg, extra, slot, Some(until)));
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::setup::Offer;
 use bytes::Bytes;
+use loadterm_codec::fields::ResponseFields;
 use loadterm_codec::h2::flag::{ACK, END_HEADERS, END_STREAM, PADDED, PRIORITY};
 use loadterm_codec::h2::setting;
 use loadterm_codec::h2::{
@@ -117,6 +118,7 @@ pub(super) struct Client {
     streams: HashMap<u32, ClientStream, BuildHasherDefault<IdHasher>>,
     next_id: u32,
     decoder: hpack::HpackDecoder,
+    fields: ResponseFields,
     /// Server settings.
     max_streams: usize,
     send_frame: usize,
@@ -161,6 +163,7 @@ impl Client {
             streams: HashMap::default(),
             next_id: 1,
             decoder: hpack::HpackDecoder::with_limit(offer.header_table as usize),
+            fields: ResponseFields::default(),
             max_streams: ASSUMED_STREAMS,
             send_frame: MAX_FRAME,
             initial_send_window: 65_535,
@@ -515,10 +518,12 @@ impl Client {
     }
 
     fn headers(&mut self, id: u32, end_stream: bool, block: &[u8]) -> Result<()> {
+        let trailers = self.streams.get(&id).is_some_and(|s| s.status.is_some());
+        let fields = &mut self.fields;
+        fields.begin(trailers);
         // Decoded even for streams given up on, to keep the HPACK table in step.
-        let head = self
-            .decoder
-            .decode(block)
+        self.decoder
+            .decode(block, usize::MAX, |name, value| fields.field(name, value))
             .map_err(|_| ProtocolError("invalid HPACK"))?;
         let Some(s) = self.streams.get_mut(&id) else {
             return if id < self.next_id {
@@ -527,26 +532,19 @@ impl Client {
                 Err(ProtocolError("HEADERS on an idle stream"))
             };
         };
-        if head.malformed {
+        let Ok(head) = self.fields.finish() else {
+            // Malformed (RFC 9113 §8.1.1), a missing status or a pseudo-header in trailers
+            // included.
             self.malformed(id);
             return Ok(());
-        }
-        if s.status.is_some() {
-            // Trailers, which carry no pseudo-header (RFC 9113 §8.1).
-            if head.pseudo {
-                self.malformed(id);
-                return Ok(());
-            }
+        };
+        if trailers {
             s.head_bytes += head.field_bytes;
             if !end_stream {
                 return Err(ProtocolError("trailers without END_STREAM"));
             }
         } else {
-            let Some(status) = head.status else {
-                // Missing, or not three digits.
-                self.malformed(id);
-                return Ok(());
-            };
+            let status = head.status;
             if status == 101 {
                 return Err(ProtocolError("101 on HTTP/2"));
             }

@@ -1,33 +1,30 @@
-//! How the `h2` crate's frames reach the transport (`--h2-emit`). Its encoder holds one DATA frame
-//! at a time and flushes the transport before encoding the next (hyperium/h2#902), and the TLS
-//! stream (`tls_stream`) turns every write into TLS records and a system call: one write per
-//! response, a 9-byte record per frame header. Here writes are collected and flushes deferred: a pass (what
-//! the connection produces between two reads) goes down in one write when `LIMIT` is reached, at
-//! shutdown, or just before the connection reads again (its task is woken for that), so a batch of
-//! responses leaves in full TLS records and one system call (measured: docs/PERFORMANCE.md).
+//! How response frames reach the transport (`--h2-emit`): a pass is what the connection
+//! produces between two reads (every stream's HEADERS and DATA, the connection's control
+//! frames), encoded straight into one reused buffer and written down in one (vectored) write, so
+//! that a batch of responses leaves in full TLS records and one system call (measured:
+//! docs/PERFORMANCE.md).
 //!
 //! What differs between the strategies is whether body bytes are copied into the pass:
-//! - `drain` copies every byte into one buffer: one contiguous write per pass;
+//! - `drain` copies every byte into the buffer: one contiguous write per pass;
 //! - `gather` keeps body bytes by reference (they are slices of `loadterm_plan::body`'s static
-//!   blocks) and writes the pass as one vectored write of all its pieces: no copy here;
+//!   blocks) and writes the pass as one vectored write of all its pieces;
 //! - `hybrid` references body pieces of at least the threshold and copies smaller ones.
 //!
-//! Frame headers and HEADERS frames live in `h2`'s reused buffer and are always copied.
+//! Frame headers, HEADERS blocks and control frames are always in the buffer.
 
-use loadterm_plan::body;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
-/// Bytes collected before they are pushed down regardless of flushes.
-const LIMIT: usize = 64 * 1024;
-/// Segments per vectored write (Linux takes 1024; rustls makes records of up to 16 KiB anyway).
+/// Bytes queued past which a stream waits for the pass to be written before adding more.
+pub(super) const LIMIT: usize = 64 * 1024;
+/// Segments per vectored write (Linux takes 1024; the TLS stream seals 64 KiB per call anyway).
 const IOV: usize = 64;
 
 /// A part of the pass, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Segment {
+pub(super) enum Segment {
     /// `buf[start..end]`.
     Copied {
         start: usize,
@@ -45,66 +42,83 @@ impl Segment {
     }
 }
 
-pub(super) struct WriteBatcher<IO> {
-    io: IO,
+/// One pass being built and written.
+pub(super) struct Pass {
     /// Body pieces of this many bytes or more are kept by reference (`usize::MAX`: never).
     by_reference: usize,
     buf: Vec<u8>,
     segments: Vec<Segment>,
-    /// Bytes collected and not yet written.
+    /// `buf[..covered]` is in `segments`.
+    covered: usize,
+    /// Bytes in the pass not yet written.
     queued: usize,
     /// Write position: the first segment not fully written, and the bytes of it that are.
     next: usize,
     written: usize,
-    /// A flush was deferred: write the pass and flush `io` at the next poll.
-    deferred: bool,
-    /// We woke our own task for that and it has not read since.
-    woken: bool,
-    /// The last attempt found the socket full: its readiness will wake the task, so flushes
-    /// must not wake it again (that would spin).
-    blocked: bool,
 }
 
-impl<IO> WriteBatcher<IO> {
+impl Pass {
     /// `copy_up_to`: see `H2Args::copy_up_to`.
-    pub(super) fn new(io: IO, copy_up_to: u64) -> Self {
-        WriteBatcher {
-            io,
+    pub(super) fn new(copy_up_to: u64) -> Pass {
+        Pass {
             by_reference: usize::try_from(copy_up_to.saturating_add(1)).unwrap_or(usize::MAX),
             buf: Vec::new(),
             segments: Vec::new(),
+            covered: 0,
             queued: 0,
             next: 0,
             written: 0,
-            deferred: false,
-            woken: false,
-            blocked: false,
         }
     }
 
-    fn collect(&mut self, data: &[u8]) {
-        self.queued += data.len();
-        if data.len() >= self.by_reference {
-            if let Some(s) = body::as_static(data) {
-                self.segments.push(Segment::Referenced(s));
-                return;
-            }
+    /// The buffer frames are encoded into; [`Pass::copied`] then takes what was appended.
+    pub(super) fn buf(&mut self) -> &mut Vec<u8> {
+        if self.buf.capacity() == 0 {
+            self.buf = crate::buffers::take(16 * 1024);
         }
-        let start = self.buf.len();
-        self.buf.extend_from_slice(data);
+        &mut self.buf
+    }
+
+    /// What was appended to the buffer since the last call is part of the pass.
+    pub(super) fn copied(&mut self) {
+        let end = self.buf.len();
+        if end == self.covered {
+            return;
+        }
+        self.queued += end - self.covered;
         match self.segments.last_mut() {
-            Some(Segment::Copied { end, .. }) if *end == start => *end = self.buf.len(),
+            Some(Segment::Copied { end: e, .. }) if *e == self.covered => *e = end,
             _ => self.segments.push(Segment::Copied {
-                start,
-                end: self.buf.len(),
+                start: self.covered,
+                end,
             }),
         }
+        self.covered = end;
     }
-}
 
-impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
-    /// Write everything collected to `io`.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// A body piece (a slice of the static body blocks): referenced or copied, per the mode.
+    pub(super) fn body(&mut self, piece: &'static [u8]) {
+        if piece.len() >= self.by_reference {
+            self.copied();
+            self.queued += piece.len();
+            self.segments.push(Segment::Referenced(piece));
+        } else {
+            self.buf().extend_from_slice(piece);
+            self.copied();
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub(super) fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Write the whole pass to `io`.
+    pub(super) fn poll_write<IO: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
         while self.next < self.segments.len() {
             let mut iov = [IoSlice::new(&[]); IOV];
             let mut count = 0;
@@ -114,12 +128,11 @@ impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
                 iov[count] = IoSlice::new(&bytes[skip..]);
                 count += 1;
             }
-            let mut n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &iov[..count]))?;
+            let mut n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &iov[..count]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.queued -= n;
-            // Advance past what was written.
             while n > 0 {
                 let len = self.segments[self.next].bytes(&self.buf).len();
                 let step = n.min(len - self.written);
@@ -133,92 +146,16 @@ impl<IO: AsyncWrite + Unpin> WriteBatcher<IO> {
         }
         self.buf.clear();
         self.segments.clear();
+        self.covered = 0;
         self.next = 0;
         Poll::Ready(Ok(()))
     }
 
-    /// Carry out a deferred flush.
-    fn poll_deferred(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.deferred {
-            let r = match self.poll_drain(cx) {
-                Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_flush(cx),
-                other => other,
-            };
-            self.blocked = r.is_pending();
-            ready!(r)?;
-            self.deferred = false;
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for WriteBatcher<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        // Pending here means the socket is full: the waker is registered for it, and the read
-        // may go on meanwhile.
-        self.woken = false;
-        if let Poll::Ready(Err(e)) = self.poll_deferred(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteBatcher<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored(cx, &[IoSlice::new(data)])
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if self.queued > 0
-            && (self.queued + total > LIMIT || self.segments.len() + bufs.len() > IOV)
-        {
-            ready!(self.poll_drain(cx))?;
-        }
-        for b in bufs {
-            self.collect(b);
-        }
-        Poll::Ready(Ok(total))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Give the buffer back to the thread's pool (an idle connection holds none).
+    pub(super) fn release(&mut self) {
         if self.queued == 0 {
-            return Pin::new(&mut self.io).poll_flush(cx);
+            crate::buffers::give(std::mem::take(&mut self.buf));
         }
-        self.deferred = true;
-        if self.blocked || self.queued >= LIMIT {
-            return self.poll_deferred(cx);
-        }
-        // Defer: more frames may follow in this same turn of the connection. The wake makes
-        // sure the connection is polled (and reads, and so flushes) once more before it sleeps.
-        if !self.woken {
-            self.woken = true;
-            cx.waker().wake_by_ref();
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.deferred = true;
-        ready!(self.poll_deferred(cx))?;
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -226,23 +163,11 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteBatcher<IO> {
 mod tests {
     use super::*;
     use crate::config::{EmitMode, H2Args};
-    use loadterm_plan::body::BodyKind;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use loadterm_plan::body::{self, BodyKind};
 
-    /// Records every write the inner stream receives (a vectored write as one entry); reads
-    /// return end of stream.
+    /// Records every write (a vectored write as one entry).
     #[derive(Default)]
     struct Log(Vec<Vec<u8>>);
-
-    impl AsyncRead for Log {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
 
     impl AsyncWrite for Log {
         fn poll_write(
@@ -257,10 +182,7 @@ mod tests {
             _: &mut Context<'_>,
             bufs: &[IoSlice<'_>],
         ) -> Poll<io::Result<usize>> {
-            let all = bufs
-                .iter()
-                .flat_map(|b| b.iter().copied())
-                .collect::<Vec<u8>>();
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
             let n = all.len();
             self.0.push(all);
             Poll::Ready(Ok(n))
@@ -276,51 +198,49 @@ mod tests {
         }
     }
 
-    /// A frame header (copied from `h2`'s buffer) and a 1000-byte body piece, `n` times.
-    fn frames(n: usize) -> Vec<Vec<u8>> {
-        (0..n)
-            .flat_map(|i| {
-                [
-                    vec![i as u8; 9],
-                    body::slice(BodyKind::Pattern, 0, 1000).to_vec(),
-                ]
-            })
-            .collect()
-    }
-
-    /// The writer `--h2-emit strategy --h2-emit-threshold threshold` gives.
-    fn emit(strategy: EmitMode, threshold: u64) -> WriteBatcher<Log> {
+    fn pass(strategy: EmitMode, threshold: u64) -> Pass {
         let args = H2Args {
             emit: Some(strategy),
             emit_threshold: threshold,
             ..crate::config::defaults()
         };
-        WriteBatcher::new(Log::default(), args.copy_up_to())
+        Pass::new(args.copy_up_to())
     }
 
-    async fn pass(e: &mut WriteBatcher<Log>, n: usize) {
+    /// A frame header and a 1000-byte body piece, `n` times.
+    fn fill(p: &mut Pass, n: usize) -> Vec<u8> {
+        let mut want = Vec::new();
         for i in 0..n {
-            e.write_all(&[i as u8; 9]).await.unwrap();
-            e.write_all(body::slice(BodyKind::Pattern, 0, 1000))
-                .await
-                .unwrap();
-            e.flush().await.unwrap();
+            p.buf().extend_from_slice(&[i as u8; 9]);
+            p.copied();
+            let piece = body::slice(BodyKind::Pattern, 0, 1000);
+            p.body(piece);
+            want.extend_from_slice(&[i as u8; 9]);
+            want.extend_from_slice(piece);
         }
+        want
     }
 
-    #[tokio::test]
-    async fn a_pass_leaves_in_one_write_just_before_the_next_read() {
+    fn write(p: &mut Pass) -> Vec<Vec<u8>> {
+        let mut log = Log::default();
+        let cx = &mut Context::from_waker(std::task::Waker::noop());
+        assert!(p.poll_write(&mut log, cx).is_ready());
+        log.0
+    }
+
+    #[test]
+    fn a_pass_leaves_in_one_write() {
         for strategy in [EmitMode::Drain, EmitMode::Gather, EmitMode::Hybrid] {
-            let mut e = emit(strategy, 2048);
-            pass(&mut e, 10).await;
-            assert!(e.io.0.is_empty(), "{strategy:?}: flushes are deferred");
-            let _ = e.read(&mut [0u8; 16]).await.unwrap();
-            assert_eq!(e.io.0, vec![frames(10).concat()], "{strategy:?}");
+            let mut p = pass(strategy, 2048);
+            let want = fill(&mut p, 10);
+            assert_eq!(p.queued(), want.len());
+            assert_eq!(write(&mut p), [want], "{strategy:?}");
+            assert_eq!(p.queued(), 0);
         }
     }
 
-    #[tokio::test]
-    async fn only_drain_and_small_hybrid_pieces_are_copied() {
+    #[test]
+    fn only_drain_and_small_hybrid_pieces_are_copied() {
         // (strategy, threshold, body bytes copied into the pass)
         for (strategy, threshold, copied) in [
             (EmitMode::Drain, 0, 3000),
@@ -328,11 +248,10 @@ mod tests {
             (EmitMode::Hybrid, 1000, 0),
             (EmitMode::Hybrid, 1001, 3000),
         ] {
-            let mut e = emit(strategy, threshold);
-            pass(&mut e, 3).await;
-            assert_eq!(e.buf.len(), 27 + copied, "{strategy:?} {threshold}");
-            e.shutdown().await.unwrap();
-            assert_eq!(e.io.0.concat(), frames(3).concat());
+            let mut p = pass(strategy, threshold);
+            let want = fill(&mut p, 3);
+            assert_eq!(p.buf.len(), 27 + copied, "{strategy:?} {threshold}");
+            assert_eq!(write(&mut p).concat(), want);
         }
     }
 
@@ -345,21 +264,12 @@ mod tests {
         assert_eq!(args.copy_up_to(), 2047);
     }
 
-    #[tokio::test]
-    async fn a_pass_larger_than_the_limit_goes_in_parts_in_order() {
-        for strategy in [EmitMode::Drain, EmitMode::Gather] {
-            let mut e = emit(strategy, 0);
-            pass(&mut e, 200).await;
-            e.write_all(&vec![b'x'; 70_000]).await.unwrap();
-            e.write_all(b"tail").await.unwrap();
-            e.shutdown().await.unwrap();
-            let want = [frames(200).concat(), vec![b'x'; 70_000], b"tail".to_vec()].concat();
-            assert_eq!(e.io.0.concat(), want, "{strategy:?}");
-            assert!(
-                e.io.0.len() >= 4,
-                "{strategy:?}: split at LIMIT or IOV pieces"
-            );
-            assert!(e.io.0.iter().all(|w| w.len() <= 70_000 + 4), "{strategy:?}");
-        }
+    #[test]
+    fn a_pass_of_many_pieces_goes_in_several_writes_in_order() {
+        let mut p = pass(EmitMode::Gather, 0);
+        let want = fill(&mut p, 200);
+        let writes = write(&mut p);
+        assert!(writes.len() >= 4, "IOV pieces per write");
+        assert_eq!(writes.concat(), want);
     }
 }

@@ -1,51 +1,61 @@
-//! HTTP/2 engine (TLS ALPN `h2`; h2c by prior knowledge or `Upgrade: h2c` on the clear port), on the `h2`
-//! crate. Each stream is its own task: a delayed stream never blocks the others. Bodies are
-//! static slices sent as flow control allows, so any size streams in constant memory.
-//! Control-frame floods the crate does not bound are cut off by `guard`.
+//! HTTP/2 engine (TLS ALPN `h2`; h2c by prior knowledge or `Upgrade: h2c` on the clear port): a
+//! thin driver of `loadterm_codec::h2::Connection` (server role). The connection's task reads,
+//! feeds the codec, answers every request that needs no wait at once (`stream::H2Stream`,
+//! encoded straight into the pass, `emit`), and writes the pass: one write per read batch. A
+//! request that waits (a body to read, a delay, a large body under flow control) goes on in a
+//! task of its own on the same thread, sharing the connection through `Shared`.
 
 mod emit;
-mod guard;
 #[cfg(test)]
 mod sim_tests;
 mod stream;
 pub(crate) mod upgrade;
 
+use crate::config::{Config, ExtraHeaders};
 use crate::plumbing::stats::{self, CountedError, Protection};
-use futures::FutureExt;
-use http::{HeaderName, HeaderValue};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use loadterm_codec::fields::{self, RequestFields};
+use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role};
+use loadterm_codec::hpack::{put_literal, HpackDecoder, HpackError};
+use loadterm_exchange::{join_field_line, Exchange, RequestSummary, Version};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 
-/// Why an HTTP/2 connection failed. Converting to it counts nothing: the caller counts it once,
-/// with [`H2ConnError::count`], when the connection ends.
+/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve_connection`
+/// as it ends, before its last frames go out (a client that reads our GOAWAY finds it counted).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum H2ConnError {
     #[error("HTTP/2 handshake not done within the client timeout")]
     HandshakeTimeout,
+    #[error(transparent)]
+    Protocol(#[from] ConnError),
     #[error("HTTP/2 connection failed: {0}")]
-    H2(#[from] h2::Error),
+    Io(#[from] io::Error),
 }
 
 impl H2ConnError {
-    /// Count the failure: a timeout; the h2 crate's flood protections (its GOAWAY
-    /// ENHANCE_YOUR_CALM); I/O errors by kind; anything else as a protocol error.
-    pub(crate) fn count(&self) {
+    /// Count the failure: a timeout; a flood cut off (our budget of frames that ask for nothing:
+    /// `h2_control_flood`; endless CONTINUATION or malformed streams: `enhance_your_calm`); I/O
+    /// errors by kind; any other protocol error.
+    fn count(&self) {
         match self {
             H2ConnError::HandshakeTimeout => stats::error(CountedError::Timeout),
-            H2ConnError::H2(e) => {
-                if let Some(io) = e.get_io() {
-                    stats::io_error(io);
-                } else if e.is_go_away()
-                    && e.is_library()
-                    && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
-                {
-                    stats::protection(Protection::EnhanceYourCalm);
-                } else {
-                    stats::error(CountedError::Protocol);
-                }
+            H2ConnError::Protocol(e) if e.is_control_flood() => {
+                stats::protection(Protection::H2ControlFlood)
             }
+            H2ConnError::Protocol(e) if e.code == code::ENHANCE_YOUR_CALM => {
+                stats::protection(Protection::EnhanceYourCalm)
+            }
+            H2ConnError::Protocol(_) => stats::error(CountedError::Protocol),
+            H2ConnError::Io(e) => stats::io_error(e),
         }
     }
 }
@@ -56,10 +66,10 @@ pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
     head: &[u8],
-    cfg: Arc<crate::config::Config>,
+    cfg: Arc<Config>,
 ) -> Result<(), H2ConnError>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     match upgrade::rewind(io, buffered, head, cfg.timeout).await {
         Some(io) => serve_connection(io, cfg, Vec::new()).await,
@@ -67,141 +77,500 @@ where
     }
 }
 
-/// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed (the
-/// guard skips it). `extra`: fields added to every response (`alt-svc`, `x-ja4`). A control
-/// frame flood ends it with `Ok` (a protection, counted where it is cut off, not a failure).
-pub(crate) async fn serve_connection<IO>(
-    io: IO,
-    cfg: Arc<crate::config::Config>,
-    extra: crate::config::ExtraHeaders,
-) -> Result<(), H2ConnError>
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let s = &cfg.h2;
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(s.max_streams)
-        .initial_window_size(s.stream_window)
-        .initial_connection_window_size(s.conn_window)
-        .max_frame_size(s.max_frame_size)
-        .max_header_list_size(s.max_header_list)
-        // Rapid reset (CVE-2023-44487) and error floods: bounded, then GOAWAY.
-        .max_pending_accept_reset_streams(64)
-        .max_local_error_reset_streams(Some(256))
-        .max_concurrent_reset_streams(64)
-        .max_send_buffer_size(256 << 10);
-    // Notified once the client floods control frames (then `h2` reads nothing more).
-    let flood = Arc::new(Notify::new());
-    let io = guard::FloodGuard::new(emit::WriteBatcher::new(io, s.copy_up_to()), flood.clone());
-    let mut conn =
-        match tokio::time::timeout(cfg.timeout, builder.handshake::<_, bytes::Bytes>(io)).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => return Err(H2ConnError::HandshakeTimeout),
-        };
-    let extra: std::sync::Arc<[(HeaderName, HeaderValue)]> = extra.into();
-    let active = Arc::new(AtomicUsize::new(0));
-    // `w`: the idle time (ms, 0: none) the last request set for the connection.
-    let idle = std::sync::atomic::AtomicU64::new(0);
-    let dispatch = |(req, respond)| {
-        // Answered at once when it can be, else on a task of its own.
-        let Some((stream, step)) = stream::H2Stream::new(req, respond, extra.clone(), &cfg)
-            .and_then(|s| {
-                if let Some(w) = s.idle() {
-                    idle.store(w.as_millis() as u64, Ordering::Relaxed);
-                }
-                s.try_now()
-            })
-        else {
-            return;
-        };
-        let active = active.clone();
-        active.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            stream.run(step).await;
-            active.fetch_sub(1, Ordering::Relaxed);
-        });
-    };
-    let mut batch = Vec::new();
-    let stop = cfg.shutdown.wait();
-    tokio::pin!(stop);
-    // The idle time in force: `w`'s once a request set it, until the next request arrives.
-    let mut w = None;
-    loop {
-        // Idle connections (no stream for a whole timeout period, or for `w` after a request
-        // that set it, once none is in progress) and every connection at
-        // shutdown get GOAWAY, so clients waiting for the server to close do not hang.
-        if let ms @ 1.. = idle.swap(0, Ordering::Relaxed) {
-            w = Some(std::time::Duration::from_millis(ms));
-        }
-        let next = tokio::select! {
-            r = tokio::time::timeout(w.unwrap_or(cfg.timeout), conn.accept()) => match r {
-                Ok(next) => next,
-                Err(_) if active.load(Ordering::Relaxed) > 0 => continue,
-                Err(_) => break,
-            },
-            () = &mut stop => break,
-            () = flood.notified() => return cut_off(&mut conn).await,
-        };
-        match next {
-            Some(Ok(stream)) => {
-                w = None;
-                batch.push(stream);
-            }
-            Some(Err(e)) => return Err(e.into()),
-            None => return Ok(()),
-        }
-        // Take every request already received before answering any: each accept flushes what
-        // is queued, so answering between accepts would cost one write per response.
-        let end = loop {
-            match conn.accept().now_or_never() {
-                Some(Some(Ok(stream))) => batch.push(stream),
-                None => break None,
-                Some(other) => break Some(other),
-            }
-        };
-        batch.drain(..).for_each(&dispatch);
-        match end {
-            Some(Some(Err(e))) => return Err(e.into()),
-            Some(None) => return Ok(()),
-            _ => {}
-        }
-    }
-    conn.graceful_shutdown();
-    // Streams the client opened before it saw the GOAWAY are still served.
-    let flooded = tokio::time::timeout(cfg.timeout, async {
-        loop {
-            tokio::select! {
-                next = conn.accept() => match next {
-                    Some(Ok(stream)) => dispatch(stream),
-                    _ => return false,
-                },
-                () = flood.notified() => return true,
-            }
-        }
-    })
-    .await;
-    if flooded == Ok(true) {
-        return cut_off(&mut conn).await;
-    }
-    Ok(())
+/// A request answered on a task of its own: what the connection tells it.
+#[derive(Default)]
+struct Request {
+    /// Request body bytes received and not yet reported.
+    body: u64,
+    /// The request body ended (END_STREAM).
+    ended: bool,
+    /// The stream was reset.
+    reset: bool,
+    /// Woken when any of the above changes, a window opens or the pass drains.
+    waker: Option<Waker>,
 }
 
-/// End a connection whose client floods control frames (`guard`), as `h2` ends its own floods:
-/// GOAWAY ENHANCE_YOUR_CALM, then the guard's lingering close; flushing the GOAWAY and
-/// lingering within `linger::LINGER` in all, as the client may read nothing.
-async fn cut_off<T, B>(conn: &mut h2::server::Connection<T, B>) -> Result<(), H2ConnError>
+/// The connection as its requests share it (on one thread).
+pub(super) struct Shared {
+    conn: Connection,
+    pass: emit::Pass,
+    /// Requests being answered, by stream.
+    requests: HashMap<u32, Request>,
+    /// The connection's task, woken when a request queued frames or ended.
+    task: Option<Waker>,
+    /// The HPACK block of the fields added to every response (`alt-svc`, `x-ja4`).
+    extra: Vec<u8>,
+    /// The connection is gone: waiting requests stop.
+    closed: bool,
+}
+
+type SharedRef = Rc<RefCell<Shared>>;
+
+impl Shared {
+    fn wake_task(&mut self) {
+        if let Some(w) = &self.task {
+            w.wake_by_ref();
+        }
+    }
+
+    fn wake_requests(&mut self) {
+        for r in self.requests.values_mut() {
+            if let Some(w) = r.waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// What a request head says, taken from its HPACK block into buffers reused for every request.
+#[derive(Default)]
+struct Head {
+    method: Vec<u8>,
+    path: Vec<u8>,
+    control: Option<Vec<u8>>,
+    expect_continue: bool,
+    if_match: Option<Vec<u8>>,
+    if_none_match: Option<Vec<u8>>,
+    /// Regular fields' size as HTTP/1.1 lines (`name: value\r\n`), for `x-req`.
+    fields: usize,
+    check: RequestFields,
+}
+
+impl Head {
+    fn begin(&mut self) {
+        self.method.clear();
+        self.path.clear();
+        self.control = None;
+        self.expect_continue = false;
+        self.if_match = None;
+        self.if_none_match = None;
+        self.fields = 0;
+        self.check.begin();
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.check.field(name, value);
+        match name {
+            b":method" => self.method.extend_from_slice(value),
+            b":path" => self.path.extend_from_slice(value),
+            _ if name.starts_with(b":") => {}
+            _ => {
+                self.fields += name.len() + value.len() + 4;
+                match name {
+                    b"x-loadterm" => self
+                        .control
+                        .get_or_insert_with(Vec::new)
+                        .extend_from_slice(value),
+                    b"expect" => self.expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
+                    b"if-match" => join_field_line(&mut self.if_match, value),
+                    b"if-none-match" => join_field_line(&mut self.if_none_match, value),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// What woke the connection's task.
+enum Wake {
+    Read(usize),
+    Eof,
+    Failed(io::Error),
+    /// No stream for the idle time, or the shutdown began.
+    Idle,
+    Stop,
+    HandshakeTimeout,
+}
+
+/// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
+/// `extra`: fields added to every response (`alt-svc`, `x-ja4`).
+pub(crate) async fn serve_connection<IO>(
+    mut io: IO,
+    cfg: Arc<Config>,
+    extra: ExtraHeaders,
+) -> Result<(), H2ConnError>
 where
-    T: AsyncRead + AsyncWrite + Unpin,
-    B: bytes::Buf,
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    stats::protection(Protection::H2ControlFlood);
-    conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-    let _ = tokio::time::timeout(
-        crate::stream::linger::LINGER,
-        std::future::poll_fn(|cx| conn.poll_closed(cx)),
-    )
+    let s = &cfg.h2;
+    let conn = Connection::new(
+        Role::Server,
+        LocalSettings {
+            max_concurrent_streams: s.max_streams,
+            stream_window: s.stream_window,
+            conn_window: s.conn_window,
+            max_frame_size: s.max_frame_size,
+            max_header_list_size: s.max_header_list,
+            header_table_size: 4096,
+        },
+    );
+    let mut extra_block = Vec::new();
+    for (name, value) in &extra {
+        put_literal(&mut extra_block, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let shared = Rc::new(RefCell::new(Shared {
+        conn,
+        pass: emit::Pass::new(s.copy_up_to()),
+        requests: HashMap::new(),
+        task: None,
+        extra: extra_block,
+        closed: false,
+    }));
+    let mut driver = Driver {
+        shared: shared.clone(),
+        decoder: HpackDecoder::default(),
+        head: Head::default(),
+        max_list: s.max_header_list as usize,
+        cfg: cfg.clone(),
+        idle_ms: 0,
+    };
+    let served = driver.run(&mut io).await;
+    if let Err(e) = &served {
+        e.count();
+    }
+    {
+        let mut sh = shared.borrow_mut();
+        sh.closed = true;
+        sh.wake_requests();
+        // The connection's last frames (a GOAWAY) go last.
+        let Shared { conn, pass, .. } = &mut *sh;
+        conn.take_control(pass.buf());
+        pass.copied();
+    }
+    // The last frames (a GOAWAY) go out, then the lingering close, within the linger's time.
+    let _ = tokio::time::timeout(crate::stream::linger::LINGER, async {
+        let _ = poll_fn(|cx| shared.borrow_mut().pass.poll_write(&mut io, cx)).await;
+        crate::stream::linger::close(&mut io).await;
+    })
     .await;
-    Ok(())
+    served
+}
+
+/// The connection's task: what it keeps between reads.
+struct Driver {
+    shared: SharedRef,
+    decoder: HpackDecoder,
+    head: Head,
+    max_list: usize,
+    cfg: Arc<Config>,
+    /// `w`: the idle time (ms, 0: none) the last request set for the connection.
+    idle_ms: u64,
+}
+
+impl Driver {
+    async fn run<IO: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut IO,
+    ) -> Result<(), H2ConnError> {
+        let cfg = self.cfg.clone();
+        let stop = cfg.shutdown.wait();
+        tokio::pin!(stop);
+        let start = tokio::time::Instant::now();
+        let idle = tokio::time::sleep(cfg.timeout);
+        tokio::pin!(idle);
+        let mut rbuf: Vec<u8> = Vec::new();
+        let mut going_away = false;
+        loop {
+            let wake = poll_fn(|cx| {
+                let mut sh = self.shared.borrow_mut();
+                sh.task = Some(cx.waker().clone());
+                // Write what is pending; a full socket wakes us when it drains.
+                if sh.pass.queued() > 0 || sh.conn.has_control() {
+                    let Shared { conn, pass, .. } = &mut *sh;
+                    conn.take_control(pass.buf());
+                    pass.copied();
+                    match pass.poll_write(io, cx) {
+                        Poll::Ready(Ok(())) => {
+                            if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
+                                return Poll::Ready(Wake::Failed(e));
+                            }
+                            sh.wake_requests();
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Wake::Failed(e)),
+                        Poll::Pending => {}
+                    }
+                }
+                let preface = sh.conn.preface_received();
+                drop(sh);
+                let busy = self.busy();
+                if !going_away && stop.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Wake::Stop);
+                }
+                // After our GOAWAY, the connection ends with its last stream.
+                if going_away && !busy {
+                    return Poll::Ready(Wake::Idle);
+                }
+                if rbuf.capacity() == 0 {
+                    rbuf = crate::buffers::take(16 * 1024);
+                }
+                rbuf.clear();
+                let read = std::pin::pin!(tokio::io::AsyncReadExt::read_buf(&mut *io, &mut rbuf));
+                match read.poll(cx) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Wake::Eof),
+                    Poll::Ready(Ok(n)) => return Poll::Ready(Wake::Read(n)),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Wake::Failed(e)),
+                    Poll::Pending => {
+                        // Waiting for the client: an idle connection holds no buffer.
+                        crate::buffers::give(std::mem::take(&mut rbuf));
+                        self.shared.borrow_mut().pass.release();
+                    }
+                }
+                if !preface {
+                    if start.elapsed() >= cfg.timeout {
+                        return Poll::Ready(Wake::HandshakeTimeout);
+                    }
+                } else if busy {
+                    // Not idle while a stream is open: the idle time starts when the last ends.
+                    let w = if self.idle_ms > 0 {
+                        Duration::from_millis(self.idle_ms)
+                    } else {
+                        cfg.timeout
+                    };
+                    idle.as_mut().reset(tokio::time::Instant::now() + w);
+                    return Poll::Pending;
+                }
+                if idle.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(if preface {
+                        Wake::Idle
+                    } else {
+                        Wake::HandshakeTimeout
+                    });
+                }
+                Poll::Pending
+            })
+            .await;
+            match wake {
+                Wake::Read(n) => {
+                    let input = &rbuf[..n];
+                    let t = Instant::now();
+                    let mut batch = Vec::new();
+                    let failed = self.feed(input, t, &mut batch);
+                    if !batch.is_empty() && !going_away {
+                        // A new request: the idle time (`w`'s, or the timeout) starts again.
+                        let w = match self.idle_ms {
+                            0 => cfg.timeout,
+                            ms => Duration::from_millis(ms),
+                        };
+                        idle.as_mut().reset(tokio::time::Instant::now() + w);
+                    }
+                    // Every request received is answered before any is written: many streams'
+                    // responses leave in one write.
+                    for x in batch {
+                        self.answer(x);
+                    }
+                    if let Err(e) = failed {
+                        return Err(e.into());
+                    }
+                    if going_away && !self.busy() {
+                        return Ok(());
+                    }
+                }
+                Wake::Eof => return Ok(()),
+                // A client that resets (or drops TLS without close_notify) with nothing in
+                // flight has closed, not failed: as at the end of every load run.
+                Wake::Failed(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::UnexpectedEof
+                    ) && !self.busy() =>
+                {
+                    return Ok(())
+                }
+                Wake::Failed(e) => return Err(e.into()),
+                Wake::HandshakeTimeout => return Err(H2ConnError::HandshakeTimeout),
+                Wake::Idle | Wake::Stop => {
+                    // GOAWAY: streams the client opened before it saw it are still served,
+                    // within the timeout.
+                    if going_away {
+                        return Ok(());
+                    }
+                    going_away = true;
+                    self.shared.borrow_mut().conn.goaway();
+                    if !self.busy() {
+                        return Ok(());
+                    }
+                    idle.as_mut()
+                        .reset(tokio::time::Instant::now() + cfg.timeout);
+                }
+            }
+        }
+    }
+
+    /// A stream is open, or a request still being answered.
+    fn busy(&self) -> bool {
+        let sh = self.shared.borrow();
+        sh.conn.open_streams() > 0 || !sh.requests.is_empty()
+    }
+
+    /// Feed what was read to the codec: new requests into `batch`, body bytes and resets to
+    /// the requests answered on their own tasks.
+    fn feed(
+        &mut self,
+        mut input: &[u8],
+        now: Instant,
+        batch: &mut Vec<(u32, Exchange)>,
+    ) -> Result<(), ConnError> {
+        let shared = self.shared.clone();
+        let mut sh = shared.borrow_mut();
+        let Shared { conn, requests, .. } = &mut *sh;
+        let mut woke = false;
+        loop {
+            let ev = match conn.recv(&mut input) {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    sh.wake_requests();
+                    return Err(e);
+                }
+            };
+            match ev {
+                Event::Headers {
+                    stream,
+                    block,
+                    end_stream,
+                    first,
+                    discard,
+                } => {
+                    let head = &mut self.head;
+                    head.begin();
+                    let mut trailer_fault = None;
+                    let decoded = self.decoder.decode(block, self.max_list, |name, value| {
+                        if first {
+                            head.field(name, value);
+                        } else if trailer_fault.is_none() {
+                            trailer_fault = fields::trailer_field(name, value).err();
+                        }
+                    });
+                    if decoded == Err(HpackError::Invalid) {
+                        conn.fail(code::COMPRESSION_ERROR, "invalid HPACK block");
+                        continue;
+                    }
+                    if discard {
+                        continue;
+                    }
+                    if !first {
+                        // Trailers: the body's end.
+                        if trailer_fault.is_some() || decoded.is_err() {
+                            stats::error(CountedError::Protocol);
+                            conn.reset(stream, code::PROTOCOL_ERROR);
+                            if let Some(r) = requests.get_mut(&stream) {
+                                r.reset = true;
+                            }
+                        } else if let Some(r) = requests.get_mut(&stream) {
+                            r.ended = true;
+                        }
+                        if let Some(w) = requests.get_mut(&stream).and_then(|r| r.waker.take()) {
+                            w.wake();
+                        }
+                        continue;
+                    }
+                    if decoded == Err(HpackError::TooLarge) {
+                        // Beyond our SETTINGS_MAX_HEADER_LIST_SIZE (the HPACK bomb): refused
+                        // without an answer (RFC 9113 §10.5.1), and counted among the streams
+                        // reset for errors (a connection of them is cut off).
+                        stats::protection(Protection::HeaderListTooLarge);
+                        conn.reset(stream, code::PROTOCOL_ERROR);
+                        continue;
+                    }
+                    let x = match self.head.check.finish() {
+                        Err(_) => {
+                            stats::error(CountedError::Protocol);
+                            conn.reset(stream, code::PROTOCOL_ERROR);
+                            continue;
+                        }
+                        // No tunnels here: refused unprocessed.
+                        Ok(facts) if facts.connect => {
+                            stats::error(CountedError::Protocol);
+                            conn.reset(stream, code::REFUSED_STREAM);
+                            continue;
+                        }
+                        Ok(facts) => {
+                            if let Some(n) = facts.content_length {
+                                conn.set_content_length(stream, n);
+                            }
+                            self.exchange(end_stream, now)
+                        }
+                    };
+                    requests.insert(
+                        stream,
+                        Request {
+                            ended: end_stream,
+                            ..Request::default()
+                        },
+                    );
+                    batch.push((stream, x));
+                }
+                Event::Data {
+                    stream,
+                    data,
+                    end_stream,
+                } => {
+                    if let Some(r) = requests.get_mut(&stream) {
+                        r.body += data.len() as u64;
+                        r.ended |= end_stream;
+                        if let Some(w) = r.waker.take() {
+                            w.wake();
+                        }
+                    }
+                }
+                Event::Reset { stream, .. } => {
+                    if let Some(r) = requests.get_mut(&stream) {
+                        r.reset = true;
+                        if let Some(w) = r.waker.take() {
+                            w.wake();
+                        }
+                    }
+                }
+                Event::Window => woke = true,
+                Event::GoAway { .. } => {}
+            }
+        }
+        if woke {
+            sh.wake_requests();
+        }
+        Ok(())
+    }
+
+    /// The exchange of the request whose head was just decoded.
+    fn exchange(&mut self, end_stream: bool, now: Instant) -> Exchange {
+        let h = &self.head;
+        let target: &[u8] = if h.path.is_empty() { b"/" } else { &h.path };
+        let x = crate::plumbing::thread_ctx::exchange(
+            &RequestSummary {
+                version: Version::H2,
+                is_head: h.method == b"HEAD",
+                target,
+                control: h.control.as_deref(),
+                expect_continue: h.expect_continue,
+                conn_close: false,
+                conn_keep_alive: false,
+                has_body: !end_stream,
+                head_bytes: loadterm_exchange::head_bytes(h.method.len(), target.len(), h.fields),
+                date: self.cfg.date,
+                is_get: h.method == b"GET",
+                if_match: h.if_match.as_deref(),
+                if_none_match: h.if_none_match.as_deref(),
+            },
+            now,
+        );
+        // `w` holds from this request until the next.
+        self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
+        x
+    }
+
+    /// Answer a request: at once if it needs no wait, else on a task of its own.
+    fn answer(&mut self, (stream, x): (u32, Exchange)) {
+        let s = stream::H2Stream::new(
+            x,
+            Instant::now(),
+            self.shared.clone(),
+            stream,
+            self.cfg.timeout,
+        );
+        if let Some((s, step)) = s.try_now() {
+            tokio::task::spawn_local(s.run(step));
+        }
+    }
 }

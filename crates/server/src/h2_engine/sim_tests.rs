@@ -1,5 +1,5 @@
 //! The HTTP/2 engine as a simulated pair: `serve_connection` on one end of an in-memory duplex
-//! stream, the `h2` crate's client on the other, on tokio's paused clock (timeouts are reached
+//! stream, the `h2` crate's client on the other (an independent implementation), on tokio's paused clock (timeouts are reached
 //! at once and measured in simulated time). No socket.
 
 use super::{serve_connection, H2ConnError};
@@ -14,11 +14,17 @@ use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Runs a test on a `LocalSet`, as the server's workers run: the engine spawns its waiting
+/// streams on the thread.
+async fn local<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::LocalSet::new().run_until(f).await
+}
+
 /// The engine serving one end of a duplex stream: the client's end and the shutdown trigger.
 fn server() -> (DuplexStream, Trigger, JoinHandle<Result<(), H2ConnError>>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
-    let served = tokio::spawn(serve_connection(server, cfg, Vec::new()));
+    let served = tokio::task::spawn_local(serve_connection(server, cfg, Vec::new()));
     (client, stop, served)
 }
 
@@ -64,78 +70,96 @@ fn pattern(size: u64) -> Vec<u8> {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_streams_on_one_connection() {
-    let (io, _stop, served) = server();
-    let (send, conn) = client(io).await;
-    let mut a = send.clone();
-    let mut b = send.clone();
-    // A delayed stream does not hold the others back.
-    let slow = tokio::spawn(async move { get(&mut a, "/?s=5&t=1000").await });
-    let sizes = [0, 10, 70_000];
-    let fast = futures::future::join_all(sizes.map(|size| {
-        let mut s = b.clone();
-        async move { get(&mut s, &format!("/?s={size}")).await }
-    }))
-    .await;
-    for (size, (status, bytes)) in sizes.iter().zip(fast) {
-        assert_eq!(status, 200, "s={size}");
-        assert!(bytes == pattern(*size), "s={size}: {} bytes", bytes.len());
-    }
-    assert!(!slow.is_finished(), "the delayed stream was not delayed");
-    assert_eq!(slow.await.unwrap(), (200, pattern(5)));
-    assert_eq!(get(&mut b, "/?r=404").await.0, 404);
-    // The client closes (its handles gone, no stream open): no error on the server's side.
-    drop((send, b));
-    conn.await.unwrap();
-    assert!(served.await.unwrap().is_ok());
+    local(async {
+        let (io, _stop, served) = server();
+        let (send, conn) = client(io).await;
+        let mut a = send.clone();
+        let mut b = send.clone();
+        // A delayed stream does not hold the others back.
+        let slow = tokio::spawn(async move { get(&mut a, "/?s=5&t=1000").await });
+        let sizes = [0, 10, 70_000];
+        let fast = futures::future::join_all(sizes.map(|size| {
+            let mut s = b.clone();
+            async move { get(&mut s, &format!("/?s={size}")).await }
+        }))
+        .await;
+        for (size, (status, bytes)) in sizes.iter().zip(fast) {
+            assert_eq!(status, 200, "s={size}");
+            assert!(bytes == pattern(*size), "s={size}: {} bytes", bytes.len());
+        }
+        assert!(!slow.is_finished(), "the delayed stream was not delayed");
+        assert_eq!(slow.await.unwrap(), (200, pattern(5)));
+        assert_eq!(get(&mut b, "/?r=404").await.0, 404);
+        // The client closes (its handles gone, no stream open): no error on the server's side.
+        drop((send, b));
+        conn.await.unwrap();
+        assert!(served.await.unwrap().is_ok());
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn idle_connection_gets_goaway_at_the_timeout() {
-    let (io, _stop, served) = server();
-    let (mut send, conn) = client(io).await;
-    assert_eq!(get(&mut send, "/?s=1").await, (200, pattern(1)));
-    let t = Instant::now();
-    // No stream for a whole timeout: GOAWAY, and the server ends the connection.
-    conn.await.unwrap();
-    assert!(served.await.unwrap().is_ok());
-    assert!(t.elapsed() >= TIMEOUT, "closed after {:?}", t.elapsed());
-    assert!(t.elapsed() < TIMEOUT * 2, "closed after {:?}", t.elapsed());
+    local(async {
+        let (io, _stop, served) = server();
+        let (mut send, conn) = client(io).await;
+        assert_eq!(get(&mut send, "/?s=1").await, (200, pattern(1)));
+        let t = Instant::now();
+        // No stream for a whole timeout: GOAWAY, and the server ends the connection.
+        conn.await.unwrap();
+        assert!(served.await.unwrap().is_ok());
+        assert!(t.elapsed() >= TIMEOUT, "closed after {:?}", t.elapsed());
+        assert!(t.elapsed() < TIMEOUT * 2, "closed after {:?}", t.elapsed());
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_finishes_the_streams_in_progress() {
-    let (io, stop, served) = server();
-    let (send, conn) = client(io).await;
-    let mut s = send.clone();
-    let slow = tokio::spawn(async move { get(&mut s, "/?s=3&t=2000").await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t = Instant::now();
-    stop.fire();
-    assert_eq!(slow.await.unwrap(), (200, pattern(3)));
-    drop(send);
-    conn.await.unwrap();
-    assert!(served.await.unwrap().is_ok());
-    assert!(t.elapsed() < TIMEOUT, "closed after {:?}", t.elapsed());
+    local(async {
+        let (io, stop, served) = server();
+        let (send, conn) = client(io).await;
+        let mut s = send.clone();
+        let slow = tokio::spawn(async move { get(&mut s, "/?s=3&t=2000").await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t = Instant::now();
+        stop.fire();
+        assert_eq!(slow.await.unwrap(), (200, pattern(3)));
+        drop(send);
+        conn.await.unwrap();
+        assert!(served.await.unwrap().is_ok());
+        assert!(t.elapsed() < TIMEOUT, "closed after {:?}", t.elapsed());
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_client_is_a_handshake_timeout() {
-    let (_io, _stop, served) = server();
-    let t = Instant::now();
-    let served = served.await.unwrap();
-    assert!(
-        matches!(served, Err(H2ConnError::HandshakeTimeout)),
-        "{served:?}"
-    );
-    assert!(t.elapsed() >= TIMEOUT, "{:?}", t.elapsed());
+    local(async {
+        let (_io, _stop, served) = server();
+        let t = Instant::now();
+        let served = served.await.unwrap();
+        assert!(
+            matches!(served, Err(H2ConnError::HandshakeTimeout)),
+            "{served:?}"
+        );
+        assert!(t.elapsed() >= TIMEOUT, "{:?}", t.elapsed());
+    })
+    .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_bad_preface_is_an_h2_error() {
-    let (mut io, _stop, served) = server();
-    io.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let served = served.await.unwrap();
-    assert!(matches!(served, Err(H2ConnError::H2(_))), "{served:?}");
+    local(async {
+        let (mut io, _stop, served) = server();
+        io.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let served = served.await.unwrap();
+        assert!(
+            matches!(served, Err(H2ConnError::Protocol(ref e)) if e.code == 0x1),
+            "{served:?}"
+        );
+    })
+    .await
 }

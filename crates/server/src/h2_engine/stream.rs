@@ -1,27 +1,25 @@
-//! One HTTP/2 request/response exchange: carries out `loadterm_exchange`'s steps on an `h2`
-//! stream. Steps that need no waiting run at once, in the connection's task; the first that
-//! must wait (a request body, a delay, a large body) is held back (`Engine::hold`) and the
-//! exchange goes on from it on a task of its own.
+//! One HTTP/2 request/response exchange: carries out `loadterm_exchange`'s steps on a stream of
+//! the connection (`super::Shared`), encoding HEADERS and DATA straight into the connection's
+//! pass. Steps that need no waiting run at once, in the connection's task; the first that must
+//! wait (a request body, a delay, a body larger than the inline size or than the windows
+//! allow) is held back (`Engine::hold`) and the exchange goes on from it on a task of its own.
 
-use crate::config::Config;
-use crate::plumbing::stats::{self, CountedError, Protection, Proto};
-use bytes::Bytes;
-use futures::FutureExt;
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use super::{Shared, SharedRef};
+use crate::plumbing::stats::{self, Protection, Proto};
+use loadterm_codec::h2::code;
+use loadterm_codec::hpack::put_field;
 use loadterm_exchange::{
-    join_field_line, Body, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated,
-    HttpDate, Piece, ResponseHead, Step, Version,
+    Body, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, HttpDate, Piece,
+    ResponseHead, Step,
 };
-use loadterm_plan::body;
+use loadterm_plan::body::{self, BodyKind};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::future::poll_fn;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-/// Bodies up to this size are queued whole by the inline path (h2 holds them until the
-/// flow-control window opens).
+/// Bodies up to this size are sent at once when the windows allow it.
 const INLINE_BODY: u64 = 16 * 1024;
 
 /// A request being answered.
@@ -34,17 +32,14 @@ pub(super) struct H2Stream {
 
 /// The stream's side of the exchange: its HTTP/2 framing (`Engine`).
 struct Responder {
-    body: RecvStream,
-    respond: SendResponse<Bytes>,
-    send: Option<SendStream<Bytes>>,
-    /// Our side of the stream has ended.
-    ended: bool,
-    /// Fields added to every response of the connection.
-    extra: Arc<[(HeaderName, HeaderValue)]>,
+    shared: SharedRef,
+    stream: u32,
     /// The client timeout: for the request body, and for flow control to open.
     timeout: Duration,
     /// Steps are carried out in the connection's task: those that wait are held back.
     at_once: bool,
+    /// Our side of the stream has ended.
+    ended: bool,
     /// The status of the final head sent (0: none yet).
     status: u16,
     /// Counted as served or aborted; a stream dropped uncounted (its connection died while it
@@ -57,177 +52,76 @@ impl Drop for Responder {
         if !self.counted {
             stats::aborted(Proto::H2, 1);
         }
+        self.shared.borrow_mut().requests.remove(&self.stream);
     }
 }
 
 /// Why the steps stopped before the end.
-enum Stop {
+pub(super) enum Stop {
     /// A step that must wait, held back in the connection's task.
     Held(Step),
-    /// The stream is gone (reset, or the client stopped reading); counted as aborted on drop.
+    /// The stream is gone (reset, the connection closed, flow control never opened); counted
+    /// as aborted on drop.
     Gone,
 }
 
 thread_local! {
-    /// The fields of the last head built on this thread. Benchmark traffic repeats the same head
-    /// (same plan, timing and date second), and cloning a map (its values are shared) costs a
-    /// fraction of building one field by field: measured in docs/PERFORMANCE.md.
-    static LAST_FIELDS: RefCell<Option<(ResponseHead, HttpDate, HeaderMap)>> = const { RefCell::new(None) };
+    /// The HPACK block of the last head encoded on this thread. Benchmark traffic repeats the
+    /// same head (same plan, timing and date second): copying it costs a fraction of encoding
+    /// it field by field. Literals are never indexed, so one block serves every connection.
+    static LAST_BLOCK: RefCell<Option<(ResponseHead, HttpDate, Vec<u8>)>> = const { RefCell::new(None) };
 }
 
-fn header_map(head: &ResponseHead, date: &HttpDate) -> Result<HeaderMap, http::Error> {
-    let mut map = HeaderMap::with_capacity(8);
-    let mut bad = None;
-    head.fields(
-        &mut Vec::with_capacity(96),
-        date,
-        |name, value| match HeaderValue::from_bytes(value) {
-            Ok(v) => {
-                map.append(HeaderName::from_static(name), v);
-            }
-            Err(e) => bad = Some(e),
-        },
-    );
-    match bad {
-        Some(e) => Err(e.into()),
-        None => Ok(map),
-    }
-}
-
-/// The values of a field, lines joined with commas (RFC 9110 §5.3); borrowed unless repeated.
-fn joined(headers: &http::HeaderMap, name: http::header::HeaderName) -> Option<Cow<'_, [u8]>> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next()?.as_bytes();
-    // One line (the usual case) is borrowed; more are joined.
-    let mut all = None;
-    for v in values {
-        if all.is_none() {
-            all = Some(first.to_vec());
+/// Append the HPACK block of `head` (and the connection's `extra` block) to `out`.
+fn encode_head(out: &mut Vec<u8>, head: &ResponseHead, extra: &[u8]) {
+    let date = crate::plumbing::thread_ctx::date();
+    LAST_BLOCK.with_borrow_mut(|last| match last {
+        Some((h, d, block)) if h == head && *d == date => out.extend_from_slice(block),
+        _ => {
+            let mut block = Vec::with_capacity(160);
+            put_field(
+                &mut block,
+                b":status",
+                itoa::Buffer::new().format(head.status).as_bytes(),
+            );
+            head.fields(&mut Vec::with_capacity(96), &date, |name, value| {
+                put_field(&mut block, name.as_bytes(), value)
+            });
+            out.extend_from_slice(&block);
+            *last = Some((*head, date, block));
         }
-        join_field_line(&mut all, v.as_bytes());
-    }
-    Some(all.map_or(Cow::Borrowed(first), Cow::Owned))
-}
-
-/// The h2 crate leaves whitespace around values to the application.
-fn untrimmed(v: &[u8]) -> bool {
-    matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'))
-}
-
-/// What the h2 crate lets through of RFC 9113 §8.1.1, §8.2.1, §8.3.1 and §8.5, checked in one
-/// pass over the fields: the fields' size (for the x-req size) if the request is well formed,
-/// else the reset to answer it with. A well-formed CONNECT is refused unprocessed (no tunnels
-/// here).
-fn check(req: &Request<RecvStream>) -> Result<usize, Reason> {
-    let uri = req.uri();
-    // None when absent: h2 refuses an empty one.
-    let authority = uri.authority().map(|a| a.as_str().as_bytes());
-    if req.method() == http::Method::CONNECT {
-        return Err(match authority {
-            Some(_) => Reason::REFUSED_STREAM,
-            None => Reason::PROTOCOL_ERROR,
-        });
-    }
-    // h2 refuses an empty `:path` (or `:authority`), and a missing `:path` only next to an
-    // `:authority`.
-    if uri.path().is_empty() {
-        return Err(Reason::PROTOCOL_ERROR);
-    }
-    let (mut size, mut host) = (0, false);
-    for (n, v) in req.headers() {
-        let v = v.as_bytes();
-        size += n.as_str().len() + v.len() + 4;
-        if untrimmed(v) {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        if n == http::header::HOST {
-            // A second host, or one that names another authority than `:authority`.
-            if host || authority.is_some_and(|a| !a.eq_ignore_ascii_case(v)) {
-                return Err(Reason::PROTOCOL_ERROR);
-            }
-            host = true;
-        }
-    }
-    Ok(size)
+    });
+    out.extend_from_slice(extra);
 }
 
 impl H2Stream {
-    /// A request to answer, or `None` if it was malformed (or a CONNECT) and is reset.
     pub(super) fn new(
-        req: Request<RecvStream>,
-        mut respond: SendResponse<Bytes>,
-        extra: Arc<[(HeaderName, HeaderValue)]>,
-        cfg: &Config,
-    ) -> Option<H2Stream> {
-        let now = Instant::now();
-        let fields = match check(&req) {
-            Ok(size) => size,
-            Err(reason) => {
-                stats::error(CountedError::Protocol);
-                respond.send_reset(reason);
-                return None;
-            }
-        };
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let if_match = joined(req.headers(), http::header::IF_MATCH);
-        let if_none_match = joined(req.headers(), http::header::IF_NONE_MATCH);
-        let x = crate::plumbing::thread_ctx::exchange(
-            &loadterm_exchange::RequestSummary {
-                version: Version::H2,
-                is_head: req.method() == http::Method::HEAD,
-                target: target.as_bytes(),
-                control: req
-                    .headers()
-                    .get(loadterm_plan::CONTROL_HEADER)
-                    .map(|v| v.as_bytes()),
-                expect_continue: req
-                    .headers()
-                    .get(http::header::EXPECT)
-                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
-                conn_close: false,
-                conn_keep_alive: false,
-                has_body: !req.body().is_end_stream(),
-                head_bytes: loadterm_exchange::head_bytes(
-                    req.method().as_str().len(),
-                    target.len(),
-                    fields,
-                ),
-                date: cfg.date,
-                is_get: req.method() == http::Method::GET,
-                if_match: if_match.as_deref(),
-                if_none_match: if_none_match.as_deref(),
-            },
-            now,
-        );
-        Some(H2Stream {
+        x: Exchange,
+        now: Instant,
+        shared: SharedRef,
+        stream: u32,
+        timeout: Duration,
+    ) -> H2Stream {
+        H2Stream {
             x,
             now,
             out: Responder {
-                body: req.into_body(),
-                respond,
-                send: None,
-                ended: false,
-                extra,
-                timeout: cfg.timeout,
+                shared,
+                stream,
+                timeout,
                 at_once: true,
+                ended: false,
                 status: 0,
                 counted: false,
             },
-        })
-    }
-
-    /// How long the connection may stay idle after this request (`w`), if it set that.
-    pub(super) fn idle(&self) -> Option<Duration> {
-        self.x.idle()
+        }
     }
 
     /// Carry out every step that needs no waiting. Most requests (no body, no delay, a small
-    /// response) end here, so the connection flushes many responses with one write instead of
-    /// one per stream (measured: docs/PERFORMANCE.md). Otherwise the exchange is handed back
-    /// with the step to go on from, on its own task (`run`).
+    /// response) end here, so the connection writes many responses in one pass. Otherwise the
+    /// exchange is handed back with the step to go on from, on its own task (`run`).
     pub(super) fn try_now(mut self) -> Option<(H2Stream, Step)> {
-        // Ready at the first poll: no step that waits is carried out here (`Responder::hold`).
-        let steps = self.x.drive(self.now, &mut self.out).now_or_never();
+        let steps = futures::FutureExt::now_or_never(self.x.drive(self.now, &mut self.out));
         match steps.expect("steps carried out at once never wait") {
             Ok(end) => self.out.end(end),
             Err(Stop::Held(step)) => {
@@ -241,13 +135,6 @@ impl H2Stream {
 
     pub(super) async fn run(mut self, step: Step) {
         if let Ok(end) = self.x.drive_from(step, self.now, &mut self.out).await {
-            if end == ExchangeEnd::NoFinal {
-                // The 1xx went out as an interim head and a final one cannot follow: the stream
-                // is reset, but only once the connection has written that head (the h2 crate
-                // drops a stream's queued frames at a reset). Woken by the head, the
-                // connection's task runs before this one resumes.
-                tokio::task::yield_now().await;
-            }
             self.out.end(end);
         }
     }
@@ -256,117 +143,151 @@ impl H2Stream {
 impl Responder {
     /// Carry out the exchange's end.
     fn end(&mut self, end: ExchangeEnd) {
+        let mut sh = self.shared.borrow_mut();
         match end {
             ExchangeEnd::KeepAlive | ExchangeEnd::Close => {
                 if !self.ended {
-                    self.data(Bytes::new(), true)
+                    let Shared { conn, pass, .. } = &mut *sh;
+                    conn.data(pass.buf(), self.stream, 0, true);
+                    pass.copied();
                 }
                 if self.status >= 200 {
                     stats::served(Proto::H2, self.status);
                     self.counted = true;
                 }
+                // The request body is still coming: we are done with it (RFC 9113 §8.1).
+                if sh.conn.is_recv_open(self.stream) {
+                    sh.conn.reset(self.stream, code::NO_ERROR);
+                }
             }
-            ExchangeEnd::NoFinal => self.reset(Reason::NO_ERROR),
+            ExchangeEnd::NoFinal => sh.conn.reset(self.stream, code::NO_ERROR),
             ExchangeEnd::Abort => {
-                self.reset(Reason::CANCEL);
-                self.aborted();
+                sh.conn.reset(self.stream, code::CANCEL);
+                stats::aborted(Proto::H2, 1);
+                self.counted = true;
             }
         }
+        sh.wake_task();
     }
 
-    fn response(&self, head: &ResponseHead) -> Result<Response<()>, http::Error> {
-        let date = crate::plumbing::thread_ctx::date();
-        let mut fields = LAST_FIELDS.with_borrow_mut(|last| match last {
-            Some((h, d, fields)) if h == head && *d == date => Ok(fields.clone()),
-            _ => {
-                let fields = header_map(head, &date)?;
-                *last = Some((*head, date, fields.clone()));
-                Ok::<_, http::Error>(fields)
-            }
-        })?;
-        for (name, value) in self.extra.iter() {
-            fields.insert(name, value.clone());
+    /// A header block (`head`, or an interim one) on the stream.
+    fn send_head(&mut self, head: &ResponseHead, last: bool) -> Result<(), Stop> {
+        let mut sh = self.shared.borrow_mut();
+        let Shared {
+            conn, pass, extra, ..
+        } = &mut *sh;
+        let extra = if head.kind == loadterm_exchange::HeadKind::Bare {
+            &[][..]
+        } else {
+            &extra[..]
+        };
+        if !conn.headers(pass.buf(), self.stream, last, |out| {
+            encode_head(out, head, extra)
+        }) {
+            return Err(Stop::Gone);
         }
-        let mut response = Response::new(());
-        *response.status_mut() = StatusCode::from_u16(head.status)?;
-        *response.headers_mut() = fields;
-        Ok(response)
+        pass.copied();
+        sh.wake_task();
+        Ok(())
     }
 
-    fn data(&mut self, data: Bytes, last: bool) {
-        if let Some(send) = &mut self.send {
-            let _ = send.send_data(data, last);
-        }
-        self.ended |= last;
-    }
-
-    /// The final response cannot be completed.
-    fn aborted(&mut self) {
-        stats::aborted(Proto::H2, 1);
-        self.counted = true;
-    }
-
-    fn reset(&mut self, reason: Reason) {
-        match &mut self.send {
-            Some(send) => send.send_reset(reason),
-            None => self.respond.send_reset(reason),
-        }
-    }
-
-    /// Body bytes `off..size` sent as flow control allows, in static slices: any size in
-    /// constant memory. Fails if the stream is gone (reset by the client, a client that stopped
-    /// reading).
-    async fn large_body(
+    /// Body bytes `off..size` of `kind` in DATA frames as the windows allow, waiting for them
+    /// (and for the pass to drain) up to the client timeout: any size in constant memory.
+    async fn body(
         &mut self,
-        kind: body::BodyKind,
+        kind: BodyKind,
         mut off: u64,
         size: u64,
         last: bool,
     ) -> Result<(), Stop> {
-        let timeout = self.timeout;
-        let Some(send) = &mut self.send else {
-            return Err(Stop::Gone);
-        };
-        while off < size {
-            send.reserve_capacity((size - off).min(1 << 20) as usize);
-            let cap = match tokio::time::timeout(
-                timeout,
-                futures::future::poll_fn(|cx| send.poll_capacity(cx)),
-            )
-            .await
-            {
-                Ok(Some(Ok(cap))) if cap > 0 => cap,
-                Ok(Some(Ok(_))) => continue,
-                Err(_) => {
-                    stats::protection(Protection::WriteTimeout);
-                    send.send_reset(Reason::CANCEL);
+        loop {
+            let sent = {
+                let mut sh = self.shared.borrow_mut();
+                if sh.closed || !sh.conn.is_send_open(self.stream) {
                     return Err(Stop::Gone);
                 }
-                _ => {
-                    send.send_reset(Reason::CANCEL);
-                    return Err(Stop::Gone);
+                let before = off;
+                while sh.pass.queued() < super::emit::LIMIT || self.at_once {
+                    let window = sh.conn.send_window(self.stream).min(sh.conn.max_frame());
+                    let n = (size - off).min(window as u64) as usize;
+                    if n == 0 && off < size {
+                        break;
+                    }
+                    let end = last && off + n as u64 == size;
+                    let Shared { conn, pass, .. } = &mut *sh;
+                    conn.data(pass.buf(), self.stream, n, end);
+                    pass.copied();
+                    // A DATA frame is cut where the static blocks wrap: at most two pieces.
+                    let mut at = off;
+                    while at < off + n as u64 {
+                        let piece = body::slice(kind, at, (off + n as u64 - at) as usize);
+                        pass.body(piece);
+                        at += piece.len() as u64;
+                    }
+                    off += n as u64;
+                    if off == size {
+                        break;
+                    }
                 }
+                if off > before {
+                    sh.wake_task();
+                }
+                if off == size {
+                    self.ended |= last;
+                    return Ok(());
+                }
+                off > before
             };
-            let mut left = cap as u64;
-            while left > 0 && off < size {
-                let chunk = body::slice(kind, off, left.min(size - off) as usize);
-                off += chunk.len() as u64;
-                left -= chunk.len() as u64;
-                if send
-                    .send_data(Bytes::from_static(chunk), last && off == size)
+            if !sent {
+                // Wait for a window to open or the pass to drain, up to the timeout.
+                if self
+                    .wait(|sh, stream| {
+                        sh.closed
+                            || !sh.conn.is_send_open(stream)
+                            || (sh.conn.send_window(stream) > 0
+                                && sh.pass.queued() < super::emit::LIMIT)
+                    })
+                    .await
                     .is_err()
                 {
+                    stats::protection(Protection::WriteTimeout);
+                    let mut sh = self.shared.borrow_mut();
+                    sh.conn.reset(self.stream, code::CANCEL);
+                    sh.wake_task();
                     return Err(Stop::Gone);
                 }
+            } else {
+                // Let the connection write what was queued before adding more.
+                self.wait(|sh, _| sh.closed || sh.pass.queued() < super::emit::LIMIT)
+                    .await
+                    .ok();
             }
         }
-        self.ended = last;
-        Ok(())
+    }
+
+    /// Wait until `ready` says so (checked whenever the connection wakes the stream), up to the
+    /// client timeout: `Err` at the timeout.
+    async fn wait(&mut self, ready: impl Fn(&Shared, u32) -> bool) -> Result<(), ()> {
+        let stream = self.stream;
+        let shared = self.shared.clone();
+        let waiting = poll_fn(|cx| {
+            let mut sh = shared.borrow_mut();
+            if ready(&sh, stream) {
+                return Poll::Ready(());
+            }
+            if let Some(r) = sh.requests.get_mut(&stream) {
+                r.waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        });
+        tokio::time::timeout(self.timeout, waiting)
+            .await
+            .map_err(|_| ())
     }
 }
 
-/// The HTTP/2 framing of an exchange's steps, on the `h2` crate (which writes what is queued
-/// when the connection's task runs: nothing to flush here).
+/// The HTTP/2 framing of an exchange's steps, on the connection's pass (written by the
+/// connection's task: flushing is waking it).
 impl Engine for Responder {
     type Error = Stop;
 
@@ -377,15 +298,26 @@ impl Engine for Responder {
     const HOLDS: bool = true;
 
     /// In the connection's task, the steps that wait: a request body, a delay or a pause, a
-    /// body flow control may hold up, a piece, and the end after a 1xx (`run`).
+    /// body the windows or the inline size hold up, a piece, and the end after a 1xx (so that
+    /// the interim head leaves before the reset).
     fn hold(&mut self, step: Step) -> Result<Step, Stop> {
+        if !self.at_once {
+            return Ok(step);
+        }
+        let fits = |size: u64| {
+            size <= INLINE_BODY && {
+                let sh = self.shared.borrow();
+                size as usize <= sh.conn.send_window(self.stream)
+            }
+        };
         let waits = match &step {
             Step::ReadBody { .. } | Step::WaitUntil(_) | Step::Pause(_) => true,
-            Step::Body(Body::Generated(g)) => g.size > INLINE_BODY,
+            Step::Body(Body::Generated(g)) => !fits(g.size),
+            Step::Body(Body::Text(t)) => !fits(t.len() as u64),
             Step::Body(Body::Piece(_)) | Step::Done(ExchangeEnd::NoFinal) => true,
             _ => false,
         };
-        if self.at_once && waits {
+        if waits {
             Err(Stop::Held(step))
         } else {
             Ok(step)
@@ -394,86 +326,113 @@ impl Engine for Responder {
 
     async fn interim(&mut self, head: &ResponseHead) -> Result<(), Stop> {
         stats::interim(Proto::H2);
-        let interim = Response::builder()
-            .status(head.status)
-            .body(())
-            .expect("1xx");
-        let _ = self.respond.send_informational(interim);
-        Ok(())
+        self.send_head(head, false)
     }
 
     async fn head(&mut self, head: &ResponseHead) -> Result<(), Stop> {
-        let Ok(resp) = self.response(head) else {
-            self.respond.send_reset(Reason::INTERNAL_ERROR);
-            return Err(Stop::Gone);
-        };
-        match self.respond.send_response(resp, head.last) {
-            Ok(send) => self.send = Some(send),
-            Err(_) => return Err(Stop::Gone),
-        }
+        self.send_head(head, head.last)?;
         self.status = head.status;
         self.ended = head.last;
         Ok(())
     }
 
     async fn text(&mut self, text: Cow<'static, str>) -> Result<(), Stop> {
-        self.data(Bytes::from(text.into_owned()), true);
-        Ok(())
+        // Text pages (help, errors) are small; sent as flow control allows.
+        let bytes = text.as_bytes();
+        let mut off = 0;
+        loop {
+            {
+                let mut sh = self.shared.borrow_mut();
+                if sh.closed || !sh.conn.is_send_open(self.stream) {
+                    return Err(Stop::Gone);
+                }
+                let window = sh.conn.send_window(self.stream).min(sh.conn.max_frame());
+                let n = (bytes.len() - off).min(window);
+                if n > 0 || off == bytes.len() {
+                    let end = off + n == bytes.len();
+                    let Shared { conn, pass, .. } = &mut *sh;
+                    conn.data(pass.buf(), self.stream, n, end);
+                    pass.buf().extend_from_slice(&bytes[off..off + n]);
+                    pass.copied();
+                    off += n;
+                    sh.wake_task();
+                    if end {
+                        self.ended = true;
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
+            if self
+                .wait(|sh, s| sh.closed || !sh.conn.is_send_open(s) || sh.conn.send_window(s) > 0)
+                .await
+                .is_err()
+            {
+                stats::protection(Protection::WriteTimeout);
+                self.shared
+                    .borrow_mut()
+                    .conn
+                    .reset(self.stream, code::CANCEL);
+                return Err(Stop::Gone);
+            }
+        }
     }
 
-    /// Up to `INLINE_BODY`, queued whole (h2 holds it until the flow-control window opens).
     async fn generated(&mut self, g: Generated) -> Result<(), Stop> {
-        if g.size <= INLINE_BODY {
-            let data = body::slice(g.kind, 0, g.size as usize);
-            self.data(Bytes::from_static(data), g.last);
-            Ok(())
-        } else {
-            self.large_body(g.kind, 0, g.size, g.last).await
-        }
+        self.body(g.kind, 0, g.size, g.last).await
     }
 
     /// One DATA frame (flow control permitting), on its own.
     async fn piece(&mut self, p: Piece) -> Result<(), Stop> {
-        self.large_body(p.kind, p.offset, p.offset + p.len, p.last)
-            .await
+        self.body(p.kind, p.offset, p.offset + p.len, p.last).await
     }
 
+    /// The request body's bytes as the connection counts them (it returns them to the client's
+    /// window as they come), until it ends or `limit` bytes came.
     async fn drain(&mut self, limit: Option<u64>) -> Result<(u64, BodyRead), Stop> {
-        let mut n = 0;
-        let how = drain(&mut self.body, &mut n, self.timeout, limit).await;
-        Ok((n, how))
+        let stream = self.stream;
+        let shared = self.shared.clone();
+        let reading = poll_fn(|cx| {
+            let mut sh = shared.borrow_mut();
+            let closed = sh.closed;
+            let Some(r) = sh.requests.get_mut(&stream) else {
+                return Poll::Ready((0, BodyRead::Failed(BodyFailure::Broken)));
+            };
+            if r.reset || closed {
+                return Poll::Ready((
+                    std::mem::take(&mut r.body),
+                    BodyRead::Failed(BodyFailure::Broken),
+                ));
+            }
+            if r.ended {
+                return Poll::Ready((std::mem::take(&mut r.body), BodyRead::Ended));
+            }
+            if limit.is_some_and(|l| r.body >= l) {
+                return Poll::Ready((std::mem::take(&mut r.body), BodyRead::LimitReached));
+            }
+            r.waker = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        match tokio::time::timeout(self.timeout, reading).await {
+            Ok(read) => Ok(read),
+            Err(_) => {
+                let n = self
+                    .shared
+                    .borrow_mut()
+                    .requests
+                    .get_mut(&stream)
+                    .map_or(0, |r| std::mem::take(&mut r.body));
+                Ok((n, BodyRead::Failed(BodyFailure::Timeout)))
+            }
+        }
     }
 
     async fn flush(&mut self) -> Result<(), Stop> {
+        self.shared.borrow_mut().wake_task();
         Ok(())
     }
 
     async fn sleep_until(&mut self, t: Instant) {
         loadterm_runtime::timer::sleep_until(t).await
-    }
-}
-
-/// Read and discard the request body, releasing flow-control capacity as it goes: all of it
-/// (`Ended`), or DATA frames until `upto` bytes were read (`LimitReached`: the body goes on; the
-/// frame that crosses `upto` is read whole).
-async fn drain(
-    body: &mut RecvStream,
-    bytes: &mut u64,
-    limit: Duration,
-    upto: Option<u64>,
-) -> BodyRead {
-    loop {
-        if upto.is_some_and(|u| *bytes >= u) && !body.is_end_stream() {
-            return BodyRead::LimitReached;
-        }
-        match tokio::time::timeout(limit, body.data()).await {
-            Err(_) => return BodyRead::Failed(BodyFailure::Timeout),
-            Ok(None) => return BodyRead::Ended,
-            Ok(Some(Ok(d))) => {
-                *bytes += d.len() as u64;
-                let _ = body.flow_control().release_capacity(d.len());
-            }
-            Ok(Some(Err(_))) => return BodyRead::Failed(BodyFailure::Broken),
-        }
     }
 }

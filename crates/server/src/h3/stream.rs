@@ -233,7 +233,7 @@ impl H3Stream {
             .length
             .unwrap_or_else(|| BodyLength::new(self.content_length));
         let before = length.received();
-        let malformed = |e: FieldError| Abort::Reset(e.code());
+        let malformed = |_: FieldError| Abort::Reset(code::MESSAGE_ERROR);
         let drain = async {
             loop {
                 if upto.is_some_and(|u| length.received() - before >= u) {
@@ -341,7 +341,7 @@ async fn request(s: &mut H3Stream, cfg: &Config, t_first: Instant) -> Result<Exc
             HeadError::Qpack(QpackError::Decompression) => {
                 Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
             }
-            HeadError::Malformed(e) => Abort::Reset(e.code()),
+            HeadError::Malformed(_) => Abort::Reset(code::MESSAGE_ERROR),
         })?;
         if facts.connect {
             // No tunnels here; the request was not acted on.

@@ -1,13 +1,14 @@
-//! Field validation (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field line in
-//! order, a [`RequestFields`] tells a well-formed request's facts from a malformed one, which
-//! the server resets with H3_MESSAGE_ERROR; [`ResponseFields`] does the same for the load
-//! generator's responses. One pass, byte-table lookups, and no allocation once the buffers are
+//! Field validation, the same rules for HTTP/2 (RFC 9113 §8.1.1, §8.2, §8.3) and HTTP/3
+//! (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field line in order, a
+//! [`RequestFields`] tells a well-formed request's facts from a malformed one, which the server
+//! resets (HTTP/2: PROTOCOL_ERROR, HTTP/3: H3_MESSAGE_ERROR); [`ResponseFields`] does the same
+//! for the load generator's responses. One pass, byte-table lookups, and no allocation once the buffers are
 //! warm: it runs on every message.
 
-use crate::frame::code;
-use loadterm_codec::syntax::{content_length, is_tchar};
+use crate::syntax::{content_length, is_tchar};
 
-/// Why a request's field section is malformed (RFC 9114 §4.1.2): reset with H3_MESSAGE_ERROR.
+/// Why a message's field section is malformed: its stream is reset (HTTP/2 PROTOCOL_ERROR,
+/// HTTP/3 H3_MESSAGE_ERROR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FieldError {
     #[error("field name empty, upper-case or not a token")]
@@ -52,13 +53,6 @@ pub enum FieldError {
     RequestPseudo,
     #[error("pseudo-header in trailers")]
     PseudoInTrailers,
-}
-
-impl FieldError {
-    /// The HTTP/3 error code to reset the stream with.
-    pub fn code(&self) -> u32 {
-        code::MESSAGE_ERROR
-    }
 }
 
 /// Bytes allowed in a field name: RFC 9110 tchar without upper-case letters (RFC 9114 §4.2).

@@ -1,0 +1,901 @@
+//! The connection's rules, fed raw frames: each protocol error's code, events whatever the
+//! reads' splits, flow control, limits, and random input.
+
+use super::*;
+use crate::hpack::put_field;
+
+fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = frame_head(payload.len(), ty, flags, id).to_vec();
+    f.extend_from_slice(payload);
+    f
+}
+
+fn setting(id: u16, value: u32) -> Vec<u8> {
+    let mut s = id.to_be_bytes().to_vec();
+    s.extend_from_slice(&value.to_be_bytes());
+    s
+}
+
+/// A request head's HPACK block.
+fn get(path: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "x"),
+    ] {
+        put_field(&mut b, n.as_bytes(), v.as_bytes());
+    }
+    b
+}
+
+/// What an event says, owned (the test keeps them past the next `recv`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ev {
+    Headers(u32, Vec<u8>, bool, bool, bool),
+    Data(u32, Vec<u8>, bool),
+    Reset(u32, u32, bool),
+    GoAway(u32, u32),
+    Window,
+}
+
+fn owned(ev: Event<'_>) -> Ev {
+    match ev {
+        Event::Headers {
+            stream,
+            block,
+            end_stream,
+            first,
+            discard,
+        } => Ev::Headers(stream, block.to_vec(), end_stream, first, discard),
+        Event::Data {
+            stream,
+            data,
+            end_stream,
+        } => Ev::Data(stream, data.to_vec(), end_stream),
+        Event::Reset {
+            stream,
+            code,
+            remote,
+        } => Ev::Reset(stream, code, remote),
+        Event::GoAway { last_stream, code } => Ev::GoAway(last_stream, code),
+        Event::Window => Ev::Window,
+    }
+}
+
+/// Feed `input` in pieces of `piece` bytes: the events (DATA pieces of one stream merged), or
+/// the connection error.
+fn feed(c: &mut Connection, input: &[u8], piece: usize) -> Result<Vec<Ev>, ConnError> {
+    let mut evs: Vec<Ev> = Vec::new();
+    for mut chunk in input.chunks(piece.max(1)) {
+        while let Some(ev) = c.recv(&mut chunk)? {
+            match (evs.last_mut(), owned(ev)) {
+                (Some(Ev::Data(s, d, e)), Ev::Data(s2, d2, e2)) if *s == s2 && !*e => {
+                    d.extend(d2);
+                    *e = e2;
+                }
+                (_, Ev::Data(_, d, false)) if d.is_empty() => {}
+                (_, ev) => evs.push(ev),
+            }
+        }
+    }
+    Ok(evs)
+}
+
+/// The frames queued by the connection: (type, flags, stream, payload).
+fn sent(c: &mut Connection) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    c.take_control(&mut out);
+    split(&out)
+}
+
+fn split(out: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut b = out.strip_prefix(PREFACE).unwrap_or(out);
+    let mut frames = Vec::new();
+    while !b.is_empty() {
+        let len = frame_len(b);
+        frames.push((b[3], b[4], stream_id(b), b[9..9 + len].to_vec()));
+        b = &b[9 + len..];
+    }
+    frames
+}
+
+fn server_cfg() -> LocalSettings {
+    LocalSettings {
+        max_concurrent_streams: 8,
+        stream_window: 1 << 20,
+        conn_window: 4 << 20,
+        max_frame_size: 16_384,
+        max_header_list_size: 16 << 10,
+        header_table_size: 4096,
+    }
+}
+
+/// A server past the client's preface and SETTINGS, its own first frames taken.
+fn server() -> Connection {
+    let mut c = Connection::new(Role::Server, server_cfg());
+    let hello = [PREFACE, &frame(SETTINGS, 0, 0, &[])].concat();
+    assert_eq!(feed(&mut c, &hello, 1000), Ok(vec![]));
+    sent(&mut c);
+    c
+}
+
+fn conn_error(c: &mut Connection, input: &[u8]) -> u32 {
+    let e = feed(c, input, 1 << 20).expect_err("a connection error");
+    let f = sent(c);
+    let (ty, _, _, p) = f.last().expect("GOAWAY");
+    assert_eq!(*ty, GOAWAY);
+    assert_eq!(u32::from_be_bytes(p[4..8].try_into().unwrap()), e.code);
+    e.code
+}
+
+#[test]
+fn a_server_sends_its_settings_and_acknowledges_the_clients() {
+    let mut c = Connection::new(Role::Server, server_cfg());
+    assert_eq!(
+        sent(&mut c),
+        [
+            (
+                SETTINGS,
+                0,
+                0,
+                [
+                    setting(setting::MAX_CONCURRENT_STREAMS, 8),
+                    setting(setting::INITIAL_WINDOW_SIZE, 1 << 20),
+                    setting(setting::MAX_HEADER_LIST_SIZE, 16 << 10)
+                ]
+                .concat()
+            ),
+            (
+                WINDOW_UPDATE,
+                0,
+                0,
+                ((4 << 20) - 65_535u32).to_be_bytes().to_vec()
+            ),
+        ]
+    );
+    let hello = [PREFACE, &frame(SETTINGS, 0, 0, &setting(4, 100))].concat();
+    assert_eq!(feed(&mut c, &hello, 5), Ok(vec![]));
+    assert_eq!(sent(&mut c), [(SETTINGS, flag::ACK, 0, vec![])]);
+}
+
+#[test]
+fn a_bad_preface_or_a_first_frame_other_than_settings_is_a_protocol_error() {
+    let mut c = Connection::new(Role::Server, server_cfg());
+    sent(&mut c);
+    assert_eq!(
+        conn_error(&mut c, b"GET / HTTP/1.1\r\n"),
+        code::PROTOCOL_ERROR
+    );
+    let mut c = Connection::new(Role::Server, server_cfg());
+    sent(&mut c);
+    let ping_first = [PREFACE, &frame(PING, 0, 0, &[0; 8])].concat();
+    assert_eq!(conn_error(&mut c, &ping_first), code::PROTOCOL_ERROR);
+}
+
+/// A request with padding, priority, CONTINUATION and padded DATA comes out the same whatever
+/// the reads' sizes.
+#[test]
+fn events_are_the_same_wherever_the_reads_split() {
+    let block = get("/?s=1");
+    let (a, b) = block.split_at(5);
+    let mut headers = vec![3, 0, 0, 0, 0, 16];
+    headers.extend_from_slice(a);
+    headers.extend([0, 0, 0]);
+    let input = [
+        frame(HEADERS, flag::PADDED | flag::PRIORITY, 1, &headers),
+        frame(CONTINUATION, flag::END_HEADERS, 1, b),
+        frame(DATA, flag::PADDED, 1, &[4, b'a', b'b', 0, 0, 0, 0]),
+        frame(PRIORITY, 0, 3, &[0, 0, 0, 1, 9]),
+        frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/3")),
+        frame(DATA, flag::END_STREAM, 1, b"cd"),
+    ]
+    .concat();
+    let want = vec![
+        Ev::Headers(1, block.clone(), false, true, false),
+        Ev::Data(1, b"ab".to_vec(), false),
+        Ev::Headers(3, get("/3"), true, true, false),
+        Ev::Data(1, b"cd".to_vec(), true),
+    ];
+    for piece in [1, 2, 7, 9, 10, 100, 1000] {
+        let mut c = server();
+        assert_eq!(
+            feed(&mut c, &input, piece),
+            Ok(want.clone()),
+            "pieces of {piece}"
+        );
+        assert_eq!(c.open_streams(), 2, "both ended their side, ours is open");
+    }
+}
+
+#[test]
+fn frames_that_break_the_connection_get_goaway_with_their_code() {
+    let h1 = frame(HEADERS, flag::END_HEADERS, 1, &get("/"));
+    let h1_ended = frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &get("/"));
+    let cases: Vec<(&str, Vec<u8>, u32)> = vec![
+        (
+            "DATA on stream 0",
+            frame(DATA, 0, 0, b"x"),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "DATA on an idle stream",
+            frame(DATA, 0, 1, b"x"),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "HEADERS on stream 0",
+            frame(HEADERS, flag::END_HEADERS, 0, &get("/")),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "even stream",
+            frame(HEADERS, flag::END_HEADERS, 2, &get("/")),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "stream id going down",
+            [frame(HEADERS, flag::END_HEADERS, 5, &get("/")), h1.clone()].concat(),
+            code::STREAM_CLOSED,
+        ),
+        (
+            "HEADERS on a stream closed by END_STREAM both ways",
+            [
+                h1_ended.clone(),
+                frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+                h1_ended.clone(),
+            ]
+            .concat(),
+            code::STREAM_CLOSED,
+        ),
+        (
+            "padding too long",
+            frame(HEADERS, flag::END_HEADERS | flag::PADDED, 1, &[9, 0x82]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "DATA padding too long",
+            [h1.clone(), frame(DATA, flag::PADDED, 1, &[5, 1, 2])].concat(),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "a block interrupted",
+            [
+                frame(HEADERS, 0, 1, &get("/")),
+                frame(PRIORITY, 0, 3, &[0, 0, 0, 0, 1]),
+            ]
+            .concat(),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "CONTINUATION on another stream",
+            [
+                frame(HEADERS, 0, 1, &get("/")),
+                frame(CONTINUATION, flag::END_HEADERS, 3, b""),
+            ]
+            .concat(),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "CONTINUATION alone",
+            frame(CONTINUATION, flag::END_HEADERS, 1, b""),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "PRIORITY on stream 0",
+            frame(PRIORITY, 0, 0, &[0; 5]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "RST_STREAM on stream 0",
+            frame(RST_STREAM, 0, 0, &[0; 4]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "RST_STREAM on an idle stream",
+            frame(RST_STREAM, 0, 1, &[0; 4]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "RST_STREAM of 3 bytes",
+            [h1.clone(), frame(RST_STREAM, 0, 1, &[0; 3])].concat(),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "SETTINGS on a stream",
+            frame(SETTINGS, 0, 1, &[]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "SETTINGS ACK with a payload",
+            frame(SETTINGS, flag::ACK, 0, &[0; 6]),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "SETTINGS of 5 bytes",
+            frame(SETTINGS, 0, 0, &[0; 5]),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "ENABLE_PUSH 2",
+            frame(SETTINGS, 0, 0, &setting(2, 2)),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "INITIAL_WINDOW_SIZE 2^31",
+            frame(SETTINGS, 0, 0, &setting(4, 1 << 31)),
+            code::FLOW_CONTROL_ERROR,
+        ),
+        (
+            "MAX_FRAME_SIZE too small",
+            frame(SETTINGS, 0, 0, &setting(5, 16_383)),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "MAX_FRAME_SIZE too large",
+            frame(SETTINGS, 0, 0, &setting(5, 1 << 24)),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "PUSH_PROMISE",
+            frame(PUSH_PROMISE, flag::END_HEADERS, 1, &[0, 0, 0, 2]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "PING on a stream",
+            frame(PING, 0, 1, &[0; 8]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "PING of 7 bytes",
+            frame(PING, 0, 0, &[0; 7]),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "GOAWAY on a stream",
+            frame(GOAWAY, 0, 1, &[0; 8]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "WINDOW_UPDATE of 0",
+            frame(WINDOW_UPDATE, 0, 0, &[0; 4]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "WINDOW_UPDATE of 3 bytes",
+            frame(WINDOW_UPDATE, 0, 0, &[0; 3]),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "WINDOW_UPDATE on an idle stream",
+            frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "connection window overflow",
+            frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            code::FLOW_CONTROL_ERROR,
+        ),
+        (
+            "stream windows overflowing with a new initial size",
+            [
+                h1.clone(),
+                frame(WINDOW_UPDATE, 0, 1, &0x7fff_0000u32.to_be_bytes()),
+                frame(SETTINGS, 0, 0, &setting(4, 0x1_0000)),
+            ]
+            .concat(),
+            code::FLOW_CONTROL_ERROR,
+        ),
+        (
+            "a frame over 16 KiB",
+            frame(0x20, 0, 0, &[0; 16_385]),
+            code::FRAME_SIZE_ERROR,
+        ),
+    ];
+    for (what, input, want) in cases {
+        let mut c = server();
+        assert_eq!(conn_error(&mut c, &input), want, "{what}");
+        assert!(
+            c.recv(&mut &b"more"[..]).is_err(),
+            "{what}: nothing read after"
+        );
+    }
+}
+
+/// DATA beyond a window (frames larger than the window it has left): the connection's is a
+/// connection error, a stream's a stream error.
+#[test]
+fn data_beyond_a_window_is_a_flow_control_error() {
+    let cfg = |stream_window, conn_window| LocalSettings {
+        max_frame_size: 100_000,
+        stream_window,
+        conn_window,
+        ..server_cfg()
+    };
+    let hello = [
+        PREFACE,
+        &frame(SETTINGS, 0, 0, &[]),
+        &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+    ]
+    .concat();
+    let mut c = Connection::new(Role::Server, cfg(1 << 20, 65_535));
+    feed(&mut c, &hello, 100).unwrap();
+    sent(&mut c);
+    assert_eq!(
+        conn_error(&mut c, &frame(DATA, 0, 1, &[0; 70_000])),
+        code::FLOW_CONTROL_ERROR
+    );
+    let mut c = Connection::new(Role::Server, cfg(65_535, 1 << 20));
+    feed(&mut c, &hello, 100).unwrap();
+    let evs = feed(&mut c, &frame(DATA, 0, 1, &[0; 70_000]), 1000).unwrap();
+    assert_eq!(evs, [Ev::Reset(1, code::FLOW_CONTROL_ERROR, false)]);
+}
+
+#[test]
+fn frames_that_break_a_stream_get_rst_stream_with_their_code() {
+    let h1 = frame(HEADERS, flag::END_HEADERS, 1, &get("/"));
+    let h1_ended = frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &get("/"));
+    let cases: Vec<(&str, Vec<u8>, u32)> = vec![
+        (
+            "DATA after END_STREAM",
+            [h1_ended.clone(), frame(DATA, 0, 1, b"x")].concat(),
+            code::STREAM_CLOSED,
+        ),
+        (
+            "HEADERS after END_STREAM",
+            [h1_ended.clone(), h1_ended.clone()].concat(),
+            code::STREAM_CLOSED,
+        ),
+        (
+            "trailers without END_STREAM",
+            [
+                h1.clone(),
+                frame(HEADERS, flag::END_HEADERS, 1, &[0x40, 1, b'x', 1, b'y']),
+            ]
+            .concat(),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "a stream depending on itself (HEADERS)",
+            frame(
+                HEADERS,
+                flag::END_HEADERS | flag::PRIORITY,
+                1,
+                &[[0, 0, 0, 1, 16].as_slice(), &get("/")].concat(),
+            ),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "a stream depending on itself (PRIORITY)",
+            frame(PRIORITY, 0, 1, &[0, 0, 0, 1, 16]),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "PRIORITY of 4 bytes",
+            frame(PRIORITY, 0, 1, &[0; 4]),
+            code::FRAME_SIZE_ERROR,
+        ),
+        (
+            "WINDOW_UPDATE of 0 on a stream",
+            [h1.clone(), frame(WINDOW_UPDATE, 0, 1, &[0; 4])].concat(),
+            code::PROTOCOL_ERROR,
+        ),
+        (
+            "stream window overflow",
+            [
+                h1.clone(),
+                frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes()),
+            ]
+            .concat(),
+            code::FLOW_CONTROL_ERROR,
+        ),
+        (
+            "DATA on a stream the client reset",
+            [
+                h1.clone(),
+                frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+                frame(DATA, 0, 1, b"x"),
+            ]
+            .concat(),
+            code::STREAM_CLOSED,
+        ),
+    ];
+    for (what, input, want) in cases {
+        let mut c = server();
+        let evs = feed(&mut c, &input, 3).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(evs.contains(&Ev::Reset(1, want, false)), "{what}: {evs:?}");
+        let f = sent(&mut c);
+        assert!(
+            f.contains(&(RST_STREAM, 0, 1, want.to_be_bytes().to_vec())),
+            "{what}: {f:?}"
+        );
+        // The connection goes on.
+        let next = frame(HEADERS, flag::END_HEADERS, 5, &get("/"));
+        assert!(feed(&mut c, &next, 100).is_ok(), "{what}");
+    }
+}
+
+#[test]
+fn content_length_must_match_the_data() {
+    for (data, ok) in [(&b"12345"[..], true), (b"1234", false), (b"123456", false)] {
+        let mut c = server();
+        feed(
+            &mut c,
+            &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+            100,
+        )
+        .unwrap();
+        c.set_content_length(1, 5);
+        let evs = feed(&mut c, &frame(DATA, flag::END_STREAM, 1, data), 2).unwrap();
+        let reset = evs.contains(&Ev::Reset(1, code::PROTOCOL_ERROR, false));
+        assert_eq!(reset, !ok, "{data:?}: {evs:?}");
+    }
+}
+
+#[test]
+fn streams_beyond_the_limit_are_refused_and_their_blocks_still_decoded() {
+    let mut c = server();
+    let mut input = Vec::new();
+    for id in (1..=19).step_by(2) {
+        input.extend(frame(
+            HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            id,
+            &get("/"),
+        ));
+    }
+    let evs = feed(&mut c, &input, 1000).unwrap();
+    let discarded: Vec<u32> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Headers(id, _, _, _, true) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(discarded, [17, 19]);
+    let refused: Vec<u32> = sent(&mut c)
+        .iter()
+        .filter(|f| f.0 == RST_STREAM)
+        .map(|f| f.2)
+        .collect();
+    assert_eq!(refused, [17, 19]);
+    assert_eq!(c.open_streams(), 8);
+}
+
+#[test]
+fn received_data_is_returned_once_half_a_window_is_used() {
+    let mut c = server();
+    feed(
+        &mut c,
+        &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+        100,
+    )
+    .unwrap();
+    let chunk = frame(DATA, 0, 1, &[0; 16_384]);
+    // The stream's 1 MiB: an update after 512 KiB (32 frames); the connection's 4 MiB: none yet.
+    for _ in 0..31 {
+        feed(&mut c, &chunk, 1 << 20).unwrap();
+    }
+    assert_eq!(sent(&mut c), []);
+    feed(&mut c, &chunk, 1 << 20).unwrap();
+    assert_eq!(
+        sent(&mut c),
+        [(WINDOW_UPDATE, 0, 1, (512u32 << 10).to_be_bytes().to_vec())]
+    );
+    // The last frame of the stream returns nothing to the stream.
+    feed(
+        &mut c,
+        &frame(DATA, flag::END_STREAM, 1, &[0; 16_384]).repeat(1),
+        1 << 20,
+    )
+    .unwrap();
+    assert_eq!(sent(&mut c), []);
+}
+
+#[test]
+fn headers_and_data_are_framed_within_the_peers_frame_size_and_windows() {
+    let mut c = server();
+    feed(
+        &mut c,
+        &[
+            frame(SETTINGS, 0, 0, &setting(4, 100)),
+            frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &get("/")),
+        ]
+        .concat(),
+        100,
+    )
+    .unwrap();
+    sent(&mut c);
+    let mut out = Vec::new();
+    let big = vec![0x82; 40_000];
+    assert!(c.headers(&mut out, 1, false, |o| o.extend_from_slice(&big)));
+    let f = split(&out);
+    let kinds: Vec<_> = f.iter().map(|f| (f.0, f.1, f.3.len())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (HEADERS, 0, 16_384),
+            (CONTINUATION, 0, 16_384),
+            (CONTINUATION, flag::END_HEADERS, 40_000 - 2 * 16_384)
+        ]
+    );
+    assert_eq!(c.send_window(1), 100);
+    out.clear();
+    assert!(c.data(&mut out, 1, 60, false));
+    assert_eq!(c.send_window(1), 40);
+    // A larger initial window applies to open streams; the connection has its own.
+    let evs = feed(&mut c, &frame(SETTINGS, 0, 0, &setting(4, 70_000)), 100).unwrap();
+    assert_eq!(evs, [Ev::Window]);
+    assert_eq!(c.send_window(1), 65_535 - 60);
+    feed(
+        &mut c,
+        &frame(WINDOW_UPDATE, 0, 0, &10_000u32.to_be_bytes()),
+        100,
+    )
+    .unwrap();
+    assert_eq!(c.send_window(1), 70_000 - 60);
+    assert!(c.data(&mut out, 1, 0, true));
+    assert!(!c.is_send_open(1), "ended");
+    assert!(
+        !c.data(&mut out, 1, 0, true),
+        "nothing more on an ended stream"
+    );
+    assert_eq!(c.open_streams(), 0);
+}
+
+#[test]
+fn a_smaller_peer_table_makes_our_next_block_start_with_a_size_update() {
+    let mut c = server();
+    feed(
+        &mut c,
+        &[
+            frame(SETTINGS, 0, 0, &setting(1, 0)),
+            frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &get("/")),
+            frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/")),
+        ]
+        .concat(),
+        100,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    c.headers(&mut out, 1, true, |o| o.push(0x88));
+    c.headers(&mut out, 3, true, |o| o.push(0x88));
+    let f = split(&out);
+    assert_eq!(f[0].3, [0x20, 0x88]);
+    assert_eq!(f[1].3, [0x88]);
+}
+
+#[test]
+fn graceful_goaway_names_the_last_stream_and_newer_ones_are_not_processed() {
+    let mut c = server();
+    feed(
+        &mut c,
+        &frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/")),
+        100,
+    )
+    .unwrap();
+    c.goaway();
+    assert_eq!(sent(&mut c), [(GOAWAY, 0, 0, vec![0, 0, 0, 3, 0, 0, 0, 0])]);
+    let evs = feed(
+        &mut c,
+        &frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 5, &get("/")),
+        100,
+    )
+    .unwrap();
+    assert_eq!(evs, [Ev::Headers(5, get("/"), true, true, true)]);
+    assert_eq!(c.open_streams(), 1);
+}
+
+#[test]
+fn frames_for_streams_we_reset_are_dropped_quietly() {
+    let mut c = server();
+    feed(
+        &mut c,
+        &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+        100,
+    )
+    .unwrap();
+    c.reset(1, code::CANCEL);
+    assert_eq!(
+        sent(&mut c),
+        [(RST_STREAM, 0, 1, code::CANCEL.to_be_bytes().to_vec())]
+    );
+    let late = [
+        frame(DATA, 0, 1, b"late"),
+        frame(
+            HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &[0x40, 1, b'x', 1, b'y'],
+        ),
+        frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]),
+    ]
+    .concat();
+    let evs = feed(&mut c, &late, 100).unwrap();
+    assert_eq!(
+        evs,
+        [Ev::Headers(
+            1,
+            vec![0x40, 1, b'x', 1, b'y'],
+            true,
+            false,
+            true
+        )]
+    );
+    assert_eq!(sent(&mut c), [], "no error for them");
+}
+
+#[test]
+fn pings_are_answered_and_unknown_frames_ignored() {
+    let mut c = server();
+    let input = [
+        frame(PING, 0, 0, b"12345678"),
+        frame(PING, flag::ACK, 0, b"abcdefgh"),
+        frame(0x42, 0xff, 7, b"whatever"),
+        frame(
+            GOAWAY,
+            0,
+            0,
+            &[0, 0, 0, 0, 0, 0, 0, 0, b'd', b'e', b'b', b'u', b'g'],
+        ),
+    ]
+    .concat();
+    assert_eq!(feed(&mut c, &input, 4), Ok(vec![Ev::GoAway(0, 0)]));
+    assert_eq!(sent(&mut c), [(PING, flag::ACK, 0, b"12345678".to_vec())]);
+}
+
+#[test]
+fn a_flood_of_frames_that_ask_for_nothing_ends_the_connection() {
+    let mut c = server();
+    let wu = frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+    assert!(feed(&mut c, &wu.repeat(1000), 1 << 20).is_ok());
+    let e = feed(&mut c, &wu.repeat(100), 1 << 20).unwrap_err();
+    assert!(
+        e.is_control_flood() && e.code == code::ENHANCE_YOUR_CALM,
+        "{e}"
+    );
+    // Rapid reset: streams opened and reset at once, nothing written in between.
+    let mut c = server();
+    let mut input = Vec::new();
+    for id in (1..3000).step_by(2) {
+        input.extend(frame(HEADERS, flag::END_HEADERS, id, &get("/")));
+        input.extend(frame(RST_STREAM, 0, id, &[0, 0, 0, 8]));
+    }
+    let e = feed(&mut c, &input, 1 << 20).unwrap_err();
+    assert!(e.is_control_flood(), "{e}");
+}
+
+#[test]
+fn endless_continuation_is_cut_off() {
+    let mut c = server();
+    let mut input = frame(HEADERS, 0, 1, &get("/"));
+    input.extend(frame(CONTINUATION, 0, 1, &[0x40; 16_000]).repeat(20));
+    assert_eq!(conn_error(&mut c, &input), code::ENHANCE_YOUR_CALM);
+    // Empty ones add no bytes: their count is bounded.
+    let mut c = server();
+    let mut input = frame(HEADERS, 0, 1, &get("/"));
+    input.extend(frame(CONTINUATION, 0, 1, &[]).repeat(1000));
+    assert_eq!(conn_error(&mut c, &input), code::ENHANCE_YOUR_CALM);
+}
+
+#[test]
+fn a_client_opens_streams_and_reads_responses() {
+    let mut c = Connection::new(Role::Client, LocalSettings::default());
+    let mut out = Vec::new();
+    c.take_control(&mut out);
+    assert!(out.starts_with(PREFACE));
+    assert_eq!(split(&out), [(SETTINGS, 0, 0, setting(2, 0))]);
+    let id = c.open();
+    out.clear();
+    assert!(c.headers(&mut out, id, true, |o| o.push(0x82)));
+    assert_eq!(
+        split(&out),
+        [(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, vec![0x82])]
+    );
+    let response = [
+        frame(SETTINGS, 0, 0, &setting(3, 2)),
+        frame(HEADERS, flag::END_HEADERS, 1, &[0x88]),
+        frame(DATA, flag::END_STREAM, 1, b"hi"),
+    ]
+    .concat();
+    assert_eq!(
+        feed(&mut c, &response, 3),
+        Ok(vec![
+            Ev::Window,
+            Ev::Headers(1, vec![0x88], false, true, false),
+            Ev::Data(1, b"hi".to_vec(), true)
+        ])
+    );
+    assert_eq!(c.open_streams(), 0);
+    assert_eq!(c.peer_max_streams(), 2);
+    // A server cannot open streams (no push), and a GOAWAY ends what it did not process.
+    let s3 = c.open();
+    let s5 = c.open();
+    assert_eq!((s3, s5), (3, 5));
+    assert!(!c.can_open(), "two at a time, and two are open");
+    assert_eq!(
+        feed(&mut c, &frame(GOAWAY, 0, 0, &[0, 0, 0, 3, 0, 0, 0, 0]), 100),
+        Ok(vec![Ev::GoAway(3, 0)])
+    );
+    assert_eq!(c.open_streams(), 1);
+    assert_eq!(
+        conn_error(&mut c, &frame(HEADERS, flag::END_HEADERS, 2, &[0x88])),
+        code::PROTOCOL_ERROR
+    );
+}
+
+/// Random bytes, and valid streams with bytes flipped, fed in random pieces: errors are fine;
+/// panics, loops and buffers beyond a frame are not.
+#[test]
+fn random_and_mutated_input_never_panics() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut valid = [PREFACE, &frame(SETTINGS, 0, 0, &setting(4, 10))].concat();
+    for id in [1u32, 3] {
+        valid.extend(frame(HEADERS, 0, id, &get("/")[..3]));
+        valid.extend(frame(CONTINUATION, flag::END_HEADERS, id, &get("/")[3..]));
+        valid.extend(frame(DATA, flag::PADDED, id, &[2, b'a', b'b', 0, 0]));
+        valid.extend(frame(WINDOW_UPDATE, 0, id, &[0, 0, 0, 9]));
+        valid.extend(frame(DATA, flag::END_STREAM, id, b"cd"));
+    }
+    valid.extend(frame(PING, 0, 0, b"12345678"));
+    valid.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+    valid.extend(frame(GOAWAY, 0, 0, &[0, 0, 0, 3, 0, 0, 0, 0]));
+    for round in 0..20_000 {
+        let mut input = if round % 4 == 0 {
+            let n = rng() as usize % 300;
+            let mut v = PREFACE.to_vec();
+            v.extend((0..n).map(|_| rng() as u8));
+            v
+        } else {
+            let mut v = valid.clone();
+            for _ in 0..1 + rng() % 4 {
+                let i = rng() as usize % v.len();
+                v[i] = rng() as u8;
+            }
+            v
+        };
+        input.truncate(rng() as usize % (input.len() + 1));
+        let role = if round % 2 == 0 {
+            Role::Server
+        } else {
+            Role::Client
+        };
+        let mut c = Connection::new(role, server_cfg());
+        if role == Role::Client {
+            c.open();
+            c.open();
+            input.drain(..PREFACE.len().min(input.len()));
+        }
+        let mut rest = &input[..];
+        while !rest.is_empty() {
+            let n = 1 + rng() as usize % rest.len();
+            let mut piece = &rest[..n];
+            let mut failed = false;
+            loop {
+                match c.recv(&mut piece) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed {
+                break;
+            }
+            rest = &rest[n..];
+            let mut out = Vec::new();
+            c.take_control(&mut out);
+            assert!(out.len() < 1 << 16, "round {round}");
+        }
+        assert!(c.partial.capacity() <= 9 + 16_384 + 64, "round {round}");
+    }
+}
