@@ -360,7 +360,7 @@ fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::Server
         return Ok((Arc::new(ServerHost::here()), None));
     };
     let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
-    let clock = absorbable_clock(&agent)?;
+    let clock = absorbable_clock(&agent, window_duration(a))?;
     eprintln!(
         "ab: servers on {} ({}, {} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
         agent.facts.hostname,
@@ -380,18 +380,33 @@ fn server_host(a: &AbArgs) -> Result<(Arc<ServerHost>, Option<crate::env::Server
 
 /// The agent's clock offset, refused when the round trip leaves it too uncertain for a
 /// window's edges (every round would be run again).
-fn absorbable_clock(agent: &AgentClient) -> Result<crate::agent::client::ClockOffset> {
+fn absorbable_clock(
+    agent: &AgentClient,
+    duration: Duration,
+) -> Result<crate::agent::client::ClockOffset> {
     let clock = agent.clock()?;
-    if clock.rtt_s / 2.0 > crate::measure::WINDOW_SLACK_S {
+    let slack = crate::measure::window_slack_s(duration);
+    if clock.rtt_s / 2.0 > slack {
         return Err(usage_error(format!(
-            "refused: the round trip to the agent at {} is {:.1} ms, so its clock's offset is known to ±{:.1} ms only, more than the {:.0} ms a window's edges can absorb",
+            "refused: the round trip to the agent at {} is {:.1} ms, so its clock's offset is known to ±{:.1} ms only, more than the {:.1} ms a window's edges can absorb (1% of --duration)",
             agent.url(),
             clock.rtt_s * 1e3,
             clock.rtt_s * 1e3 / 2.0,
-            crate::measure::WINDOW_SLACK_S * 1e3
+            slack * 1e3
         )));
     }
     Ok(clock)
+}
+
+/// The measured time of each run: --duration, or its default.
+fn window_duration(a: &AbArgs) -> Duration {
+    a.duration.unwrap_or(Duration::from_secs(
+        if a.fresh_process || a.a_endpoint.is_some() {
+            5
+        } else {
+            1
+        },
+    ))
 }
 
 /// Where the load of a measured window runs: here, and on every --client-host's agent.
@@ -399,7 +414,7 @@ fn client_hosts(a: &AbArgs) -> Result<Arc<Vec<ClientHost>>> {
     let mut hosts = vec![ClientHost::Here];
     for url in &a.client_hosts {
         let agent = AgentClient::connect(url, a.agent_auth.as_deref())?;
-        let clock = absorbable_clock(&agent)?;
+        let clock = absorbable_clock(&agent, window_duration(a))?;
         eprintln!(
             "ab: a shard of the load on {} ({} CPUs) through the agent at {url}; its clock {:+.3} ms from this one's, round trip {:.3} ms",
             agent.facts.hostname,
@@ -516,9 +531,7 @@ impl Bench {
             SEND_GRID.to_owned(),
         ];
         let fresh = a.fresh_process || endpoint_mode;
-        let duration = a
-            .duration
-            .unwrap_or(Duration::from_secs(if fresh { 5 } else { 1 }));
+        let duration = window_duration(a);
         let base = RunSpec {
             target: variants[0].1.clone(),
             server_host,
