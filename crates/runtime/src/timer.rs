@@ -165,10 +165,11 @@ impl Driver {
     }
 
     fn arm(&self, t: &mut Timers, at: Instant) {
-        t.armed = Some(at);
         // Instant is CLOCK_MONOTONIC: convert by the offset from now, read in this order so
         // that the error makes the wake late by nanoseconds, never early.
         let instant = Instant::now();
+        // A time already past fires at once: the latency learned counts from now.
+        t.armed = Some(at.max(instant));
         let mut now = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
