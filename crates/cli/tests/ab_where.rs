@@ -5,7 +5,7 @@
 //! interrupted or not: no container, no process and no cgroup left. Needs root (cgroups),
 //! podman and nginx.
 
-mod common;
+use crate::common;
 
 use common::{ab, json_file as json, Dir};
 use serde_json::Value;
