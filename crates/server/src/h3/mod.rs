@@ -197,8 +197,6 @@ async fn connection(
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
     opened: Opening,
 ) -> Result<(), H3ConnError> {
-    // What is needed only before the connection serves is scoped to end there: a local that
-    // lives across the serving loop's waits is memory for the connection's whole life.
     let conn = match tokio::time::timeout(cfg.timeout, handshake).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return Err(H3ConnError::Handshake(e)),
@@ -210,6 +208,8 @@ async fn connection(
     // Asked once the handshake is done, not when quinn yields the `Incoming` (at the first
     // Initial): the rest of a ClientHello spread over several Initials may still be on its way
     // then. Every datagram quinn read the ClientHello from went through the sniffing socket.
+    // What only the start needs is scoped to end there (here and the SETTINGS below): a local
+    // that lives across the serving loop's waits is memory for the connection's whole life.
     let extra: Arc<[_]> = {
         let fp = fingerprint.and_then(|(f, addr, dcid)| f.take(addr, &dcid));
         ja4::with_header(Vec::new(), fp.as_deref()).into()
