@@ -4,9 +4,7 @@
 //! leaves no process and no cgroup once ab is gone. Across two network namespaces (root),
 //! `bench/ab-two-hosts.sh` runs a whole comparison.
 
-mod common;
-
-use common::{cgroups_of, json_file as json, root, Dir};
+use crate::common::{self, cgroups_of, json_file as json, root, Dir};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,6 +1,6 @@
 //! `loadterm ab` with real server processes: A/A finds nothing, a known effect is found.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::process::Command;

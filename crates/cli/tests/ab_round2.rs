@@ -2,7 +2,7 @@
 //! in front of a loadterm backend (the docs/AB.md example), endpoint mode, the rate regime,
 //! calibration with `serve --burn`, and the time budget of `--target-effect`.
 
-mod common;
+use crate::common;
 
 use common::{ab, json_file as json, Dir};
 use std::process::{Command, Output};

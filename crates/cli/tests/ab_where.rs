@@ -5,7 +5,7 @@
 //! interrupted or not: no container, no process and no cgroup left. Needs root (cgroups),
 //! podman and nginx.
 
-mod common;
+use crate::common;
 
 use common::{ab, cgroups_of, json_file as json, processes_with, root, Dir};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! Dockerfile with hadolint, the scripts with shellcheck, and deploy/simulate.sh, which runs the manifest's pod command lines
 //! as local processes against the real `loadterm serve` and merges them as run.sh does.
 
-mod common;
+use crate::common;
 
 use common::{have_tool, Server};
 use serde_json::Value;

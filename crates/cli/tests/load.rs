@@ -1,7 +1,7 @@
 //! `loadterm load` against the real `loadterm serve`: counts, protocols, errors, and the
 //! coordinated-omission correction of the open loop.
 
-mod common;
+use crate::common;
 
 use common::Server;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! ports, Ctrl-C, SIGUSR1, `--cacert` with an `openssl req -x509` certificate, HTTP/3 against
 //! a server without QUIC, outputs checked before the run, the rate warning.
 
-mod common;
+use crate::common;
 
 use common::{Dir, Server};
 use serde_json::Value;

@@ -12,7 +12,7 @@
 //! already met the 30 s request timeout once. The runs of this file take turns (`turn`) so that
 //! they do not slow each other down.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

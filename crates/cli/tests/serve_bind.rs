@@ -3,7 +3,7 @@
 //! named in warnings, `cpu-map` pinning the worker threads, `ssl-default-bind-*` restricting
 //! what TLS negotiates. (The seed's own two bind lines: seed_000.rs.)
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

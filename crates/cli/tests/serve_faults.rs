@@ -5,7 +5,7 @@
 //! `loadterm load --json`'s `requests`. Each test states the exact invariant it checks.
 //! How the network is shaped, and why so: docs/RELIABILITY.md.
 
-mod common;
+use crate::common;
 
 use common::metrics::{scrape, Metrics};
 use common::{cannot_run, free_port, have_tool, load_cmd, report, wait_until, Server};

@@ -2,7 +2,7 @@
 //! oversized header lists, too many concurrent streams. Each test checks what the server does to
 //! the offending connection, that its memory stays bounded, and that it still serves afterwards.
 
-mod common;
+use crate::common;
 
 use common::h2raw::*;
 use common::Server;

@@ -2,7 +2,7 @@
 //! Every HTTP/1.1 request carries `Host: x`: the strict parser refuses HTTP/1.1 without Host
 //! (RFC 9112 §3.2); the refusals themselves are in `serve_h1_strict.rs`.
 
-mod common;
+use crate::common;
 
 use common::http1::{assert_body, closed_within, connect, fill, get, read_response};
 use common::Server;

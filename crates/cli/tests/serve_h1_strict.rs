@@ -2,7 +2,7 @@
 //! refusal gets its status, `connection: close`, then the connection closes and a request
 //! pipelined after the bad one is never answered. And what `--lenient` lets through.
 
-mod common;
+use crate::common;
 
 use common::http1::{connect, fill, find, read_response};
 use common::Server;

@@ -1,7 +1,7 @@
 //! HTTP/2 behaviour of `loadterm serve` (TLS ALPN h2 and h2c), with curl, nghttp, h2load, h2spec
 //! and our own h2 client for concurrency, resets and floods.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::Server;

@@ -1,6 +1,6 @@
 //! HTTP/3 behaviour of `loadterm serve`, checked with an independent client (aioquic).
 
-mod common;
+use crate::common;
 
 use common::metrics::scrape;
 use common::{have_aioquic, wait_until, Server};

@@ -4,7 +4,7 @@
 //! bounded during the attack and give it back after, and still answer normally. No latency is
 //! asserted here.
 
-mod common;
+use crate::common;
 
 use common::h2raw::{
     self, frame, next_frame, request_block, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS,

@@ -6,7 +6,7 @@
 //! answered the same once it resumes, closed at its idle timeout and at shutdown as a
 //! connection in its task is.
 
-mod common;
+use crate::common;
 
 use common::http1::assert_body;
 use common::metrics::scrape;

@@ -2,7 +2,7 @@
 //! generator) get a well-formed, stable `x-ja4` (`t…` over TCP, `q…` over QUIC); broken
 //! ClientHellos get a TLS alert and a close.
 
-mod common;
+use crate::common;
 
 use common::have_aioquic;
 use common::{free_port, have_tool, wait_tcp, Server};

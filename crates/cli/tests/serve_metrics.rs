@@ -3,7 +3,7 @@
 //! protections show under their labels, and the exposition passes promtool and a real
 //! Prometheus scrape.
 
-mod common;
+use crate::common;
 
 use common::h2raw::*;
 use common::{bin, free_port, have_tool, Server};

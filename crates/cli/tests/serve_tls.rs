@@ -2,7 +2,7 @@
 //! ECDSA or RSA certificate chosen by the client's signature schemes, a user PEM (--cert), and
 //! HTTP/1.1 over TLS written the same whatever the HTTP/2 options say.
 
-mod common;
+use crate::common;
 
 use common::Server;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};

@@ -3,7 +3,7 @@
 //! with raw frames or curl, HTTP/3 with aioquic, and the load generator. Times are checked
 //! with lower bounds the server cannot beat and upper bounds a loaded machine stays under.
 
-mod common;
+use crate::common;
 
 use common::h2raw::{self, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS};
 use common::have_aioquic;

@@ -2,7 +2,7 @@
 //! merge`: counts equal the unsharded run's, percentiles are those of the union of the recorded
 //! histograms, interval logs add up, and runs that differ are refused.
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::Server;

@@ -92,6 +92,16 @@ pub fn put_frame(out: &mut Vec<u8>, ty: u64, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
+/// A value read incrementally, across chunk boundaries (sans-I/O): what a stream's reader
+/// drives, and what tells a stream ending cleanly from one ending inside a value.
+pub trait Decode {
+    type Value;
+    /// Consume `input` up to the end of the value: the bytes taken, and the value once whole.
+    fn feed(&mut self, input: &[u8]) -> (usize, Option<Self::Value>);
+    /// Part of a value has been read.
+    fn is_partial(&self) -> bool;
+}
+
 /// A variable-length integer read incrementally, across chunk boundaries (sans-I/O).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VarintDecoder {
@@ -100,9 +110,10 @@ pub struct VarintDecoder {
     left: u8,
 }
 
-impl VarintDecoder {
-    /// Consume `input` up to the end of the integer: the bytes taken, and the value once whole.
-    pub fn feed(&mut self, input: &[u8]) -> (usize, Option<u64>) {
+impl Decode for VarintDecoder {
+    type Value = u64;
+
+    fn feed(&mut self, input: &[u8]) -> (usize, Option<u64>) {
         let mut i = 0;
         if self.left == 0 {
             let Some(&first) = input.first() else {
@@ -127,8 +138,7 @@ impl VarintDecoder {
         (i, None)
     }
 
-    /// Part of an integer has been read.
-    pub fn is_partial(&self) -> bool {
+    fn is_partial(&self) -> bool {
         self.left > 0
     }
 }
@@ -140,10 +150,11 @@ pub struct HeadDecoder {
     int: VarintDecoder,
 }
 
-impl HeadDecoder {
-    /// Consume `input` up to the end of the header: the bytes taken, and (type, length) once
-    /// whole.
-    pub fn feed(&mut self, input: &[u8]) -> (usize, Option<(u64, u64)>) {
+impl Decode for HeadDecoder {
+    /// A frame's (type, length).
+    type Value = (u64, u64);
+
+    fn feed(&mut self, input: &[u8]) -> (usize, Option<(u64, u64)>) {
         let mut used = 0;
         let ty = match self.ty {
             Some(ty) => ty,
@@ -170,8 +181,7 @@ impl HeadDecoder {
         }
     }
 
-    /// Part of a header has been read.
-    pub fn is_partial(&self) -> bool {
+    fn is_partial(&self) -> bool {
         self.ty.is_some() || self.int.is_partial()
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! [`Reader::event`]: crate::reader::Reader::event
 
-use crate::frame::{self, code, HeadDecoder};
+use crate::frame::{self, code, Decode, HeadDecoder};
 
 /// What a stream yields, in order: for a request `Headers`, `Data`*, `Trailers`?, `End`; for a
 /// response the same after any number of `Interim` heads.

@@ -2,7 +2,7 @@
 //! them to [`crate::frame`]'s integer and frame-header decoders and to [`crate::message`]'s stream
 //! machine, skipping DATA without copying it.
 
-use crate::frame::{HeadDecoder, VarintDecoder};
+use crate::frame::{Decode, HeadDecoder, VarintDecoder};
 use crate::message::{Message, MessageError, MessageEvent};
 use bytes::{Buf, Bytes};
 
@@ -56,7 +56,16 @@ impl Reader {
 
     /// A variable-length integer; `None` if the stream ends cleanly before it.
     pub async fn varint(&mut self) -> Result<Option<u64>, ReadError> {
-        let mut d = VarintDecoder::default();
+        self.decode(VarintDecoder::default()).await
+    }
+
+    /// A frame header (type, length); `None` at a clean end of the stream.
+    pub async fn frame_head(&mut self) -> Result<Option<(u64, u64)>, ReadError> {
+        self.decode(HeadDecoder::default()).await
+    }
+
+    /// Feed chunks to `d` until it has a value; a stream that ends inside one is truncated.
+    async fn decode<D: Decode>(&mut self, mut d: D) -> Result<Option<D::Value>, ReadError> {
         loop {
             if !self.fill().await? {
                 return match d.is_partial() {
@@ -68,24 +77,6 @@ impl Reader {
             self.chunk.advance(n);
             if v.is_some() {
                 return Ok(v);
-            }
-        }
-    }
-
-    /// A frame header (type, length); `None` at a clean end of the stream.
-    pub async fn frame_head(&mut self) -> Result<Option<(u64, u64)>, ReadError> {
-        let mut d = HeadDecoder::default();
-        loop {
-            if !self.fill().await? {
-                return match d.is_partial() {
-                    true => Err(ReadError::Truncated),
-                    false => Ok(None),
-                };
-            }
-            let (n, head) = d.feed(&self.chunk);
-            self.chunk.advance(n);
-            if head.is_some() {
-                return Ok(head);
             }
         }
     }

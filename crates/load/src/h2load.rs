@@ -52,17 +52,6 @@ pub(crate) struct H2loadFlags {
     verbose: bool,
 }
 
-/// h2load's sizes: a number with an optional K, M or G (powers of 1024).
-fn size(v: &str) -> Option<u64> {
-    let (num, mult) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
 impl H2loadFlags {
     /// `-w`, `-W`, `-f`, `--header-table-size` with h2load's meaning and ranges: window bits
     /// 0 to 30, a frame size from 16K to 16M − 1, a table size up to 4G − 1.
@@ -81,8 +70,9 @@ impl H2loadFlags {
             |flag: &str, v: &Option<String>, range: std::ops::RangeInclusive<u64>, default: u32| {
                 match v.as_deref() {
                     None => Ok(default),
-                    Some(v) => match size(v) {
-                        Some(n) if range.contains(&n) => Ok(n as u32),
+                    // h2load's sizes are ours: K, M and G are powers of 1024.
+                    Some(v) => match loadterm_plan::units::parse_size(v) {
+                        Ok(n) if range.contains(&n) => Ok(n as u32),
                         _ => Err(format!(
                             "{flag} {v} (h2load): a size from {} to {} (K, M, G: powers of 1024)",
                             range.start(),
@@ -190,15 +180,6 @@ impl H2loadFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(size("16K"), Some(16_384));
-        assert_eq!(size("16384"), Some(16_384));
-        assert_eq!(size("1m"), Some(1 << 20));
-        assert_eq!(size("x"), None);
-        assert_eq!(size(""), None);
-    }
 
     #[test]
     fn offers_are_parsed_with_h2load_ranges() {

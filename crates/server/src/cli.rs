@@ -228,77 +228,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
         println!("loadterm version {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
-    if a.daemon {
-        return Err(usage_error("-D (daemon mode) is not supported: run loadterm under a supervisor or in the background"));
-    }
-    if a.threads == Some(0) {
-        return Err(usage_error("--threads must be at least 1"));
-    }
-    if a.alt_svc && a.no_quic {
-        return Err(usage_error(
-            "--alt-svc advertises HTTP/3, which --no-quic turns off",
-        ));
-    }
-    if !(0.0..=1000.0).contains(&a.burn) {
-        return Err(usage_error("--burn must be a percentage in [0, 1000]"));
-    }
+    check(&a)?;
     crate::plumbing::thread_ctx::set_burn(a.burn);
     let (stop, shutdown) = Shutdown::new();
-    let mut cfg = Config {
-        timeout: a.timeout,
-        threads: 0,
-        maxconn: a.maxconn.max(1),
-        quic: !a.no_quic,
-        splice: !a.no_splice,
-        pipe_size: crate::config::PIPE_SIZE,
-        alt_svc: a.alt_svc,
-        grace: a.grace,
-        lenient: a.lenient,
-        date: !a.no_date,
-        seed: a.seed,
-        ja4: a.ja4.then(Default::default),
-        shutdown,
-        h2: a.h2,
-        h3: a.h3,
-    };
-    let mut lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
-    cfg.threads = lines.threads.or(a.threads).unwrap_or_else(cpus_available);
-    for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
-        if set {
-            eprintln!("loadterm: warning: {flag} (HAProxy traces) has no effect in loadterm");
-        }
-    }
-    for (flag, v) in [
-        ("--tcp-bind-opts", &a.tcp_bind_opts),
-        ("--quic-bind-opts", &a.quic_bind_opts),
-    ] {
-        if let Some(v) = v {
-            eprintln!("loadterm: warning: {flag} '{v}' has no effect in loadterm");
-        }
-    }
+    let (cfg, mut lines) = config(&a, shutdown)?;
     // The loopback defaults only when nothing at all says where to listen.
     let defaulted = a.listen.is_empty() && lines.binds.is_empty();
     let specs = if defaulted {
         vec![ListenSpec::default_loopback()]
     } else {
-        a.listen
+        a.listen.clone()
     };
     let mut listeners = listen::from_specs(&specs, cfg.quic);
     listeners.extend(std::mem::take(&mut lines.binds));
     listen::check_unique(&listeners).map_err(|e| usage_error(format!("{e:#}")))?;
-    let source = match a.cert {
-        Some(path) => CertSource::Files(vec![path]),
-        None => {
-            let ips: Vec<_> = listeners.iter().map(|l| l.addr.ip()).collect();
-            let (names, ips) = tls::default_sans(&ips);
-            CertSource::Generate {
-                rsa_bits: a.rsa_bits,
-                curve: a.curve,
-                names,
-                ips,
-            }
-        }
-    };
+    let source = cert_source(&a, &listeners);
     if a.dump_config {
         let extra = Extra {
             burn: a.burn,
@@ -315,11 +259,105 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let metrics = a.metrics.map(crate::plumbing::metrics::start).transpose()?;
     let (crypto, warnings) = lines.policy.crypto();
     warn(&warnings);
-    // The default identity, if a listener or --cert-out needs it; `crt` lists loaded once each.
+    let bound = identities(listeners, &source, crypto, a.cert_out.as_deref())?;
+    let cfg = Arc::new(cfg);
+    crate::plumbing::thread_ctx::seed(cfg.seed);
+    let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
+    announce(&bound, &cfg, defaulted, metrics);
+    let r = shut_down_on_signal(stop, &conns, cfg.grace);
+    eprint!("{}", Totals::now().summary());
+    if let Some(stats) = &cfg.ja4 {
+        eprint!("{}", stats.report());
+    }
+    r
+}
+
+/// The option combinations refused before anything starts.
+fn check(a: &ServeArgs) -> Result<()> {
+    if a.daemon {
+        return Err(usage_error("-D (daemon mode) is not supported: run loadterm under a supervisor or in the background"));
+    }
+    if a.threads == Some(0) {
+        return Err(usage_error("--threads must be at least 1"));
+    }
+    if a.alt_svc && a.no_quic {
+        return Err(usage_error(
+            "--alt-svc advertises HTTP/3, which --no-quic turns off",
+        ));
+    }
+    if !(0.0..=1000.0).contains(&a.burn) {
+        return Err(usage_error("--burn must be a percentage in [0, 1000]"));
+    }
+    Ok(())
+}
+
+/// The settings from the options, then haterm's -G/-F lines over them (what those lines ask
+/// for beyond `Config` is returned with it); options loadterm has no use for are warned about.
+fn config(a: &ServeArgs, shutdown: Shutdown) -> Result<(Config, Lines)> {
+    let mut cfg = Config {
+        timeout: a.timeout,
+        threads: 0,
+        maxconn: a.maxconn.max(1),
+        quic: !a.no_quic,
+        splice: !a.no_splice,
+        pipe_size: crate::config::PIPE_SIZE,
+        alt_svc: a.alt_svc,
+        grace: a.grace,
+        lenient: a.lenient,
+        date: !a.no_date,
+        seed: a.seed,
+        ja4: a.ja4.then(Default::default),
+        shutdown,
+        h2: a.h2.clone(),
+        h3: a.h3.clone(),
+    };
+    let lines = apply_haproxy_lines(a.global.iter().chain(&a.frontend), &mut cfg)?;
+    cfg.threads = lines.threads.or(a.threads).unwrap_or_else(cpus_available);
+    for (flag, set) in [("-d", a.debug), ("-T", !a.traces.is_empty())] {
+        if set {
+            eprintln!("loadterm: warning: {flag} (HAProxy traces) has no effect in loadterm");
+        }
+    }
+    for (flag, v) in [
+        ("--tcp-bind-opts", &a.tcp_bind_opts),
+        ("--quic-bind-opts", &a.quic_bind_opts),
+    ] {
+        if let Some(v) = v {
+            eprintln!("loadterm: warning: {flag} '{v}' has no effect in loadterm");
+        }
+    }
+    Ok((cfg, lines))
+}
+
+/// `--cert`'s files, or a certificate generated for the listeners' addresses.
+fn cert_source(a: &ServeArgs, listeners: &[Listener]) -> CertSource {
+    match &a.cert {
+        Some(path) => CertSource::Files(vec![path.clone()]),
+        None => {
+            let ips: Vec<_> = listeners.iter().map(|l| l.addr.ip()).collect();
+            let (names, ips) = tls::default_sans(&ips);
+            CertSource::Generate {
+                rsa_bits: a.rsa_bits,
+                curve: a.curve,
+                names,
+                ips,
+            }
+        }
+    }
+}
+
+/// Each listener with the identity it presents: the default one (loaded if a listener or
+/// `--cert-out` needs it, and written there) or its own `crt` list, each list loaded once.
+fn identities(
+    listeners: Vec<Listener>,
+    source: &CertSource,
+    crypto: tls::Crypto,
+    cert_out: Option<&std::path::Path>,
+) -> Result<Vec<crate::workers::Bound>> {
     let needs_default = listeners.iter().any(|l| l.secure() && l.crt.is_empty());
-    let default = if needs_default || a.cert_out.is_some() {
-        let id = Identity::load(&source, crypto.clone()).context("TLS certificate")?;
-        if let Some(out) = &a.cert_out {
+    let default = if needs_default || cert_out.is_some() {
+        let id = Identity::load(source, crypto.clone()).context("TLS certificate")?;
+        if let Some(out) = cert_out {
             std::fs::write(out, &id.generated_pem)
                 .with_context(|| format!("cannot write {}", out.display()))?;
         }
@@ -346,16 +384,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         };
         bound.push((l, identity));
     }
-    let cfg = Arc::new(cfg);
-    crate::plumbing::thread_ctx::seed(cfg.seed);
-    let conns = crate::workers::start(cfg.clone(), &bound, &pins)?;
-    announce(&bound, &cfg, defaulted, metrics);
-    let r = shut_down_on_signal(stop, &conns, cfg.grace);
-    eprint!("{}", Totals::now().summary());
-    if let Some(stats) = &cfg.ja4 {
-        eprint!("{}", stats.report());
-    }
-    r
+    Ok(bound)
 }
 
 /// Settings of the command line that `Config` does not keep, for [`describe`].
@@ -377,129 +406,42 @@ fn describe(
 ) -> String {
     use std::fmt::Write;
     let on = |b: bool| if b { "on" } else { "off" };
-    let mut rows: Vec<(String, String)> = Vec::new();
-    let mut row = |k: &str, v: String| rows.push((k.to_owned(), v));
+    let mut rows: Vec<(&str, String)> = Vec::new();
     for l in listeners {
-        let crt = if l.crt.is_empty() {
-            String::new()
-        } else {
-            let files: Vec<_> = l.crt.iter().map(|p| p.display().to_string()).collect();
-            format!(", crt {}", files.join(" "))
-        };
-        let what = match l.kind {
-            ListenerKind::Clear => format!("http://{}  HTTP/1.1, h2c", l.addr),
-            ListenerKind::Tls => format!("https://{}  TLS, ALPN {}{crt}", l.addr, l.alpn.join(",")),
-            ListenerKind::Quic => format!("https://{}  QUIC (UDP): HTTP/3{crt}", l.addr),
-        };
-        let note = if defaulted {
-            "  (default: no -L given)"
-        } else {
-            ""
-        };
-        row("listen", format!("{what}{note}"));
+        rows.push(("listen", describe_listener(l, defaulted)));
     }
-    row(
-        "certificate",
-        match source {
-            CertSource::Generate {
-                rsa_bits,
-                curve,
-                names,
-                ips,
-            } => {
-                let curve = match curve {
-                    tls::Curve::P256 => "P-256",
-                    tls::Curve::P384 => "P-384",
-                };
-                let ips: Vec<_> = ips.iter().map(|ip| ip.to_string()).collect();
-                format!(
-                    "generated: ECDSA {curve} and RSA {rsa_bits}, for {}, {}",
-                    names.join(", "),
-                    ips.join(", ")
-                )
-            }
-            CertSource::Files(files) => {
-                let files: Vec<_> = files.iter().map(|p| p.display().to_string()).collect();
-                files.join(" ")
-            }
-        },
-    );
+    rows.push(("certificate", describe_certificate(source)));
     if let Some(out) = extra.cert_out {
-        row("cert-out", out.display().to_string());
+        rows.push(("cert-out", out.display().to_string()));
     }
-    row("threads", cfg.threads.to_string());
-    let cpu_map = if lines.cpu_maps.is_empty() {
-        "none (threads float)".to_owned()
-    } else {
-        let maps: Vec<_> = lines
-            .cpu_maps
-            .iter()
-            .map(|m| {
-                let threads = match m.threads {
-                    None => "all".to_owned(),
-                    Some((a, b)) if a == b => a.to_string(),
-                    Some((a, b)) => format!("{a}-{b}"),
-                };
-                let cpus: Vec<_> = m.cpus.iter().map(|c| c.to_string()).collect();
-                let auto = if m.auto { ", one each (auto:)" } else { "" };
-                format!("threads {threads} on CPUs {}{auto}", cpus.join(","))
-            })
-            .collect();
-        maps.join("; ")
-    };
-    row("cpu-map", cpu_map);
-    row("maxconn", cfg.maxconn.to_string());
-    row("timeout", format!("{:?}", cfg.timeout));
-    row("grace", format!("{:?}", cfg.grace));
-    row("quic", on(cfg.quic).to_owned());
-    row("alt-svc", on(cfg.alt_svc).to_owned());
-    row("splice", on(cfg.splice).to_owned());
-    row("tune.pipesize", cfg.pipe_size.to_string());
-    row("lenient", on(cfg.lenient).to_owned());
-    row("date", on(cfg.date).to_owned());
-    row(
+    rows.push(("threads", cfg.threads.to_string()));
+    rows.push(("cpu-map", describe_cpu_map(&lines.cpu_maps)));
+    rows.push(("maxconn", cfg.maxconn.to_string()));
+    rows.push(("timeout", format!("{:?}", cfg.timeout)));
+    rows.push(("grace", format!("{:?}", cfg.grace)));
+    rows.push(("quic", on(cfg.quic).to_owned()));
+    rows.push(("alt-svc", on(cfg.alt_svc).to_owned()));
+    rows.push(("splice", on(cfg.splice).to_owned()));
+    rows.push(("tune.pipesize", cfg.pipe_size.to_string()));
+    rows.push(("lenient", on(cfg.lenient).to_owned()));
+    rows.push(("date", on(cfg.date).to_owned()));
+    let seed = cfg.seed.map(|s| s.to_string());
+    rows.push((
         "seed",
-        cfg.seed
-            .map_or("none (from entropy)".to_owned(), |s| s.to_string()),
-    );
-    row("ja4", on(cfg.ja4.is_some()).to_owned());
-    row(
-        "metrics",
-        extra
-            .metrics
-            .map_or("off".to_owned(), |a| format!("http://{a}/metrics")),
-    );
+        seed.unwrap_or_else(|| "none (from entropy)".to_owned()),
+    ));
+    rows.push(("ja4", on(cfg.ja4.is_some()).to_owned()));
+    let metrics = extra.metrics.map(|a| format!("http://{a}/metrics"));
+    rows.push(("metrics", metrics.unwrap_or_else(|| "off".to_owned())));
     if extra.burn > 0.0 {
-        row("burn", format!("{}%", extra.burn));
+        rows.push(("burn", format!("{}%", extra.burn)));
     }
     let policy = |v: &Option<String>| v.clone().unwrap_or_else(|| "rustls defaults".to_owned());
-    row(
-        "ssl-default-bind-ciphersuites",
-        policy(&lines.policy.ciphersuites),
-    );
-    row("ssl-default-bind-ciphers", policy(&lines.policy.ciphers));
-    row("ssl-default-bind-curves", policy(&lines.policy.curves));
-    let h2 = &cfg.h2;
-    row("h2-max-streams", h2.max_streams.to_string());
-    row("h2-stream-window", h2.stream_window.to_string());
-    row("h2-conn-window", h2.conn_window.to_string());
-    row("h2-max-frame-size", h2.max_frame_size.to_string());
-    row("h2-max-header-list", h2.max_header_list.to_string());
-    row(
-        "h2-emit",
-        match h2.emit {
-            None => "hybrid (default; HTTP/1.1: its own rule)",
-            Some(crate::config::EmitMode::Drain) => "drain",
-            Some(crate::config::EmitMode::Gather) => "gather",
-            Some(crate::config::EmitMode::Hybrid) => "hybrid",
-        }
-        .to_owned(),
-    );
-    row("h2-emit-threshold", h2.emit_threshold.to_string());
-    let h3 = &cfg.h3;
-    row("h3-max-streams", h3.h3_max_streams.to_string());
-    row("quic-window", h3.quic_window.to_string());
-    row("h3-max-header-list", h3.h3_max_header_list.to_string());
+    let p = &lines.policy;
+    rows.push(("ssl-default-bind-ciphersuites", policy(&p.ciphersuites)));
+    rows.push(("ssl-default-bind-ciphers", policy(&p.ciphers)));
+    rows.push(("ssl-default-bind-curves", policy(&p.curves)));
+    rows.extend(describe_h2_h3(cfg));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = format!(
         "# loadterm {} serve: effective configuration\n",
@@ -509,6 +451,98 @@ fn describe(
         let _ = writeln!(out, "{k:width$}  {v}");
     }
     out
+}
+
+/// A `listen` row of `-C`.
+fn describe_listener(l: &Listener, defaulted: bool) -> String {
+    let crt = if l.crt.is_empty() {
+        String::new()
+    } else {
+        let files: Vec<_> = l.crt.iter().map(|p| p.display().to_string()).collect();
+        format!(", crt {}", files.join(" "))
+    };
+    let what = match l.kind {
+        ListenerKind::Clear => format!("http://{}  HTTP/1.1, h2c", l.addr),
+        ListenerKind::Tls => format!("https://{}  TLS, ALPN {}{crt}", l.addr, l.alpn.join(",")),
+        ListenerKind::Quic => format!("https://{}  QUIC (UDP): HTTP/3{crt}", l.addr),
+    };
+    let note = if defaulted {
+        "  (default: no -L given)"
+    } else {
+        ""
+    };
+    format!("{what}{note}")
+}
+
+/// The `certificate` row of `-C`.
+fn describe_certificate(source: &CertSource) -> String {
+    match source {
+        CertSource::Generate {
+            rsa_bits,
+            curve,
+            names,
+            ips,
+        } => {
+            let curve = match curve {
+                tls::Curve::P256 => "P-256",
+                tls::Curve::P384 => "P-384",
+            };
+            let ips: Vec<_> = ips.iter().map(|ip| ip.to_string()).collect();
+            format!(
+                "generated: ECDSA {curve} and RSA {rsa_bits}, for {}, {}",
+                names.join(", "),
+                ips.join(", ")
+            )
+        }
+        CertSource::Files(files) => {
+            let files: Vec<_> = files.iter().map(|p| p.display().to_string()).collect();
+            files.join(" ")
+        }
+    }
+}
+
+/// The `cpu-map` row of `-C`.
+fn describe_cpu_map(maps: &[haterm_cfg::CpuMap]) -> String {
+    if maps.is_empty() {
+        return "none (threads float)".to_owned();
+    }
+    let maps: Vec<_> = maps
+        .iter()
+        .map(|m| {
+            let threads = match m.threads {
+                None => "all".to_owned(),
+                Some((a, b)) if a == b => a.to_string(),
+                Some((a, b)) => format!("{a}-{b}"),
+            };
+            let cpus: Vec<_> = m.cpus.iter().map(|c| c.to_string()).collect();
+            let auto = if m.auto { ", one each (auto:)" } else { "" };
+            format!("threads {threads} on CPUs {}{auto}", cpus.join(","))
+        })
+        .collect();
+    maps.join("; ")
+}
+
+/// The HTTP/2 and HTTP/3 rows of `-C`.
+fn describe_h2_h3(cfg: &Config) -> Vec<(&'static str, String)> {
+    let (h2, h3) = (&cfg.h2, &cfg.h3);
+    let emit = match h2.emit {
+        None => "hybrid (default; HTTP/1.1: its own rule)",
+        Some(crate::config::EmitMode::Drain) => "drain",
+        Some(crate::config::EmitMode::Gather) => "gather",
+        Some(crate::config::EmitMode::Hybrid) => "hybrid",
+    };
+    vec![
+        ("h2-max-streams", h2.max_streams.to_string()),
+        ("h2-stream-window", h2.stream_window.to_string()),
+        ("h2-conn-window", h2.conn_window.to_string()),
+        ("h2-max-frame-size", h2.max_frame_size.to_string()),
+        ("h2-max-header-list", h2.max_header_list.to_string()),
+        ("h2-emit", emit.to_owned()),
+        ("h2-emit-threshold", h2.emit_threshold.to_string()),
+        ("h3-max-streams", h3.h3_max_streams.to_string()),
+        ("quic-window", h3.quic_window.to_string()),
+        ("h3-max-header-list", h3.h3_max_header_list.to_string()),
+    ]
 }
 
 fn announce(

@@ -1,6 +1,5 @@
 //! Test support shared by the integration tests: start the real `loadterm` binary on free
 //! loopback ports, wait until it answers, kill it on drop.
-#![allow(dead_code)] // each test file uses a different subset
 
 pub(crate) mod h2raw;
 pub(crate) mod http1;
@@ -90,10 +89,6 @@ impl Server {
 
     pub(crate) fn clear_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.clear_port))
-    }
-
-    pub(crate) fn tls_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.tls_port))
     }
 
     /// The server's resident memory (`VmRSS`), KiB.

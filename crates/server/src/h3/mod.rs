@@ -16,7 +16,9 @@ use futures::StreamExt;
 use loadterm_h3::reader::{ReadError, Reader};
 use loadterm_h3::{frame, qpack};
 use quinn::Runtime;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,7 +32,10 @@ fn server_config(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(cfg.h3.h3_max_streams.into())
-        .max_concurrent_uni_streams(16u32.into())
+        .max_concurrent_uni_streams(UNI_STREAMS.into())
+        // No QUIC DATAGRAM frames (RFC 9221): HTTP/3 without SETTINGS_H3_DATAGRAM has no use
+        // for them, and quinn would otherwise hold up to 1.25 MB of unread ones per connection.
+        .datagram_receive_buffer_size(None)
         .stream_receive_window(cfg.h3.quic_window.into())
         .receive_window(cfg.h3.quic_window.saturating_mul(4).into())
         .send_window(64 << 20)
@@ -46,6 +51,12 @@ fn server_config(
     server.transport_config(Arc::new(t));
     Ok(server)
 }
+
+/// Unidirectional streams a client may have open at once: its control stream and the two QPACK
+/// streams (RFC 9114 §6.2 asks for at least three; HAProxy allows three). quinn-proto keeps an
+/// entry for each stream a client may open from the connection's start, so each costs memory
+/// for the connection's life; a grease stream waits for the stream we stop.
+const UNI_STREAMS: u32 = 3;
 
 /// See `max_idle_timeout` above.
 const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -135,9 +146,12 @@ async fn serve_endpoint(
         let fingerprint = fingerprints
             .clone()
             .map(|f| (f, incoming.remote_address(), incoming.orig_dst_cid()));
+        // Boxed: the handshake's state is freed once it is done, instead of sizing the
+        // connection's task (memory for its whole life) for it.
+        let handshake = Box::pin(incoming.into_future());
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err(e) = connection(incoming, cfg, fingerprint, opened).await {
+            if let Err(e) = connection(handshake, cfg, fingerprint, opened).await {
                 e.count();
             }
         });
@@ -178,65 +192,69 @@ impl H3ConnError {
 }
 
 async fn connection(
-    incoming: quinn::Incoming,
+    handshake: Pin<Box<quinn::IncomingFuture>>,
     cfg: Arc<crate::config::Config>,
     fingerprint: Option<(Arc<ja4::QuicFingerprints>, SocketAddr, quinn::ConnectionId)>,
     opened: Opening,
 ) -> Result<(), H3ConnError> {
-    let handshake = tokio::time::timeout(cfg.timeout, incoming).await;
-    drop(opened);
-    let conn = match handshake {
+    let conn = match tokio::time::timeout(cfg.timeout, handshake).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return Err(H3ConnError::Handshake(e)),
         Err(_) => return Err(H3ConnError::HandshakeTimeout),
     };
+    drop(opened);
     stats::handshake_ok(Transport::Quic);
     let _bytes = CountBytes(conn.clone());
     // Asked once the handshake is done, not when quinn yields the `Incoming` (at the first
     // Initial): the rest of a ClientHello spread over several Initials may still be on its way
     // then. Every datagram quinn read the ClientHello from went through the sniffing socket.
-    let fp = fingerprint.and_then(|(f, addr, dcid)| f.take(addr, &dcid));
-    let extra: Arc<[_]> = ja4::with_header(Vec::new(), fp.as_deref()).into();
+    // What only the start needs is scoped to end there (here and the SETTINGS below): a local
+    // that lives across the serving loop's waits is memory for the connection's whole life.
+    let extra: Arc<[_]> = {
+        let fp = fingerprint.and_then(|(f, addr, dcid)| f.take(addr, &dcid));
+        ja4::with_header(Vec::new(), fp.as_deref()).into()
+    };
     // Our control stream: SETTINGS first, GOAWAY at shutdown; kept open for the connection.
     let mut control = conn.open_uni().await?;
-    let mut settings = Vec::new();
-    frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
-    frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
-    let mut out = vec![frame::STREAM_CONTROL as u8];
-    frame::put_frame(&mut out, frame::SETTINGS, &settings);
-    control.write_all(&out).await?;
-    let stop = cfg.shutdown.wait();
+    {
+        let mut settings = Vec::new();
+        frame::put_varint(&mut settings, frame::SETTINGS_MAX_FIELD_SECTION_SIZE);
+        frame::put_varint(&mut settings, cfg.h3.h3_max_header_list);
+        let mut out = vec![frame::STREAM_CONTROL as u8];
+        frame::put_frame(&mut out, frame::SETTINGS, &settings);
+        control.write_all(&out).await?;
+    }
+    // Made before `begun` is first read (at the top of the loop): no wake-up falls between.
+    // Lighter than `Shutdown::wait`, which holds a watch receiver.
+    let stop = cfg.shutdown.idle_signal();
     tokio::pin!(stop);
     // The client's GOAWAY: it will send no more requests (clients such as oha's then wait for
     // us to close, until the idle timeout otherwise).
-    let client_goaway = Arc::new(tokio::sync::Notify::new());
-    let uni = tokio::spawn({
-        let (conn, goaway) = (conn.clone(), client_goaway.clone());
-        async move {
-            while let Ok(u) = conn.accept_uni().await {
-                tokio::spawn(uni_stream(conn.clone(), u, goaway.clone()));
-            }
-        }
-    });
+    let client_goaway = tokio::sync::Notify::new();
     let goaway = client_goaway.notified();
     tokio::pin!(goaway);
-    // Requests run inside this connection's task, not as tasks of their own: cheaper to start
-    // and to wake than a spawned task per request.
+    // Requests and the client's unidirectional streams run inside this connection's task, not
+    // as tasks of their own: cheaper to start and to wake, and smaller. Each boxed: a
+    // `FuturesUnordered` keeps a stub as large as its future type for as long as it lasts.
     let mut requests = futures::stream::FuturesUnordered::new();
+    let mut unis = futures::stream::FuturesUnordered::new();
     let serve = |send, recv| {
         let (cfg, conn, extra) = (&cfg, &conn, extra.clone());
-        async move {
+        Box::pin(async move {
             let done = stream::serve(send, recv, cfg, extra).await;
             if let Err(code) = &done {
                 conn.close((*code).into(), b"");
             }
             done.ok()
-        }
+        })
     };
     let mut next_id = 0u64;
     // `w`: once no request is in progress, close (GOAWAY) if none comes by then.
     let mut idle_until: Option<tokio::time::Instant> = None;
     loop {
+        if cfg.shutdown.begun() {
+            break;
+        }
         let idle = async {
             match idle_until {
                 Some(t) => tokio::time::sleep_until(t).await,
@@ -248,6 +266,11 @@ async fn connection(
                 Ok(s) => s,
                 Err(_) => break,
             },
+            Ok(u) = conn.accept_uni() => {
+                unis.push(Box::pin(uni_stream(&conn, u, &client_goaway)));
+                continue;
+            }
+            Some(()) = unis.next(), if !unis.is_empty() => continue,
             Some(done) = requests.next(), if !requests.is_empty() => {
                 if let Some((_, Some(w))) = done {
                     idle_until = Some(tokio::time::Instant::now() + w);
@@ -262,7 +285,6 @@ async fn connection(
         idle_until = None;
         requests.push(serve(send, recv));
     }
-    uni.abort();
     if conn.close_reason().is_some() {
         return Ok(());
     }
@@ -304,9 +326,9 @@ async fn connection(
 /// that belongs on request streams), QPACK instruction streams (checked by
 /// `qpack::InstructionStream`: without dynamic tables little is allowed), and streams of unknown type (grease), which are stopped.
 async fn uni_stream(
-    conn: quinn::Connection,
+    conn: &quinn::Connection,
     recv: quinn::RecvStream,
-    goaway: Arc<tokio::sync::Notify>,
+    goaway: &tokio::sync::Notify,
 ) {
     use frame::code;
     let mut r = Reader::new(recv);

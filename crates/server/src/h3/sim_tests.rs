@@ -332,6 +332,43 @@ async fn concurrent_streams_on_one_connection() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_client_has_three_unidirectional_streams_and_no_datagrams() {
+    let s = server();
+    let c = connect(&s).await;
+    assert_eq!(c.conn.max_datagram_size(), None, "DATAGRAM frames offered");
+    // The control stream (open since `connect`), a grease stream (a reserved type, RFC 9114
+    // §6.2.3) and the QPACK encoder stream: the three allowed.
+    let mut grease = c.conn.open_uni().await.unwrap();
+    grease.write_all(&[0x21]).await.unwrap();
+    let mut encoder = c.conn.open_uni().await.unwrap();
+    encoder
+        .write_all(&[frame::STREAM_QPACK_ENCODER as u8])
+        .await
+        .unwrap();
+    // The QPACK decoder stream comes once the server has stopped the grease stream and the
+    // client has reset it in answer (RFC 9000 §3.5; quinn resets a stopped stream it drops).
+    let stopped = grease.stopped().await.unwrap();
+    assert_eq!(stopped, Some(code::STREAM_CREATION_ERROR.into()));
+    drop(grease);
+    let mut decoder = tokio::time::timeout(TIMEOUT, c.conn.open_uni())
+        .await
+        .expect("a unidirectional stream freed by the stopped one")
+        .unwrap();
+    decoder
+        .write_all(&[frame::STREAM_QPACK_DECODER as u8])
+        .await
+        .unwrap();
+    let r = get(&c.conn, "/?s=10").await;
+    assert_eq!((r.status, r.body), (200, pattern(10)));
+    // No fourth while those three are open.
+    let fourth = tokio::time::timeout(TIMEOUT, c.conn.open_uni()).await;
+    assert!(
+        fourth.is_err(),
+        "a fourth unidirectional stream was allowed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_request_body_is_read_before_the_answer() {
     let s = server();
     let c = connect(&s).await;

@@ -1,0 +1,28 @@
+//! loadterm's integration tests: the real binary over real sockets, with our client and
+//! third-party ones. One test binary, a module per area (a file each): one build of `common`
+//! and one link, where a binary per file cost a build and a link each.
+
+mod common;
+
+mod ab_agent;
+mod ab_harness;
+mod ab_round2;
+mod ab_where;
+mod deploy;
+mod load;
+mod load_habits;
+mod seed_000;
+mod serve_bind;
+mod serve_faults;
+mod serve_floods;
+mod serve_h1;
+mod serve_h1_strict;
+mod serve_h2;
+mod serve_h3;
+mod serve_hostile;
+mod serve_idle;
+mod serve_ja4;
+mod serve_metrics;
+mod serve_tls;
+mod serve_vocab;
+mod shards;
