@@ -3,7 +3,7 @@
 //! comparison on their own CPUs and are never measured.
 
 use crate::cgroup::{Accounting, Cgroup};
-use crate::host::{Launch, Role, ServerHost};
+use crate::host::{Launch, LaunchRole, ServerHost};
 use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -152,7 +152,7 @@ impl Backends {
         for (i, command) in commands.iter().enumerate() {
             let launched = server_host
                 .launch(&Launch {
-                    role: Role::Backend,
+                    role: LaunchRole::Backend,
                     tag: format!("backend{}", i + 1),
                     command: command.clone(),
                     config: None,

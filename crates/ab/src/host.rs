@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 /// What a started process is to the comparison: its ports are named after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum Role {
+pub(crate) enum LaunchRole {
     /// A measured server: `{clear_port}`, `{tls_port}`, `{variant}`, `{config}`.
     Variant,
     /// A backend, never measured: `{backend_port}`, `{backend_tls_port}`.
@@ -28,7 +28,7 @@ pub(crate) enum Role {
 /// A process to start on the server host, in its own cgroup, pinned to `cpus`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Launch {
-    pub role: Role,
+    pub role: LaunchRole,
     /// The variant's name, or `backendN`: names its scratch directory and cgroup.
     pub tag: String,
     /// The command before substitution.
@@ -92,7 +92,7 @@ struct Running {
     server: ServerProc,
     /// Its two ports, kept from later launches even when it listens on one only.
     ports: [u16; 2],
-    role: Role,
+    role: LaunchRole,
     cpus: Vec<usize>,
     _scratch: Scratch,
 }
@@ -111,13 +111,13 @@ impl Station {
         vars.set("host", &l.host);
         vars.set("tmp", scratch.path().display());
         match l.role {
-            Role::Variant => {
+            LaunchRole::Variant => {
                 vars.set("clear_port", clear);
                 vars.set("tls_port", tls);
                 vars.set("variant", &l.tag);
                 vars.set("server_cpus", fixture::cpu_list(&l.cpus));
             }
-            Role::Backend => {
+            LaunchRole::Backend => {
                 vars.set("backend_port", clear);
                 vars.set("backend_tls_port", tls);
             }
@@ -168,7 +168,7 @@ impl Station {
         let mut cpus: Vec<usize> = self
             .procs
             .values()
-            .filter(|r| r.role == Role::Variant)
+            .filter(|r| r.role == LaunchRole::Variant)
             .flat_map(|r| r.cpus.iter().copied())
             .collect();
         cpus.sort_unstable();

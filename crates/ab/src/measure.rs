@@ -9,7 +9,7 @@
 use crate::cgroup::Accounting;
 use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
 use crate::fixture::Vars;
-use crate::host::{self, ClientHost, Launch, LoadWindow, Role, ServerHost, ShardRun};
+use crate::host::{self, ClientHost, Launch, LaunchRole, LoadWindow, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
@@ -487,7 +487,7 @@ fn start_server(
     let launched = spec
         .server_host
         .launch(&Launch {
-            role: Role::Variant,
+            role: LaunchRole::Variant,
             tag: variant.to_owned(),
             command: command.to_owned(),
             config: config.clone(),

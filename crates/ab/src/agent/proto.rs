@@ -17,7 +17,7 @@ pub(crate) const MAX_BODY: usize = 4 << 20;
 /// What ab asks of the agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
-pub(crate) enum Request {
+pub(crate) enum AgentRequest {
     /// The first request: both sides' versions must match.
     Hello {
         version: u32,
@@ -48,19 +48,19 @@ pub(crate) enum Request {
     Load(Box<LoadWindow>),
 }
 
-impl Request {
+impl AgentRequest {
     /// The request's name, its path's last part.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Request::Hello { .. } => "hello",
-            Request::Clock => "clock",
-            Request::Launch(_) => "launch",
-            Request::Sample { .. } => "sample",
-            Request::Window { .. } => "window",
-            Request::Exited { .. } => "exited",
-            Request::Stop { .. } => "stop",
-            Request::Settings { .. } => "settings",
-            Request::Load(_) => "load",
+            AgentRequest::Hello { .. } => "hello",
+            AgentRequest::Clock => "clock",
+            AgentRequest::Launch(_) => "launch",
+            AgentRequest::Sample { .. } => "sample",
+            AgentRequest::Window { .. } => "window",
+            AgentRequest::Exited { .. } => "exited",
+            AgentRequest::Stop { .. } => "stop",
+            AgentRequest::Settings { .. } => "settings",
+            AgentRequest::Load(_) => "load",
         }
     }
 }
@@ -78,7 +78,7 @@ pub(crate) struct HostFacts {
 /// and the CPU maps' number keys (strings in JSON) would no longer read as numbers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum Reply {
+pub(crate) enum AgentReply {
     Welcome {
         version: u32,
         host: HostFacts,

@@ -4,7 +4,7 @@
 //! SIGTERM, every process it started is stopped and every cgroup removed.
 
 use super::auth::AgentCredentials;
-use super::proto::{Reply, Request, SEQ_HEADER, VERSION};
+use super::proto::{AgentReply, AgentRequest, SEQ_HEADER, VERSION};
 use super::wire::{self, WireError};
 use crate::host::{self, Station};
 use crate::procs;
@@ -23,10 +23,10 @@ pub(crate) struct AgentConfig {
     pub lease: Duration,
 }
 
-/// Shared by the connections: who holds the agent, and every live connection's socket (shut
+/// AgentShared by the connections: who holds the agent, and every live connection's socket (shut
 /// down on SIGTERM, which ends its session).
 #[derive(Default)]
-struct Shared {
+struct AgentShared {
     holder: Mutex<Option<SocketAddr>>,
     sockets: Mutex<Vec<(SocketAddr, TcpStream)>>,
 }
@@ -55,7 +55,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
         cfg.lease.as_secs()
     );
     let cfg = Arc::new(cfg);
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(AgentShared::default());
     let mut threads = Vec::new();
     while !procs::interrupted() {
         match listener.accept() {
@@ -94,7 +94,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
     Ok(())
 }
 
-fn connection(cfg: &AgentConfig, shared: &Shared, tcp: TcpStream, peer: SocketAddr) {
+fn connection(cfg: &AgentConfig, shared: &AgentShared, tcp: TcpStream, peer: SocketAddr) {
     let registered = tcp.try_clone().map(|s| {
         shared
             .sockets
@@ -132,7 +132,7 @@ fn connection(cfg: &AgentConfig, shared: &Shared, tcp: TcpStream, peer: SocketAd
 }
 
 /// The holder's claim on the agent, given back when dropped.
-struct Claim<'a>(&'a Shared);
+struct Claim<'a>(&'a AgentShared);
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
@@ -140,7 +140,7 @@ impl Drop for Claim<'_> {
     }
 }
 
-fn reply(s: &mut impl Write, status: &str, body: &Reply) -> Result<()> {
+fn reply(s: &mut impl Write, status: &str, body: &AgentReply) -> Result<()> {
     let json = serde_json::to_vec(body)?;
     wire::write_message(
         s,
@@ -153,13 +153,13 @@ fn reply(s: &mut impl Write, status: &str, body: &Reply) -> Result<()> {
 
 /// Refuse a request: nothing of it ran, and the connection ends.
 fn refuse(s: &mut impl Write, status: &str, why: String) -> Result<()> {
-    let _ = reply(s, status, &Reply::Failed { error: why.clone() });
+    let _ = reply(s, status, &AgentReply::Failed { error: why.clone() });
     bail!("refused ({status}): {why}")
 }
 
 fn session<S: Read + Write>(
     cfg: &AgentConfig,
-    shared: &Shared,
+    shared: &AgentShared,
     stream: S,
     peer: SocketAddr,
 ) -> Result<()> {
@@ -172,10 +172,10 @@ fn session<S: Read + Write>(
             Ok(m) => m,
             Err(WireError::Closed) => return Ok(()),
             Err(e @ (WireError::Malformed(_) | WireError::TooLarge(_))) => {
-                return refuse(r.get_mut(), "400 Bad Request", e.to_string())
+                return refuse(r.get_mut(), "400 Bad AgentRequest", e.to_string())
             }
             Err(e @ WireError::Truncated(_)) => {
-                let _ = refuse(r.get_mut(), "400 Bad Request", e.to_string());
+                let _ = refuse(r.get_mut(), "400 Bad AgentRequest", e.to_string());
                 bail!("{e}: nothing of it ran")
             }
         };
@@ -200,24 +200,24 @@ fn session<S: Read + Write>(
             );
         }
         expected += 1;
-        let req: Request = match serde_json::from_slice(&msg.body) {
+        let req: AgentRequest = match serde_json::from_slice(&msg.body) {
             Ok(r) => r,
-            Err(e) => return refuse(w, "400 Bad Request", format!("not a request: {e}")),
+            Err(e) => return refuse(w, "400 Bad AgentRequest", format!("not a request: {e}")),
         };
         let path = format!("POST /v1/{} ", req.name());
         if !msg.start.starts_with(&path) {
             return refuse(
                 w,
-                "400 Bad Request",
+                "400 Bad AgentRequest",
                 format!("{:?} does not match a {} request", msg.start, req.name()),
             );
         }
         let station = match (&held, &req) {
-            (None, Request::Hello { version }) => {
+            (None, AgentRequest::Hello { version }) => {
                 if *version != VERSION {
                     return refuse(
                         w,
-                        "400 Bad Request",
+                        "400 Bad AgentRequest",
                         format!("protocol version {version}; this agent speaks {VERSION}: use the same loadterm release on both hosts"),
                     );
                 }
@@ -239,7 +239,7 @@ fn session<S: Read + Write>(
                 reply(
                     w,
                     "200 OK",
-                    &Reply::Welcome {
+                    &AgentReply::Welcome {
                         version: VERSION,
                         host: crate::env::host_facts(),
                     },
@@ -247,18 +247,18 @@ fn session<S: Read + Write>(
                 continue;
             }
             (None, _) => return refuse(w, "409 Conflict", "hello first".into()),
-            (Some(_), Request::Hello { .. }) => {
+            (Some(_), AgentRequest::Hello { .. }) => {
                 return refuse(w, "409 Conflict", "a second hello".into())
             }
             (Some((s, _)), _) => s,
         };
         let answer = match handle(station, req) {
             Ok(a) => a,
-            Err(e) => Reply::Failed {
+            Err(e) => AgentReply::Failed {
                 error: format!("{e:#}"),
             },
         };
-        let status = if matches!(answer, Reply::Failed { .. }) {
+        let status = if matches!(answer, AgentReply::Failed { .. }) {
             "422 Unprocessable Content"
         } else {
             "200 OK"
@@ -267,16 +267,16 @@ fn session<S: Read + Write>(
     }
 }
 
-fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
+fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
     let lock = || station.lock().unwrap_or_else(|e| e.into_inner());
     Ok(match req {
-        Request::Hello { .. } => bail!("a second hello"),
-        Request::Clock => Reply::Clock {
+        AgentRequest::Hello { .. } => bail!("a second hello"),
+        AgentRequest::Clock => AgentReply::Clock {
             unix_s: host::unix_s(std::time::SystemTime::now()),
         },
-        Request::Launch(l) => Reply::Launched(Box::new(lock().launch(&l)?)),
-        Request::Sample { ids } => Reply::Sample(lock().sample(&ids)?),
-        Request::Window {
+        AgentRequest::Launch(l) => AgentReply::Launched(Box::new(lock().launch(&l)?)),
+        AgentRequest::Sample { ids } => AgentReply::Sample(lock().sample(&ids)?),
+        AgentRequest::Window {
             ids,
             at_unix_s,
             duration_s,
@@ -300,7 +300,7 @@ fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
                 .filter(|c| !server_cpus.contains(c))
                 .collect();
             procs::pin_self(&others);
-            Reply::Window(Box::new(host::window_here(
+            AgentReply::Window(Box::new(host::window_here(
                 station,
                 &ids,
                 at,
@@ -308,21 +308,21 @@ fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
                 cpu0,
             )?))
         }
-        Request::Exited { id } => Reply::Exited {
+        AgentRequest::Exited { id } => AgentReply::Exited {
             why: lock().exited(id)?,
         },
-        Request::Stop { id } => {
+        AgentRequest::Stop { id } => {
             lock().stop(id);
-            Reply::Stopped
+            AgentReply::Stopped
         }
-        Request::Settings { cpu } => Reply::Settings(crate::contam::settings(cpu)),
-        Request::Load(w) => {
+        AgentRequest::Settings { cpu } => AgentReply::Settings(crate::contam::settings(cpu)),
+        AgentRequest::Load(w) => {
             if w.at_unix_s > host::unix_s(std::time::SystemTime::now()) + 60.0
                 || !(0.0..=3600.0).contains(&w.duration_s)
             {
                 bail!("a load window over a minute ahead, or over an hour long");
             }
-            Reply::Loaded(Box::new(host::load_here(&w)?))
+            AgentReply::Loaded(Box::new(host::load_here(&w)?))
         }
     })
 }
