@@ -4,7 +4,7 @@
 
 use crate::compare;
 use crate::contam;
-use crate::fixture::Backends;
+use crate::host::Backends;
 use crate::measure::{self, Run, RunSpec, Started, METRICS};
 use crate::procs;
 use crate::report::{Cell, Variant};

@@ -4,8 +4,8 @@ use crate::agent::client::AgentClient;
 use crate::cell::{CellPlan, Regime, Servers};
 use crate::compare::{signed_pct, Comparison};
 use crate::contam;
-use crate::fixture::{Backends, Vars};
-use crate::host::{ClientHost, ServerHost};
+use crate::fixture::Vars;
+use crate::host::{Backends, ClientHost, ServerHost};
 use crate::measure::{RunSpec, VariantServer};
 use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
@@ -329,7 +329,12 @@ pub fn run(a: AbArgs) -> Result<()> {
     crate::cgroup::adopt_orphans();
     let (server_host, host_report) = server_host(&a)?;
     let client_hosts = client_hosts(&a)?;
-    let environment = crate::env::capture(host_report, &client_hosts);
+    let urls = client_hosts
+        .iter()
+        .filter(|h| !matches!(h, ClientHost::Here))
+        .map(|h| format!("{h:?}"))
+        .collect();
+    let environment = crate::env::capture(host_report, urls);
     let mut bench =
         Bench::start(&a, &variants, endpoint_mode, server_host, client_hosts).map_err(refusal)?;
     let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;

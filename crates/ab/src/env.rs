@@ -1,7 +1,6 @@
 //! The environment block of a report: what machine, what load, what exact commands.
 
-use crate::agent::HostFacts;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Environment {
@@ -41,6 +40,15 @@ fn read(path: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The agent's host, for the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct HostFacts {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+}
+
 /// What a report says of a host: the same for this one and an agent's.
 pub(crate) fn host_facts() -> HostFacts {
     HostFacts {
@@ -60,7 +68,7 @@ pub(crate) fn host_facts() -> HostFacts {
 
 pub(crate) fn capture(
     server_host: Option<ServerHostReport>,
-    client_hosts: &[crate::host::ClientHost],
+    client_hosts: Vec<String>,
 ) -> Environment {
     let here = host_facts();
     Environment {
@@ -79,10 +87,6 @@ pub(crate) fn capture(
             .collect::<Vec<_>>()
             .join(" "),
         server_host,
-        client_hosts: client_hosts
-            .iter()
-            .filter(|h| !matches!(h, crate::host::ClientHost::Here))
-            .map(|h| format!("{h:?}"))
-            .collect(),
+        client_hosts,
     }
 }

@@ -2,12 +2,10 @@
 //! config templates), per-run scratch directories, and backends that run for the whole
 //! comparison on their own CPUs and are never measured.
 
-use crate::cgroup::{Accounting, Cgroup};
-use crate::host::{Launch, LaunchRole, ServerHost};
-use crate::procs::{self, ServerProc};
+use crate::cgroup::Cgroup;
+use crate::procs::ServerProc;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Placeholder → value, applied in order: `{backend_port_2}` before `{backend_port}` would not
@@ -123,81 +121,6 @@ pub(crate) fn wait_ready(
         );
     }
     Ok(located)
-}
-
-/// The backends of a comparison, on the servers' host, stopped when dropped.
-pub(crate) struct Backends {
-    host: Arc<ServerHost>,
-    ids: Vec<u64>,
-}
-
-impl Backends {
-    /// Start every backend on `cpus` with its own two ports of `ports` (substituted in its own command as
-    /// `{backend_port}` / `{backend_tls_port}`), wait until each listens on its first port, and
-    /// add the ports to `vars`: the first backend's as `{backend_port}` / `{backend_tls_port}`,
-    /// the N-th's also as `{backend_port_N}` / `{backend_tls_port_N}`.
-    pub(crate) fn start(
-        server_host: &Arc<ServerHost>,
-        commands: &[String],
-        host: &str,
-        ports: procs::PortRange,
-        cpus: &[usize],
-        accounting: Option<Accounting>,
-        vars: &mut Vars,
-    ) -> Result<Backends> {
-        let mut backends = Backends {
-            host: server_host.clone(),
-            ids: Vec::new(),
-        };
-        for (i, command) in commands.iter().enumerate() {
-            let launched = server_host
-                .launch(&Launch {
-                    role: LaunchRole::Backend,
-                    tag: format!("backend{}", i + 1),
-                    command: command.clone(),
-                    config: None,
-                    vars: vars.clone(),
-                    host: host.to_owned(),
-                    ports,
-                    cpus: cpus.to_vec(),
-                    accounting,
-                    ready_on_tls: false,
-                })
-                .with_context(|| format!("backend {}", i + 1))?;
-            backends.ids.push(launched.id);
-            let (clear, tls) = (launched.clear_port, launched.tls_port);
-            eprintln!(
-                "backend {} on {host}:{clear} (TLS {tls}): {}",
-                i + 1,
-                launched.command
-            );
-            if i == 0 {
-                vars.set("backend_port", clear);
-                vars.set("backend_tls_port", tls);
-            }
-            vars.set(&format!("backend_port_{}", i + 1), clear);
-            vars.set(&format!("backend_tls_port_{}", i + 1), tls);
-        }
-        Ok(backends)
-    }
-
-    /// Fail when a backend died: every later round would measure error responses.
-    pub(crate) fn check_alive(&mut self) -> Result<()> {
-        for (i, id) in self.ids.iter().enumerate() {
-            if let Some(why) = self.host.exited(*id)? {
-                bail!("backend {} exited during the comparison ({why})", i + 1);
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            self.host.stop(id);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -13,4 +13,5 @@ mod plot;
 mod procs;
 mod report;
 pub mod sequential;
+mod station;
 pub mod stats;

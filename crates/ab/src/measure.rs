@@ -9,8 +9,9 @@
 use crate::cgroup::Accounting;
 use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
 use crate::fixture::Vars;
-use crate::host::{self, ClientHost, Launch, LaunchRole, LoadWindow, ServerHost, ShardRun};
+use crate::host::{ClientHost, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
+use crate::station::{self as host, Launch, LaunchRole, LoadWindow};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
 use serde::Serialize;

@@ -3,10 +3,13 @@
 //! hosts' clocks, measured again before every window.
 
 use super::auth;
-use super::proto::{AgentReply, AgentRequest, HostFacts, SEQ_HEADER, VERSION};
+use super::proto::{AgentReply, AgentRequest, SEQ_HEADER, VERSION};
 use super::wire;
 use crate::contam::Settings;
-use crate::host::{self, HostSample, Launch, Launched, LoadWindow, LoadWindowDone, ServerWindow};
+use crate::env::HostFacts;
+use crate::station::{
+    self as host, HostSample, Launch, Launched, LoadWindow, LoadWindowDone, WindowReadings,
+};
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
@@ -213,7 +216,7 @@ impl AgentClient {
         at: SystemTime,
         duration: Duration,
         cpu0: usize,
-    ) -> Result<ServerWindow> {
+    ) -> Result<(WindowReadings, f64)> {
         let clock = self.clock()?;
         let at_agent = host::unix_s(at) + clock.offset_s;
         let req = AgentRequest::Window {
@@ -226,10 +229,7 @@ impl AgentClient {
         match self.call(&req, wait + duration + CALL_TIMEOUT)? {
             AgentReply::Window(readings) => {
                 let misaligned_s = (readings.before.unix_s - at_agent).abs() + clock.rtt_s / 2.0;
-                Ok(ServerWindow {
-                    readings: *readings,
-                    misaligned_s,
-                })
+                Ok((*readings, misaligned_s))
             }
             other => bail!("agent {}: window answered {other:?}", self.url),
         }

@@ -8,8 +8,6 @@ mod proto;
 mod serve;
 mod wire;
 
-pub(crate) use proto::HostFacts;
-
 use anyhow::Result;
 use loadterm_plan::units::parse_duration;
 use std::net::SocketAddr;

@@ -2,7 +2,8 @@
 //! connection per comparison. Every request is `POST /v1/NAME` with a sequence number one
 //! above the last (a replayed or reordered request is refused), the first one `hello`.
 
-use crate::host::{HostSample, Launch, Launched, LoadWindow, LoadWindowDone, WindowReadings};
+use crate::env::HostFacts;
+use crate::station::{HostSample, Launch, Launched, LoadWindow, LoadWindowDone, WindowReadings};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a request or a reply changes shape: ab and the agent must agree.
@@ -63,15 +64,6 @@ impl AgentRequest {
             AgentRequest::Load(_) => "load",
         }
     }
-}
-
-/// The agent's host, for the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct HostFacts {
-    pub hostname: String,
-    pub kernel: String,
-    pub cpu_model: String,
-    pub cpus: usize,
 }
 
 /// What the agent answers. Externally tagged: an internally tagged enum buffers its content,

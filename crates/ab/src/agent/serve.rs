@@ -6,8 +6,8 @@
 use super::auth::AgentCredentials;
 use super::proto::{AgentReply, AgentRequest, SEQ_HEADER, VERSION};
 use super::wire::{self, WireError};
-use crate::host::{self, Station};
 use crate::procs;
+use crate::station::{self as host, Station};
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
