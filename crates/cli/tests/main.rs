@@ -1,13 +1,11 @@
 //! loadterm's integration tests: the real binary over real sockets, with our client and
 //! third-party ones. One test binary, a module per area (a file each): one build of `common`
-//! and one link, where a binary per file cost a build and a link each.
+//! and one link, where a binary per file cost a build and a link each. The A/B harness's tests
+//! are a binary of their own (`ab.rs`): they measure CPU on the machine, and refuse what other
+//! tests running beside them would make of it.
 
 mod common;
 
-mod ab_agent;
-mod ab_harness;
-mod ab_round2;
-mod ab_where;
 mod deploy;
 mod load;
 mod load_habits;
