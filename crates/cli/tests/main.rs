@@ -4,6 +4,8 @@
 //! are a binary of their own (`ab.rs`): they measure CPU on the machine, and refuse what other
 //! tests running beside them would make of it.
 
+// Shared with the A/B binary (`ab.rs`), which uses the rest of it.
+#[allow(dead_code)]
 mod common;
 
 mod deploy;
