@@ -103,14 +103,20 @@ pub(crate) fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: 
 /// Reads more bytes; false at end of stream.
 pub(crate) fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     let mut tmp = [0u8; 65536];
-    match s.read(&mut tmp) {
-        Ok(0) => false,
-        Ok(n) => {
-            buf.extend_from_slice(&tmp[..n]);
-            true
+    loop {
+        match s.read(&mut tmp) {
+            Ok(0) => return false,
+            Ok(n) => {
+                buf.extend_from_slice(&tmp[..n]);
+                return true;
+            }
+            // A socket read with a timeout is not restarted after a signal handler runs, and
+            // the tests share one process: another test's child exiting (SIGCHLD, handled by
+            // tokio) interrupts it.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return false,
+            Err(e) => panic!("read: {e}"),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => false,
-        Err(e) => panic!("read: {e}"),
     }
 }
 
