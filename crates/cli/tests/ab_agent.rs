@@ -4,7 +4,7 @@
 //! leaves no process and no cgroup once ab is gone. Across two network namespaces (root),
 //! `bench/ab-two-hosts.sh` runs a whole comparison.
 
-use crate::common::{self, cgroups_of, json_file as json, root, Dir};
+use crate::common::{self, cgroups_of, json_file as json, root, Dir, AB_SHORT as SHORT};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -188,6 +188,16 @@ fn exchange(s: &mut dyn ReadWrite, bytes: &[u8]) -> Option<u16> {
     text.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A connection with the lab's credentials that said hello: a comparison begun.
+fn greeted(port: u16, auth: &Path, token: &str) -> Box<dyn ReadWrite> {
+    let mut s = connect(port, auth, Some(auth));
+    assert_eq!(
+        exchange(&mut *s, &request("hello", 1, Some(token), HELLO)),
+        Some(200)
+    );
+    s
+}
+
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
@@ -228,11 +238,7 @@ fn no_certificate_or_another_labs_certificate_runs_nothing() {
         agent.log()
     );
     // The same requests with the lab's certificate do run: the refusals were the credentials'.
-    let mut s = connect(agent.port, &auth, Some(&auth));
-    assert_eq!(
-        exchange(&mut *s, &request("hello", 1, Some(&t), HELLO)),
-        Some(200)
-    );
+    let mut s = greeted(agent.port, &auth, &t);
     assert_eq!(
         exchange(
             &mut *s,
@@ -268,11 +274,7 @@ fn a_replayed_request_is_refused_and_runs_nothing() {
     let auth = init(&dir, "auth");
     let agent = Agent::start(&dir, &["--auth", auth.to_str().unwrap()]);
     let (starts, t) = (dir.file("starts"), token(&auth));
-    let mut s = connect(agent.port, &auth, Some(&auth));
-    assert_eq!(
-        exchange(&mut *s, &request("hello", 1, Some(&t), HELLO)),
-        Some(200)
-    );
+    let mut s = greeted(agent.port, &auth, &t);
     let launch = request("launch", 2, Some(&t), &launch_body(&starts));
     assert_eq!(exchange(&mut *s, &launch), Some(200));
     assert_eq!(exchange(&mut *s, &launch), Some(409), "the replay");
@@ -293,11 +295,7 @@ fn a_truncated_request_runs_nothing() {
     let auth = init(&dir, "auth");
     let agent = Agent::start(&dir, &["--auth", auth.to_str().unwrap()]);
     let (starts, t) = (dir.file("starts"), token(&auth));
-    let mut s = connect(agent.port, &auth, Some(&auth));
-    assert_eq!(
-        exchange(&mut *s, &request("hello", 1, Some(&t), HELLO)),
-        Some(200)
-    );
+    let mut s = greeted(agent.port, &auth, &t);
     let launch = request("launch", 2, Some(&t), &launch_body(&starts));
     // All but the body's last 20 bytes, then the end of the connection.
     s.write_all(&launch[..launch.len() - 20]).unwrap();
@@ -310,22 +308,6 @@ fn a_truncated_request_runs_nothing() {
     );
     assert_eq!(lines(&starts), 0, "a command ran");
 }
-
-/// Short ab runs: a fixed rate (no pilot), two measured rounds after the discarded one.
-const SHORT: &[&str] = &[
-    "--rounds",
-    "2",
-    "--duration",
-    "1s",
-    "--warmup",
-    "200ms",
-    "--rate",
-    "2000",
-    "-c",
-    "4",
-    "-m",
-    "2",
-];
 
 #[test]
 fn a_killed_ab_leaves_no_process_and_no_cgroup_on_the_agent_host() {

@@ -7,25 +7,9 @@
 
 use crate::common;
 
-use common::{ab, cgroups_of, json_file as json, processes_with, root, Dir};
+use common::{ab, cgroups_of, json_file as json, processes_with, root, Dir, AB_SHORT as SHORT};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
-
-/// Short runs: a fixed rate (no pilot), two measured rounds after the discarded one.
-const SHORT: &[&str] = &[
-    "--rounds",
-    "2",
-    "--duration",
-    "1s",
-    "--warmup",
-    "200ms",
-    "--rate",
-    "2000",
-    "-c",
-    "4",
-    "-m",
-    "2",
-];
 
 fn ok(out: &Output) -> String {
     assert!(

@@ -299,3 +299,20 @@ pub(crate) fn processes_with(marker: &str) -> usize {
         .filter(|c| String::from_utf8_lossy(c).contains(marker))
         .count()
 }
+
+/// Short ab runs: a fixed rate (no pilot), two measured rounds after the discarded one
+/// (`--rounds` first, for a test that gives its own).
+pub(crate) const AB_SHORT: &[&str] = &[
+    "--rounds",
+    "2",
+    "--duration",
+    "1s",
+    "--warmup",
+    "200ms",
+    "--rate",
+    "2000",
+    "-c",
+    "4",
+    "-m",
+    "2",
+];
