@@ -363,7 +363,18 @@ impl CellPlan<'_> {
         } else {
             vec![0]
         };
-        servers.round(&order, &specs, &self.names, 0, self.together)
+        // A lost window is run again here too, a few times: the pilot has no rounds to weigh
+        // repeats against.
+        let mut lost = 0;
+        loop {
+            match servers.round(&order, &specs, &self.names, 0, self.together) {
+                Err(e) if measure::NoRequest::is(&e) && lost < 3 => {
+                    lost += 1;
+                    eprintln!("{} pilot run again: {e:#}", self.tag);
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The rate of an open-loop regime (`None`: closed loop), the regime in words, and the
@@ -484,6 +495,12 @@ impl CellPlan<'_> {
                 match servers.round(&order, &self.specs, &self.names, measured, self.together) {
                     // The signal reached the load clients too: the round is lost, not the run.
                     Err(_) if procs::interrupted() => break,
+                    // Counted with the contaminated rounds, under the same cap.
+                    Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
+                        eprintln!("{} round run again: {e:#}", self.tag);
+                        repeats.push(vec!["no request completed".to_owned()]);
+                        continue;
+                    }
                     r => r?,
                 };
             last_round = t0.elapsed();

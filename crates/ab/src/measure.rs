@@ -637,6 +637,32 @@ fn measured(
     })
 }
 
+/// A variant completed no request in a measured run. Its server was alive when the window
+/// began (checked before each one), so a stall or a burst of foreign CPU lost the window: the
+/// round is run again like a contaminated one (`cell`), and a server that really stopped
+/// answering ends the comparison at the next round's check or when repeats run out.
+#[derive(Debug)]
+pub(crate) struct NoRequest(String);
+
+impl std::fmt::Display for NoRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "variant {}: no request completed in the measured run",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoRequest {}
+
+impl NoRequest {
+    /// Whether `e` is, or wraps, a run without a completed request.
+    pub(crate) fn is(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.is::<NoRequest>())
+    }
+}
+
 /// A run's metrics from the client's report and the server's readings.
 #[allow(clippy::too_many_arguments)]
 fn run_of(
@@ -652,7 +678,7 @@ fn run_of(
 ) -> Result<Run> {
     let requests = report.requests.completed;
     if requests == 0 {
-        bail!("variant {variant}: no request completed in the measured run");
+        return Err(NoRequest(variant.to_owned()).into());
     }
     let n = requests as f64;
     let latency = report
@@ -738,4 +764,21 @@ fn run_of(
         server_window_off_ms: None,
         checks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoRequest;
+    use anyhow::Context;
+
+    #[test]
+    fn a_run_without_a_request_is_known_through_its_context() {
+        let lost: anyhow::Result<()> = Err(NoRequest("B".to_owned()).into());
+        let e = lost.context("round 3").unwrap_err();
+        assert!(NoRequest::is(&e));
+        assert!(format!("{e:#}").contains("variant B: no request completed"));
+        assert!(!NoRequest::is(&anyhow::anyhow!(
+            "variant B: the server exited"
+        )));
+    }
 }
