@@ -64,8 +64,11 @@ pub const DEFAULT_MAX_FRAME: usize = 16_384;
 /// The largest flow-control window (RFC 9113 §6.9.1).
 pub const MAX_WINDOW: u32 = (1 << 31) - 1;
 
+/// A frame header's size (RFC 9113 §4.1).
+pub const FRAME_HEAD: usize = 9;
+
 /// A frame header: `len` payload bytes of frame type `kind` on `stream`.
-pub fn frame_head(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; 9] {
+pub fn frame_head(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; FRAME_HEAD] {
     let l = (len as u32).to_be_bytes();
     let i = stream.to_be_bytes();
     [l[1], l[2], l[3], kind, flags, i[0], i[1], i[2], i[3]]

@@ -12,13 +12,19 @@
 //!
 //! Frame headers, HEADERS blocks and control frames are always in the buffer.
 
+use loadterm_codec::h2::FRAME_HEAD;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::AsyncWrite;
 
-/// Bytes queued past which a stream waits for the pass to be written before adding more.
-pub(super) const LIMIT: usize = 64 * 1024;
+/// The pass a stream's DATA fills up to before it waits for the pass to be written: sealed
+/// (TLS adds at most 29 bytes per 16 KiB record) it fits one TCP segment of 64 KiB, GSO's and
+/// loopback's largest (an MSS of 65 483 bytes), and it is one write of the TLS stream. Passes
+/// of 64 KiB and a frame more took a second write for their last bytes, and twice the
+/// segments (docs/PERFORMANCE.md, round 3).
+pub(super) const LIMIT: usize = 60 * 1024;
+const _: () = assert!(LIMIT <= crate::stream::tls_stream::WRITE_BATCH);
 /// Segments per vectored write (Linux takes 1024; the TLS stream seals 64 KiB per call anyway).
 const IOV: usize = 64;
 
@@ -111,6 +117,11 @@ impl Pass {
     /// Bytes waiting to be written.
     pub(super) fn queued(&self) -> usize {
         self.queued
+    }
+
+    /// The DATA payload one more frame may carry without taking the pass past `LIMIT`.
+    pub(super) fn room(&self) -> usize {
+        LIMIT.saturating_sub(self.queued + FRAME_HEAD)
     }
 
     /// Write the whole pass to `io`.

@@ -353,6 +353,14 @@ impl Driver {
                         };
                         idle.as_mut().reset(tokio::time::Instant::now() + w);
                     }
+                    // The connection's own answers (a SETTINGS ACK) go first: the responses may
+                    // already be under the new settings (a window a SETTINGS frame opened).
+                    {
+                        let mut sh = self.shared.borrow_mut();
+                        let Shared { conn, pass, .. } = &mut *sh;
+                        conn.take_control(pass.buf());
+                        pass.copied();
+                    }
                     // Every request received is answered before any is written: many streams'
                     // responses leave in one write.
                     for x in batch {

@@ -7,8 +7,13 @@ use crate::config;
 use crate::plumbing::shutdown::Trigger;
 use bytes::Bytes;
 use loadterm_plan::body::{self, BodyKind};
+use std::cell::RefCell;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -160,6 +165,93 @@ async fn a_bad_preface_is_an_h2_error() {
             matches!(served, Err(H2ConnError::Protocol(ref e)) if e.code == 0x1),
             "{served:?}"
         );
+    })
+    .await
+}
+
+/// The server's end of a duplex stream that writes down the bytes of every write the engine
+/// makes (a vectored write as one, as a socket takes it).
+struct Recorder {
+    io: DuplexStream,
+    writes: Rc<RefCell<Vec<usize>>>,
+}
+
+impl AsyncRead for Recorder {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Recorder {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(data)])
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        let n = ready!(Pin::new(&mut self.io).poll_write(cx, &all))?;
+        self.writes.borrow_mut().push(n);
+        Poll::Ready(Ok(n))
+    }
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A large body begins in the pass with its head and fills every pass up to `emit::LIMIT`:
+/// each write but the response's last is a full pass (a pass one frame longer took a second,
+/// tiny, write; a head alone, another).
+#[tokio::test(start_paused = true)]
+async fn a_large_body_leaves_in_full_passes() {
+    use super::emit::LIMIT;
+    local(async {
+        let (_stop, cfg) = config::for_tests(TIMEOUT);
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        let writes = Rc::new(RefCell::new(Vec::new()));
+        let recorder = Recorder {
+            io: server_io,
+            writes: writes.clone(),
+        };
+        let served = tokio::task::spawn_local(serve_connection(recorder, cfg, Vec::new()));
+        // Windows wide enough that only the pass cuts the body.
+        let (mut send, conn) = h2::client::Builder::new()
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(1 << 24)
+            .handshake::<_, Bytes>(client_io)
+            .await
+            .expect("client handshake");
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        assert_eq!(get(&mut send, "/?s=0").await.0, 200);
+        writes.borrow_mut().clear();
+        let (status, bytes) = get(&mut send, "/?s=256k").await;
+        assert_eq!(status, 200);
+        assert!(bytes == pattern(256 << 10), "{} bytes", bytes.len());
+        let w = writes.borrow().clone();
+        let total: usize = w.iter().sum();
+        assert!(w.iter().all(|&n| n <= LIMIT), "{w:?}");
+        assert_eq!(w.len(), total.div_ceil(LIMIT), "{w:?}");
+        drop(send);
+        conn.await.unwrap();
+        assert!(served.await.unwrap().is_ok());
     })
     .await
 }

@@ -1,8 +1,9 @@
 //! One HTTP/2 request/response exchange: carries out `loadterm_exchange`'s steps on a stream of
 //! the connection (`super::Shared`), encoding HEADERS and DATA straight into the connection's
 //! pass. Steps that need no waiting run at once, in the connection's task; the first that must
-//! wait (a request body, a delay, a body larger than the inline size or than the windows
-//! allow) is held back (`Engine::hold`) and the exchange goes on from it on a task of its own.
+//! wait (a request body, a delay, the rest of a body larger than the inline size or than the
+//! windows allow) is held back (`Engine::hold`, or by the body itself) and the exchange goes on
+//! from it on a task of its own.
 
 use super::{Shared, SharedRef};
 use crate::plumbing::stats::{self, Protection, Proto};
@@ -19,7 +20,8 @@ use std::future::poll_fn;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-/// Bodies up to this size are sent at once when the windows allow it.
+/// Bodies up to this size go whole into the pass in the connection's task when the windows
+/// allow it; larger ones begin there, only up to the pass's room (`Responder::body`).
 const INLINE_BODY: u64 = 16 * 1024;
 
 /// A request being answered.
@@ -192,7 +194,10 @@ impl Responder {
     }
 
     /// Body bytes `off..size` of `kind` in DATA frames as the windows allow, waiting for them
-    /// (and for the pass to drain) up to the client timeout: any size in constant memory.
+    /// (and for the pass to drain) up to the client timeout: any size in constant memory. In the
+    /// connection's task a body up to `INLINE_BODY` goes whole (many responses leave in one
+    /// pass); a larger one, as any on its own task, fills the pass up to its room (a full pass
+    /// is one write and one TCP segment), and in the connection's task the rest is held.
     async fn body(
         &mut self,
         kind: BodyKind,
@@ -206,10 +211,12 @@ impl Responder {
                 if sh.closed || !sh.conn.is_send_open(self.stream) {
                     return Err(Stop::Gone);
                 }
+                let whole = self.at_once && size - off <= INLINE_BODY;
                 let before = off;
-                while sh.pass.queued() < super::emit::LIMIT || self.at_once {
-                    let window = sh.conn.send_window(self.stream).min(sh.conn.max_frame());
-                    let n = (size - off).min(window as u64) as usize;
+                loop {
+                    let room = if whole { usize::MAX } else { sh.pass.room() };
+                    let frame = sh.conn.send_window(self.stream).min(sh.conn.max_frame());
+                    let n = (size - off).min(frame.min(room) as u64) as usize;
                     if n == 0 && off < size {
                         break;
                     }
@@ -236,6 +243,16 @@ impl Responder {
                     self.ended |= last;
                     return Ok(());
                 }
+                if self.at_once {
+                    return Err(Stop::Held(Step::Body(Body::Piece(Piece {
+                        kind,
+                        offset: off,
+                        len: size - off,
+                        chunked: false,
+                        byte_chunks: false,
+                        last,
+                    }))));
+                }
                 off > before
             };
             if !sent {
@@ -244,8 +261,7 @@ impl Responder {
                     .wait(|sh, stream| {
                         sh.closed
                             || !sh.conn.is_send_open(stream)
-                            || (sh.conn.send_window(stream) > 0
-                                && sh.pass.queued() < super::emit::LIMIT)
+                            || (sh.conn.send_window(stream) > 0 && sh.pass.room() > 0)
                     })
                     .await
                     .is_err()
@@ -258,7 +274,7 @@ impl Responder {
                 }
             } else {
                 // Let the connection write what was queued before adding more.
-                self.wait(|sh, _| sh.closed || sh.pass.queued() < super::emit::LIMIT)
+                self.wait(|sh, _| sh.closed || sh.pass.room() > 0)
                     .await
                     .ok();
             }
@@ -298,22 +314,19 @@ impl Engine for Responder {
     const HOLDS: bool = true;
 
     /// In the connection's task, the steps that wait: a request body, a delay or a pause, a
-    /// body the windows or the inline size hold up, a piece, and the end after a 1xx (so that
-    /// the interim head leaves before the reset).
+    /// text the windows or the inline size hold up, a piece, and the end after a 1xx (so that
+    /// the interim head leaves before the reset). A generated body begins here, in the pass
+    /// with its head, and holds its rest itself (`body`).
     fn hold(&mut self, step: Step) -> Result<Step, Stop> {
         if !self.at_once {
             return Ok(step);
         }
-        let fits = |size: u64| {
-            size <= INLINE_BODY && {
-                let sh = self.shared.borrow();
-                size as usize <= sh.conn.send_window(self.stream)
-            }
-        };
         let waits = match &step {
             Step::ReadBody { .. } | Step::WaitUntil(_) | Step::Pause(_) => true,
-            Step::Body(Body::Generated(g)) => !fits(g.size),
-            Step::Body(Body::Text(t)) => !fits(t.len() as u64),
+            Step::Body(Body::Text(t)) => {
+                t.len() > INLINE_BODY as usize
+                    || t.len() > self.shared.borrow().conn.send_window(self.stream)
+            }
             Step::Body(Body::Piece(_)) | Step::Done(ExchangeEnd::NoFinal) => true,
             _ => false,
         };

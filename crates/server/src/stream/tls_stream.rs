@@ -36,7 +36,7 @@ const MAX_RECORD: usize = 5 + MAX_FRAGMENT + 256;
 const READ_SIZE: usize = 16 * 1024;
 /// Plaintext encrypted per write call, as much as rustls's buffered connection took (its
 /// default buffer limit): one write to the socket per 64 KiB.
-const WRITE_BATCH: usize = 64 * 1024;
+pub(crate) const WRITE_BATCH: usize = 64 * 1024;
 /// Slices of a vectored write taken per call: records are cut across them.
 const WRITE_SLICES: usize = 16;
 /// Records encrypted under one key before TLS 1.3 moves to the next (a key update), below
