@@ -206,12 +206,7 @@ fn client_result(
     out: std::process::Output,
     json: Option<&std::path::Path>,
 ) -> Result<Option<LoadReport>> {
-    if !out.status.success() {
-        bail!(
-            "load run failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    host::load_succeeded(&out)?;
     match json {
         Some(j) => {
             let text = std::fs::read_to_string(j).context("reading the load report")?;
