@@ -645,20 +645,15 @@ pub(crate) struct NoRequest {
 
 impl std::fmt::Display for NoRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Requests started in the warm-up count where they complete: none started in the
+        // window may still mean every connection is waiting on a response.
         write!(
             f,
-            "variant {}: no request completed in the measured run ({} started in its {:?})",
+            "variant {}: no request completed in the measured run ({} started in its {:?}): \
+             requests that outlast the window want a longer --duration or fewer connections \
+             (-c) or streams (-m); a client that could not send, a quieter machine",
             self.variant, self.started, self.window
-        )?;
-        if self.started > 0 {
-            // Every request in flight outlasted the window: a deep queue of slow responses.
-            write!(
-                f,
-                "; its requests take longer than the window: a longer --duration, or fewer \
-                 connections (-c) or streams (-m)"
-            )?;
-        }
-        Ok(())
+        )
     }
 }
 
