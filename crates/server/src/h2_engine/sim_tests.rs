@@ -215,6 +215,12 @@ impl AsyncWrite for Recorder {
     }
 }
 
+impl crate::h1::ByteStream for Recorder {
+    fn idle_socket(&self) -> Option<&tokio::net::TcpStream> {
+        None
+    }
+}
+
 /// A large body begins in the pass with its head and fills every pass up to `emit::LIMIT`:
 /// each write but the response's last is a full pass (a pass one frame longer took a second,
 /// tiny, write; a head alone, another).
