@@ -560,12 +560,16 @@ impl Connection {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        if let Some((stream, code)) = self.reset_due.take() {
-            return Ok(Some(Event::Reset {
-                stream,
-                code,
-                remote: false,
-            }));
+        // After the block's event: not while the block awaits CONTINUATION (the reads' split
+        // would decide whether it came before the block's end, or at all if an error follows).
+        if self.block.as_ref().is_none_or(|b| b.complete) {
+            if let Some((stream, code)) = self.reset_due.take() {
+                return Ok(Some(Event::Reset {
+                    stream,
+                    code,
+                    remote: false,
+                }));
+            }
         }
         loop {
             if self.preface_left > 0 {
