@@ -284,7 +284,12 @@ fn findings_stay_fixed() {
     let mut interrupted = serialize(&conversations()[2][..3]);
     interrupted.extend(serialize(&[
         f(HEADERS, 0, 1, b"cd"),
-        f(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &[0, 5, b'x']),
+        f(
+            HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &[0, 5, b'x'],
+        ),
     ]));
     fuzz::frames(&interrupted);
 }
