@@ -4,7 +4,7 @@
 //! encoded straight into the pass, `emit`), and writes the pass: one write per read batch. A
 //! request that waits (a body to read, a delay, a large body under flow control) goes on in a
 //! task of its own on the same thread, sharing the connection through `Shared`. A connection
-//! idle for `h1`'s `PARK_AFTER` is handed over (`Handover`) to be parked as an HTTP/1 one is:
+//! idle for `h1`'s `PARK_AFTER` is handed over (`IdleHandover`) to be parked as an HTTP/1 one is:
 //! its task ends, and what it must remember (`Resting`: the codec's connection, the HPACK
 //! table) waits boxed beside the socket, its buffers given back.
 
@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve_connection`
+/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve`
 /// as it ends, before its last frames go out (a client that reads our GOAWAY finds it counted).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum H2ConnError {
@@ -93,7 +93,7 @@ pub(crate) struct Resting {
 
 /// A connection idle for `PARK_AFTER` (only when `IO::PARKS`): to be parked until readable,
 /// then served again (`serve`), or at `until` served once more to close with its GOAWAY.
-pub(crate) struct Handover<IO> {
+pub(crate) struct IdleHandover<IO> {
     pub io: IO,
     pub until: Instant,
     pub rest: Box<Resting>,
@@ -240,7 +240,7 @@ pub(crate) async fn serve_connection<IO>(
     io: IO,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Result<Option<Handover<IO>>, H2ConnError>
+) -> Result<Option<IdleHandover<IO>>, H2ConnError>
 where
     IO: ByteStream + 'static,
 {
@@ -255,7 +255,7 @@ pub(crate) async fn serve<IO>(
     cfg: Arc<Config>,
     rest: Box<Resting>,
     until: Option<Instant>,
-) -> Result<Option<Handover<IO>>, H2ConnError>
+) -> Result<Option<IdleHandover<IO>>, H2ConnError>
 where
     IO: ByteStream + 'static,
 {
@@ -506,7 +506,7 @@ impl Driver {
     }
 
     /// The connection, idle (`can_park`), handed over: its buffers given back, its state boxed.
-    fn hand_over<IO>(self, io: IO, until: Instant) -> Handover<IO> {
+    fn hand_over<IO>(self, io: IO, until: Instant) -> IdleHandover<IO> {
         let Driver {
             shared,
             mut decoder,
@@ -521,7 +521,7 @@ impl Driver {
         } = shared.into_inner();
         conn.rest();
         decoder.rest();
-        Handover {
+        IdleHandover {
             io,
             until,
             rest: Box::new(Resting {
