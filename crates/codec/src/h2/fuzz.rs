@@ -169,7 +169,10 @@ fn well_formed(mut out: &[u8], max_frame: usize) -> Option<(u8, u32)> {
                 word(4)
             }
             SETTINGS => {
-                assert!(len % 6 == 0 && stream == 0, "SETTINGS {len} on {stream}");
+                assert!(
+                    len.is_multiple_of(6) && stream == 0,
+                    "SETTINGS {len} on {stream}"
+                );
                 0
             }
             PING => {
