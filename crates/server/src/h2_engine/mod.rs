@@ -336,14 +336,14 @@ impl Driver {
         let stop = cfg.shutdown.wait();
         tokio::pin!(stop);
         // One timer: the deadline, or before it the moment to hand an idle connection over.
-        let timer_at = |until: tokio::time::Instant| {
+        let timer_at = |now: tokio::time::Instant, until: tokio::time::Instant| {
             if IO::PARKS {
-                until.min(tokio::time::Instant::now() + PARK_AFTER)
+                until.min(now + PARK_AFTER)
             } else {
                 until
             }
         };
-        let idle = tokio::time::sleep_until(timer_at(until));
+        let idle = tokio::time::sleep_until(timer_at(tokio::time::Instant::now(), until));
         tokio::pin!(idle);
         let mut rbuf: Vec<u8> = Vec::new();
         let mut going_away = false;
@@ -404,8 +404,9 @@ impl Driver {
                     } else {
                         cfg.timeout
                     };
-                    until = tokio::time::Instant::now() + w;
-                    idle.as_mut().reset(timer_at(until));
+                    let now = tokio::time::Instant::now();
+                    until = now + w;
+                    idle.as_mut().reset(timer_at(now, until));
                     return Poll::Pending;
                 }
                 if idle.as_mut().poll(cx).is_ready() {
@@ -436,8 +437,9 @@ impl Driver {
                             0 => cfg.timeout,
                             ms => Duration::from_millis(ms),
                         };
-                        until = tokio::time::Instant::now() + w;
-                        idle.as_mut().reset(timer_at(until));
+                        let now = tokio::time::Instant::now();
+                        until = now + w;
+                        idle.as_mut().reset(timer_at(now, until));
                     }
                     // The connection's own answers (a SETTINGS ACK) go first: the responses may
                     // already be under the new settings (a window a SETTINGS frame opened).
