@@ -323,6 +323,30 @@ impl Connection {
         self.streams.len()
     }
 
+    /// Nothing of the peer's is held and nothing of ours waits: no stream open, no frame,
+    /// DATA payload or header block half received, no control frame queued. Such a connection
+    /// can be put away (`rest`) until the peer's next bytes.
+    pub fn at_rest(&self) -> bool {
+        self.streams.is_empty()
+            && self.partial.is_empty()
+            && self.data.is_none()
+            && self.block.as_ref().is_none_or(|b| b.complete)
+            && self.ctl.is_empty()
+    }
+
+    /// Give back what an idle connection (`at_rest`) no longer needs: the capacity its busy
+    /// spells gave the frame and header-block buffers, the stream map and the control queue.
+    /// Its settings, windows, stream ids and recent resets stay.
+    pub fn rest(&mut self) {
+        debug_assert!(self.at_rest());
+        self.partial = Vec::new();
+        // A completed block was lent to an event already consumed.
+        self.block = None;
+        self.streams.shrink_to_fit();
+        self.recent_resets.shrink_to_fit();
+        self.ctl = Vec::new();
+    }
+
     /// The connection failed (its GOAWAY queued).
     pub fn failed(&self) -> Option<ConnError> {
         self.failed
@@ -536,12 +560,16 @@ impl Connection {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        if let Some((stream, code)) = self.reset_due.take() {
-            return Ok(Some(Event::Reset {
-                stream,
-                code,
-                remote: false,
-            }));
+        // After the block's event: not while the block awaits CONTINUATION (the reads' split
+        // would decide whether it came before the block's end, or at all if an error follows).
+        if self.block.as_ref().is_none_or(|b| b.complete) {
+            if let Some((stream, code)) = self.reset_due.take() {
+                return Ok(Some(Event::Reset {
+                    stream,
+                    code,
+                    remote: false,
+                }));
+            }
         }
         loop {
             if self.preface_left > 0 {
