@@ -41,10 +41,7 @@ fi
 if [ ${#missing_apt[@]} -gt 0 ]; then
   stamp "apt: ${missing_apt[*]}"
   sudo_if_needed apt-get update -qq
-  # Without the recommended packages (a third of the packages, a sixth of the download, and
-  # services that would start beside the build); the tests need none of them.
-  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    "${missing_apt[@]}" >/dev/null
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_apt[@]}" >/dev/null
 fi
 [ "${1:-}" != build ] || exit 0
 
