@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::h2raw::{self, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
+use common::h2raw::{self, END_HEADERS, END_STREAM, GOAWAY, HEADERS};
 use common::http1::assert_body;
 use common::metrics::scrape;
 use common::Server;
@@ -333,21 +333,8 @@ fn parked_connection_closes_at_shutdown() {
 /// HTTP/2: the preface and SETTINGS sent on a new connection (TLS: ALPN `h2`).
 fn h2_connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
     let mut c = connect_alpn(s, pem, tr, b"h2");
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(h2raw::frame(SETTINGS, 0, 0, &[]));
-    c.write_all(&hello).unwrap();
+    c.write_all(&h2raw::hello()).unwrap();
     c
-}
-
-/// The server's next HTTP/2 frame: (type, flags, stream, payload), `None` once closed.
-fn h2_frame(c: &mut dyn Wire) -> Option<(u8, u8, u32, Vec<u8>)> {
-    let mut h = [0u8; 9];
-    c.read_exact(&mut h).ok()?;
-    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-    let mut p = vec![0u8; len];
-    c.read_exact(&mut p).ok()?;
-    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-    Some((h[3], h[4], stream, p))
 }
 
 /// The response on `stream`, read to its END_STREAM: whether a HEADERS frame came, and the
@@ -355,7 +342,7 @@ fn h2_frame(c: &mut dyn Wire) -> Option<(u8, u8, u32, Vec<u8>)> {
 fn h2_body(c: &mut dyn Wire, stream: u32) -> (bool, Vec<u8>) {
     let (mut head, mut body) = (false, Vec::new());
     loop {
-        let (ty, flags, id, payload) = h2_frame(c).expect("the response before the close");
+        let (ty, flags, id, payload) = h2raw::next_frame(c).expect("the response before the close");
         assert!(
             ty != GOAWAY && ty != h2raw::RST_STREAM,
             "frame {ty} {payload:?}"
@@ -431,7 +418,7 @@ fn parked_h2_connection_says_goaway_at_its_idle_timeout() {
     wait_parked(metrics);
     let t0 = Instant::now();
     let goaway = loop {
-        match h2_frame(&mut *c) {
+        match h2raw::next_frame(&mut *c) {
             Some((GOAWAY, _, _, payload)) => break payload,
             Some(_) => {}
             None => panic!("closed without GOAWAY after {:?}", t0.elapsed()),
@@ -439,7 +426,10 @@ fn parked_h2_connection_says_goaway_at_its_idle_timeout() {
     };
     assert_eq!(&goaway[..4], &1u32.to_be_bytes(), "last stream 1");
     assert_eq!(&goaway[4..8], &0u32.to_be_bytes(), "NO_ERROR");
-    assert!(h2_frame(&mut *c).is_none(), "closed after the GOAWAY");
+    assert!(
+        h2raw::next_frame(&mut *c).is_none(),
+        "closed after the GOAWAY"
+    );
 }
 
 /// A parked HTTP/2 connection over TLS at SIGTERM: GOAWAY and the close, the server exits cleanly.
@@ -452,7 +442,7 @@ fn parked_h2_tls_connection_says_goaway_at_shutdown() {
     wait_parked(metrics);
     s.sigterm();
     let mut goaway = false;
-    while let Some((ty, ..)) = h2_frame(&mut *c) {
+    while let Some((ty, ..)) = h2raw::next_frame(&mut *c) {
         goaway |= ty == GOAWAY;
     }
     assert!(goaway, "GOAWAY before the close");

@@ -394,23 +394,27 @@ impl Connection {
         self.streams.get(&stream).is_some_and(|s| s.send_open)
     }
 
+    /// A stream just opened, either end open, at the windows the settings give; `headers`: its
+    /// header block has come (a peer-opened stream).
+    fn new_stream(&self, headers: bool) -> Stream {
+        Stream {
+            recv_open: true,
+            send_open: true,
+            send_window: self.peer_initial_window,
+            recv_avail: self.cfg.stream_window.into(),
+            headers,
+            content_length: None,
+            received: 0,
+        }
+    }
+
     /// Open a stream (client): its id; the HEADERS are written with [`Connection::headers`].
     pub fn open(&mut self) -> u32 {
         debug_assert!(self.can_open());
         let id = self.next_local;
         self.next_local += 2;
-        self.streams.insert(
-            id,
-            Stream {
-                recv_open: true,
-                send_open: true,
-                send_window: self.peer_initial_window,
-                recv_avail: self.cfg.stream_window.into(),
-                headers: false,
-                content_length: None,
-                received: 0,
-            },
-        );
+        let stream = self.new_stream(false);
+        self.streams.insert(id, stream);
         id
     }
 
@@ -925,18 +929,8 @@ impl Connection {
             self.rst_stream(id, code::REFUSED_STREAM);
             return Ok((true, true, None));
         }
-        self.streams.insert(
-            id,
-            Stream {
-                recv_open: true,
-                send_open: true,
-                send_window: self.peer_initial_window,
-                recv_avail: self.cfg.stream_window.into(),
-                headers: true,
-                content_length: None,
-                received: 0,
-            },
-        );
+        let stream = self.new_stream(true);
+        self.streams.insert(id, stream);
         Ok((true, false, None))
     }
 
