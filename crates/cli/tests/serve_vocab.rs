@@ -1034,3 +1034,42 @@ fn bad_values_get_a_400_naming_the_parameter() {
         assert!(all.contains(names), "{path}: {all}");
     }
 }
+
+/// `t` counts from the request's arrival on the host, not from when the server got to read it
+/// (the kernel's stamp, on a connection whose requests have waited before: the first wait turns
+/// the stamps on). The server is stopped while a `t=1000` request arrives and continued 1.5 s
+/// later: the answer comes at once, where counting from the read made it wait a second more.
+#[test]
+fn t_counts_from_the_requests_arrival_h1() {
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let kill = |sig: &str| {
+        let st = Command::new("kill")
+            .args([sig, &s.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig}");
+    };
+    let mut c = common::http1::connect(s.clear_port);
+    let mut buf = Vec::new();
+    c.write_all(b"GET /?t=10 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        common::http1::read_response(&mut c, &mut buf, false).status,
+        200
+    );
+    kill("-STOP");
+    c.write_all(b"GET /?t=1000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let resumed = std::time::Instant::now();
+    kill("-CONT");
+    assert_eq!(
+        common::http1::read_response(&mut c, &mut buf, false).status,
+        200
+    );
+    let waited = resumed.elapsed();
+    assert!(
+        waited.as_millis() < 900,
+        "answered {waited:?} after the server resumed"
+    );
+}

@@ -17,6 +17,7 @@ use crate::buffers;
 use crate::config::Config;
 use crate::plumbing::shutdown::Shutdown;
 use crate::plumbing::stats::{self, Metered, Proto};
+use crate::stream::arrival;
 use crate::stream::detachable::Detachable;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
@@ -93,6 +94,18 @@ pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     /// The stream is its socket, and nothing more: once idle for `PARK_AFTER` it can be
     /// handed over whole (`Handover::Idle`) and the task end.
     const PARKS: bool = false;
+
+    /// Have the kernel stamp the bytes that arrive from now on (`crate::stream::arrival`);
+    /// `false` if this stream cannot tell when its bytes arrived.
+    fn stamp_arrivals(&mut self) -> bool {
+        false
+    }
+
+    /// Read into `buf` as `read_buf` does, with the arrival of the bytes read if the kernel
+    /// stamped them.
+    async fn read_stamped(&mut self, buf: &mut Vec<u8>) -> io::Result<(usize, Option<Instant>)> {
+        self.read_buf(buf).await.map(|n| (n, None))
+    }
 }
 
 impl ByteStream for Metered<TcpStream> {
@@ -105,6 +118,18 @@ impl ByteStream for Metered<TcpStream> {
     }
 
     const PARKS: bool = true;
+
+    fn stamp_arrivals(&mut self) -> bool {
+        arrival::enable(self.get_ref()).is_ok()
+    }
+
+    async fn read_stamped(&mut self, buf: &mut Vec<u8>) -> io::Result<(usize, Option<Instant>)> {
+        let read = arrival::read(self.get_ref(), buf).await;
+        if let Ok((n, _)) = read {
+            self.layer.count_in(n);
+        }
+        read
+    }
 }
 
 /// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it stays in its task while idle.
@@ -248,6 +273,10 @@ struct Conn<'a, 'n, IO> {
     unsent: [u32; 5],
     /// `unsent` is not all zeros.
     any_unsent: bool,
+    /// Reads carry the kernel's arrival stamps (turned on at the first wait for a delay), and
+    /// the last read's.
+    stamps: bool,
+    arrived: Option<Instant>,
 }
 
 impl<IO> Drop for Conn<'_, '_, IO> {
@@ -393,6 +422,8 @@ async fn busy<IO: ByteStream>(
         in_request: false,
         unsent: [0; 5],
         any_unsent: false,
+        stamps: false,
+        arrived: None,
     };
     let end = loop {
         let (mut x, t_first) = match c.request().await {
@@ -612,8 +643,20 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
         self.rbuf.reserve(READ_CHUNK);
         // Cancel-safe: bytes are appended only by a read that completes.
-        let read = self.io.read_buf(&mut self.rbuf);
-        self.waits.wait(limit, until_shutdown, read).await
+        if !self.stamps {
+            let read = self.io.read_buf(&mut self.rbuf);
+            return self.waits.wait(limit, until_shutdown, read).await;
+        }
+        let read = self.io.read_stamped(&mut self.rbuf);
+        match self.waits.wait(limit, until_shutdown, read).await {
+            Waited::Done(Ok((n, at))) => {
+                self.arrived = at;
+                Waited::Done(Ok(n))
+            }
+            Waited::Done(Err(e)) => Waited::Done(Err(e)),
+            Waited::TimedOut => Waited::TimedOut,
+            Waited::Shutdown => Waited::Shutdown,
+        }
     }
 
     async fn write_timed(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -684,10 +727,14 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         // request set with `w`) → silent close; at shutdown, close at once. (Flush outside the
         // select: a cancelled flush loses output.)
         let idle = self.idle.take().unwrap_or(self.timeout);
-        if self.buffered().is_empty() {
+        // A delay counts from the request's arrival: a head that comes in a read of its own
+        // arrived when the kernel stamped it, if it did; a pipelined one, now that it is its turn.
+        let t_first = if self.buffered().is_empty() {
             self.next_bytes(idle).await?;
-        }
-        let t_first = Instant::now();
+            self.arrived.take().unwrap_or_else(Instant::now)
+        } else {
+            Instant::now()
+        };
         loop {
             // The fields, not `buffered()`: the head is borrowed beside them (taking it out and
             // putting it back copied it twice per request).
@@ -956,6 +1003,10 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
     }
 
     async fn sleep_until(&mut self, t: Instant) {
+        // This connection's requests wait: count their next delays from their arrival.
+        if !self.stamps {
+            self.stamps = self.io.stamp_arrivals();
+        }
         loadterm_runtime::timer::sleep_until(t).await
     }
 }

@@ -535,9 +535,16 @@ impl<IO> Metered<IO> {
     }
 }
 
+impl Meter {
+    /// `n` bytes read past the layer (`arrival::read`).
+    pub(crate) fn count_in(&self, n: usize) {
+        bytes_in(self.0, n);
+    }
+}
+
 impl Layer for Meter {
     fn have_read(&mut self, buf: &mut ReadBuf<'_>, start: usize) -> bool {
-        bytes_in(self.0, buf.filled().len() - start);
+        self.count_in(buf.filled().len() - start);
         true
     }
 

@@ -2,8 +2,9 @@
 //! one forwarding wrapper (`layer`) and the layers on it (`prefixed`), the TLS stream
 //! (`tls_stream`, its handshakes paced by `handshake_turns`) over a socket that can leave it
 //! while parked (`detachable`), and the lingering close every TCP connection ends with
-//! (`linger`).
+//! (`linger`), and the kernel's arrival stamps of TCP reads (`arrival`).
 
+pub(crate) mod arrival;
 pub(crate) mod detachable;
 pub(crate) mod handshake_turns;
 pub(crate) mod layer;
