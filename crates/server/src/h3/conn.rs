@@ -4,7 +4,7 @@
 //! runs it when a datagram, a timer or a stream event concerns it; it does no I/O.
 
 use super::recv::{Pulled, Recv};
-use super::stream::{Progress, Request};
+use super::stream::{H3Progress, H3Request};
 use crate::config::Config;
 use crate::ja4::{self, QuicFingerprints};
 use crate::plumbing::shutdown::ConnSlot;
@@ -29,7 +29,7 @@ pub(super) struct Ctx<'a> {
     pub(super) fingerprints: Option<&'a QuicFingerprints>,
 }
 
-pub(super) struct Conn {
+pub(super) struct H3Conn {
     pub(super) quic: proto::Connection,
     state: State,
     /// Counts the connection as open until it closes.
@@ -62,7 +62,7 @@ struct H3 {
     /// What is still to go on it (SETTINGS, then GOAWAY).
     control_out: Vec<u8>,
     unis: Vec<Uni>,
-    requests: Vec<Request>,
+    requests: Vec<H3Request>,
     /// The first request stream not accepted: the GOAWAY's.
     next_id: u64,
     /// `w`: once no request is in progress, close (GOAWAY) if none comes by then.
@@ -82,14 +82,14 @@ struct GoingAway {
     grace: Option<Instant>,
 }
 
-impl Conn {
+impl H3Conn {
     pub(super) fn new(
         quic: proto::Connection,
         slot: ConnSlot,
         fingerprint: Option<(SocketAddr, proto::ConnectionId)>,
         deadline: Instant,
-    ) -> Conn {
-        Conn {
+    ) -> H3Conn {
+        H3Conn {
             quic,
             state: State::Handshake {
                 deadline,
@@ -245,13 +245,15 @@ impl H3 {
         while let Some(id) = q.streams().accept(Dir::Bi) {
             if self.goaway.is_some() {
                 // Above our GOAWAY: rejected, so the client may send it again.
-                let _ = q.send_stream(id).reset(frame::code::REQUEST_REJECTED.into());
+                let _ = q
+                    .send_stream(id)
+                    .reset(frame::code::REQUEST_REJECTED.into());
                 let _ = q.recv_stream(id).stop(frame::code::REQUEST_REJECTED.into());
                 continue;
             }
             self.next_id = u64::from(id) + 4;
             self.idle_until = None;
-            self.requests.push(Request::new(id, now, cfg));
+            self.requests.push(H3Request::new(id, now, cfg));
         }
         let mut client_goaway = false;
         let mut i = 0;
@@ -283,8 +285,8 @@ impl H3 {
             }
             r.dirty = false;
             match r.run(q, now, cfg, &self.extra) {
-                Progress::Pending => i += 1,
-                Progress::Done { idle, finished } => {
+                H3Progress::Pending => i += 1,
+                H3Progress::Done { idle, finished } => {
                     let r = self.requests.swap_remove(i);
                     if let Some(w) = idle {
                         self.idle_until = Some(now + w);
@@ -293,7 +295,7 @@ impl H3 {
                         g.unacked.push(r.id);
                     }
                 }
-                Progress::Close(code) => return Err(code),
+                H3Progress::Close(code) => return Err(code),
             }
         }
         let idle = self.requests.is_empty() && self.idle_until.is_some_and(|t| t <= now);

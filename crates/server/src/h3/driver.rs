@@ -6,7 +6,7 @@
 //! transmit buffer kept at its largest: about 11 KB a connection (docs/RELIABILITY.md, "HTTP/3
 //! memory per connection", round 4). One task per socket; nothing here is shared.
 
-use super::conn::{Conn, Ctx};
+use super::conn::{Ctx, H3Conn};
 use crate::config::Config;
 use crate::ja4::QuicFingerprints;
 use crate::plumbing::shutdown::ConnSlot;
@@ -42,7 +42,7 @@ pub(super) fn now() -> Instant {
 }
 
 /// One worker's HTTP/3 endpoint.
-pub(super) struct Driver {
+pub(super) struct QuicDriver {
     endpoint: proto::Endpoint,
     socket: Arc<dyn quinn::AsyncUdpSocket>,
     writable: Pin<Box<dyn quinn::UdpPoller>>,
@@ -51,7 +51,7 @@ pub(super) struct Driver {
     open: Arc<AtomicUsize>,
     fingerprints: Option<Arc<QuicFingerprints>>,
     /// By connection handle (quinn-proto's slab index); boxed, so that free slots are small.
-    conns: Vec<Option<Box<Conn>>>,
+    conns: Vec<Option<Box<H3Conn>>>,
     live: usize,
     /// Connections whose handshake is under way.
     opening: usize,
@@ -72,27 +72,24 @@ pub(super) struct Driver {
     stopping: Option<ConnSlot>,
 }
 
-impl Driver {
+impl QuicDriver {
     pub(super) fn new(
         socket: Arc<dyn quinn::AsyncUdpSocket>,
         server: proto::ServerConfig,
         cfg: Arc<Config>,
         open: Arc<AtomicUsize>,
         fingerprints: Option<Arc<QuicFingerprints>>,
-    ) -> Driver {
+    ) -> QuicDriver {
         let endpoint = proto::Endpoint::new(
             Arc::new(proto::EndpointConfig::default()),
             Some(Arc::new(server)),
             !socket.may_fragment(),
             None,
         );
-        let segment = endpoint
-            .config()
-            .get_max_udp_payload_size()
-            .min(64 * 1024) as usize;
+        let segment = endpoint.config().get_max_udp_payload_size().min(64 * 1024) as usize;
         let recv_buf = vec![0; segment * socket.max_receive_segments() * BATCH_SIZE];
         let shutdown = cfg.shutdown.clone();
-        Driver {
+        QuicDriver {
             endpoint,
             writable: socket.clone().create_io_poller(),
             socket,
@@ -179,7 +176,6 @@ impl Driver {
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Ok(false),
         };
-        drop(iovs);
         self.recv_buf = buf;
         got
     }
@@ -236,7 +232,7 @@ impl Driver {
         match self.endpoint.accept(incoming, now, buf, None) {
             Ok((ch, quic)) => {
                 let deadline = now + self.cfg.timeout;
-                let conn = Conn::new(quic, slot, fingerprint, deadline);
+                let conn = H3Conn::new(quic, slot, fingerprint, deadline);
                 if self.conns.len() <= ch.0 {
                     self.conns.resize_with(ch.0 + 1, || None);
                 }
@@ -309,7 +305,9 @@ impl Driver {
             let mut drained = false;
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 drained |= event.is_drained();
-                if let Some(back) = self.endpoint.handle_event(proto::ConnectionHandle(ch), event)
+                if let Some(back) = self
+                    .endpoint
+                    .handle_event(proto::ConnectionHandle(ch), event)
                 {
                     conn.quic.handle_event(back);
                 }
@@ -405,7 +403,7 @@ impl Driver {
 }
 
 /// Put connection `ch`'s next deadline in the queue.
-fn reschedule(timers: &mut BTreeSet<(Instant, usize)>, conn: &mut Conn, ch: usize) {
+fn reschedule(timers: &mut BTreeSet<(Instant, usize)>, conn: &mut H3Conn, ch: usize) {
     let next = conn.deadline();
     if next == conn.timer {
         return;

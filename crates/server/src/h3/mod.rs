@@ -85,7 +85,7 @@ async fn serve_endpoint(
         .as_ref()
         .map(|stats| Arc::new(ja4::QuicFingerprints::new(stats.clone())));
     let socket = Arc::new(socket::Socket::new(udp, fingerprints.clone()));
-    let driver = driver::Driver::new(socket, server, cfg, conns, fingerprints);
+    let driver = driver::QuicDriver::new(socket, server, cfg, conns, fingerprints);
     driver.run().await.context("QUIC endpoint socket")
 }
 

@@ -509,7 +509,9 @@ async fn a_client_that_stops_reading_is_dropped_at_the_write_timeout() {
     let s = server();
     let c = connect(&s).await;
     let (mut send, recv) = c.conn.open_bi().await.unwrap();
-    send.write_all(&request("GET", "/?s=8m", &[], &[])).await.unwrap();
+    send.write_all(&request("GET", "/?s=8m", &[], &[]))
+        .await
+        .unwrap();
     send.finish().unwrap();
     // Nothing read: the server's writes stop at the client's window, then it gives up.
     tokio::time::sleep(TIMEOUT + Duration::from_millis(500)).await;

@@ -168,7 +168,7 @@ impl From<MessageError> for Abort {
 }
 
 /// What a run of a request came to.
-pub(super) enum Progress {
+pub(super) enum H3Progress {
     /// Waiting: for the stream (quinn-proto reports it readable or writable) or until `wake`.
     Pending,
     /// Over: the idle time the request set for the connection (`w`), and whether the stream
@@ -183,7 +183,7 @@ pub(super) enum Progress {
 
 /// A request stream being answered: the request's head read, then its exchange carried out
 /// step by step (`Exchange::next`), each step's frames written before the next step.
-pub(super) struct Request {
+pub(super) struct H3Request {
     pub(super) id: StreamId,
     /// quinn-proto reported the stream readable, writable or stopped: run it.
     pub(super) dirty: bool,
@@ -204,12 +204,14 @@ pub(super) struct Request {
 
 enum Phase {
     /// Reading the request's head, until the deadline (then 408).
-    Head { deadline: Instant },
-    Exchange(Box<Run>),
+    Head {
+        deadline: Instant,
+    },
+    Exchange(Box<Answering>),
 }
 
 /// An exchange under way.
-struct Run {
+struct Answering {
     x: Exchange,
     /// The exchange's clock: read again only after a wait or a body read, as
     /// `Exchange::drive` does.
@@ -292,9 +294,9 @@ impl Out {
     }
 }
 
-impl Request {
-    pub(super) fn new(id: StreamId, now: Instant, cfg: &Config) -> Request {
-        Request {
+impl H3Request {
+    pub(super) fn new(id: StreamId, now: Instant, cfg: &Config) -> H3Request {
+        H3Request {
             id,
             dirty: true,
             wake: None,
@@ -317,14 +319,14 @@ impl Request {
         now: Instant,
         cfg: &Config,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Progress {
+    ) -> H3Progress {
         self.wake = None;
         if let Phase::Head { deadline } = self.phase {
             let x = match self.request_head(q, cfg) {
                 Ok(Some(x)) => x,
                 Ok(None) if now < deadline => {
                     self.wake = Some(deadline);
-                    return Progress::Pending;
+                    return H3Progress::Pending;
                 }
                 // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
                 Ok(None) => self.error_page(ErrorPage::Timeout, cfg),
@@ -332,17 +334,17 @@ impl Request {
                 Err(Abort::Reset(code)) => {
                     stats::error(CountedError::Protocol);
                     self.reset(q, code);
-                    return Progress::Done {
+                    return H3Progress::Done {
                         idle: None,
                         finished: false,
                     };
                 }
                 Err(Abort::Connection(code)) => {
                     stats::error(CountedError::Protocol);
-                    return Progress::Close(code);
+                    return H3Progress::Close(code);
                 }
             };
-            self.phase = Phase::Exchange(Box::new(Run {
+            self.phase = Phase::Exchange(Box::new(Answering {
                 idle: x.idle(),
                 x,
                 now: self.t_first,
@@ -360,7 +362,7 @@ impl Request {
             Err(Abort::Reset(code)) => {
                 stats::aborted(Proto::H3, 1);
                 self.reset(q, code);
-                Progress::Done {
+                H3Progress::Done {
                     idle: None,
                     finished: false,
                 }
@@ -368,7 +370,7 @@ impl Request {
             Err(Abort::Connection(code)) => {
                 stats::error(CountedError::Protocol);
                 stats::aborted(Proto::H3, 1);
-                Progress::Close(code)
+                H3Progress::Close(code)
             }
             Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
         }
@@ -422,9 +424,7 @@ impl Request {
             let head = &mut *h.borrow_mut();
             let max = cfg.h3.h3_max_header_list;
             let facts = head.decode(self.msg.section(), max).map_err(|e| match e {
-                HeadError::Qpack(QpackError::TooLarge) => {
-                    Abort::Status(ErrorPage::HeadersTooLarge)
-                }
+                HeadError::Qpack(QpackError::TooLarge) => Abort::Status(ErrorPage::HeadersTooLarge),
                 HeadError::Qpack(QpackError::Decompression) => {
                     Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
                 }
@@ -467,7 +467,7 @@ impl Request {
         now: Instant,
         cfg: &Config,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Progress, Abort> {
+    ) -> Result<H3Progress, Abort> {
         let Phase::Exchange(run) = &mut self.phase else {
             unreachable!("the head is read first")
         };
@@ -478,7 +478,7 @@ impl Request {
                     Ok(true) => run.write_deadline = None,
                     Ok(false) if now < deadline => {
                         self.wake = Some(deadline);
-                        return Ok(Progress::Pending);
+                        return Ok(H3Progress::Pending);
                     }
                     // The client stopped reading: dropped.
                     Ok(false) => {
@@ -495,7 +495,7 @@ impl Request {
             if let Some(t) = run.wait {
                 if now < t {
                     self.wake = Some(t);
-                    return Ok(Progress::Pending);
+                    return Ok(H3Progress::Pending);
                 }
                 run.wait = None;
                 run.now = now;
@@ -514,7 +514,7 @@ impl Request {
                 let how = match read {
                     Ok(None) if now < deadline => {
                         self.wake = Some(deadline);
-                        return Ok(Progress::Pending);
+                        return Ok(H3Progress::Pending);
                     }
                     Ok(None) => BodyRead::Failed(BodyFailure::Timeout),
                     Ok(Some(true)) => BodyRead::Ended,
@@ -537,7 +537,7 @@ impl Request {
                 if run.status >= 200 {
                     stats::served(Proto::H3, run.status);
                 }
-                return Ok(Progress::Done {
+                return Ok(H3Progress::Done {
                     idle: run.idle,
                     finished: true,
                 });
@@ -595,10 +595,9 @@ impl Request {
             }
         }
     }
-
 }
 
-impl Run {
+impl Answering {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
     fn head(&mut self, head: &ResponseHead, extra: &[(HeaderName, HeaderValue)]) {
         let mut out = Vec::with_capacity(256);
