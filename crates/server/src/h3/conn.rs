@@ -126,7 +126,7 @@ impl H3Conn {
                 Event::Connected => self.connected(ctx),
                 Event::ConnectionLost { reason } => {
                     if self.is_handshaking() {
-                        stats::handshake_failed(Transport::Quic, super::failure(&reason));
+                        stats::handshake_failed(Transport::Quic, failure(&reason));
                     }
                     self.closed();
                 }
@@ -297,6 +297,10 @@ impl H3 {
                 }
                 H3Progress::Close(code) => return Err(code),
             }
+        }
+        if self.requests.is_empty() && self.requests.capacity() > 0 {
+            // An idle connection keeps no room for requests (a few hundred bytes each).
+            self.requests = Vec::new();
         }
         let idle = self.requests.is_empty() && self.idle_until.is_some_and(|t| t <= now);
         if self.goaway.is_none() && (ctx.stopping || client_goaway || idle) {
@@ -525,4 +529,21 @@ fn control_frame(ty: u64, len: u64, first: bool) -> Result<ControlFrame, u32> {
         payload: None,
         bad: code::FRAME_UNEXPECTED,
     })
+}
+
+/// Why a QUIC handshake failed: the TLS alert in a CRYPTO_ERROR close (sent or received),
+/// the idle timeout, or else `io`.
+pub(super) fn failure(e: &quinn_proto::ConnectionError) -> HandshakeFailure {
+    use quinn_proto::ConnectionError as E;
+    let code = match e {
+        E::TransportError(t) => u64::from(t.code),
+        E::ConnectionClosed(c) => u64::from(c.error_code),
+        E::TimedOut => return HandshakeFailure::Timeout,
+        _ => return HandshakeFailure::Io,
+    };
+    // RFC 9001 §4.8: CRYPTO_ERROR is 0x0100 + the alert.
+    match code {
+        0x100..=0x1ff => HandshakeFailure::Alert(((code - 0x100) as u8).into()),
+        _ => HandshakeFailure::Io,
+    }
 }

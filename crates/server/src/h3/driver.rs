@@ -6,7 +6,7 @@
 //! transmit buffer kept at its largest: about 11 KB a connection (docs/RELIABILITY.md, "HTTP/3
 //! memory per connection", round 4). One task per socket; nothing here is shared.
 
-use super::conn::{Ctx, H3Conn};
+use super::conn::{self, Ctx, H3Conn};
 use crate::config::Config;
 use crate::ja4::QuicFingerprints;
 use crate::plumbing::shutdown::ConnSlot;
@@ -245,7 +245,7 @@ impl QuicDriver {
                 if let Some(t) = e.response {
                     self.respond(&t, buf);
                 }
-                stats::handshake_failed(Transport::Quic, super::failure(&e.cause));
+                stats::handshake_failed(Transport::Quic, conn::failure(&e.cause));
             }
         }
     }

@@ -14,7 +14,6 @@ mod socket;
 mod stream;
 
 use crate::ja4;
-use crate::plumbing::stats::HandshakeFailure;
 use anyhow::{Context, Result};
 use quinn::Runtime;
 use std::sync::atomic::AtomicUsize;
@@ -87,21 +86,4 @@ async fn serve_endpoint(
     let socket = Arc::new(socket::Socket::new(udp, fingerprints.clone()));
     let driver = driver::QuicDriver::new(socket, server, cfg, conns, fingerprints);
     driver.run().await.context("QUIC endpoint socket")
-}
-
-/// Why a QUIC handshake failed: the TLS alert in a CRYPTO_ERROR close (sent or received),
-/// the idle timeout, or else `io`.
-fn failure(e: &quinn_proto::ConnectionError) -> HandshakeFailure {
-    use quinn_proto::ConnectionError as E;
-    let code = match e {
-        E::TransportError(t) => u64::from(t.code),
-        E::ConnectionClosed(c) => u64::from(c.error_code),
-        E::TimedOut => return HandshakeFailure::Timeout,
-        _ => return HandshakeFailure::Io,
-    };
-    // RFC 9001 §4.8: CRYPTO_ERROR is 0x0100 + the alert.
-    match code {
-        0x100..=0x1ff => HandshakeFailure::Alert(((code - 0x100) as u8).into()),
-        _ => HandshakeFailure::Io,
-    }
 }
