@@ -206,9 +206,10 @@ impl QuicDriver {
     }
 
     fn incoming(&mut self, now: Instant, incoming: proto::Incoming, buf: &mut Vec<u8>) {
+        // Shutting down: no answer, so that the client's Initials, sent again, reach the server
+        // that takes over the port next (a refusal would end its attempt).
         if self.stopping.is_some() {
-            let t = self.endpoint.refuse(incoming, buf);
-            return self.respond(&t, buf);
+            return self.endpoint.ignore(incoming);
         }
         // A flood of Initials (from spoofed addresses, say) would each get handshake state
         // until the timeout; past RETRY_THRESHOLD handshakes in progress, an unvalidated
