@@ -130,21 +130,18 @@ impl H3Conn {
                     }
                     self.closed();
                 }
-                Event::Stream(
-                    StreamEvent::Readable { id }
-                    | StreamEvent::Writable { id }
-                    | StreamEvent::Stopped { id, .. },
-                ) => {
+                Event::Stream(StreamEvent::Readable { id } | StreamEvent::Writable { id }) => {
                     if let State::Open(h3) = &mut self.state {
                         h3.touch(id);
                     }
                 }
-                Event::Stream(StreamEvent::Finished { id }) => {
-                    if let State::Open(H3 {
-                        goaway: Some(g), ..
-                    }) = &mut self.state
-                    {
-                        g.unacked.retain(|&u| u != id);
+                // An answer acknowledged, or stopped by the client: no longer waited for.
+                Event::Stream(StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. }) => {
+                    if let State::Open(h3) = &mut self.state {
+                        h3.touch(id);
+                        if let Some(g) = &mut h3.goaway {
+                            g.unacked.retain(|&u| u != id);
+                        }
                     }
                 }
                 Event::Stream(StreamEvent::Opened { .. } | StreamEvent::Available { .. })
