@@ -386,25 +386,6 @@ impl H3Request {
         let _ = q.recv_stream(self.id).stop(code.into());
     }
 
-    /// The next event of the request's frames; `None` until more comes. DATA is counted in
-    /// place (one event per chunk), never copied.
-    fn event(&mut self, q: &mut proto::Connection) -> Result<Option<MessageEvent>, MessageError> {
-        loop {
-            let fin = match self.recv.pull(q) {
-                Ok(Pulled::Bytes) => false,
-                Ok(Pulled::Fin) => true,
-                Ok(Pulled::Blocked) => return Ok(None),
-                Err(Broken) => return Err(MessageError::Broken),
-            };
-            let (n, event) = self.msg.poll(&self.recv.chunk, fin)?;
-            self.recv.chunk.advance(n);
-            // At the end of the stream `poll` always has an event or an error.
-            if event.is_some() {
-                return Ok(event);
-            }
-        }
-    }
-
     /// Read up to the request's field section, skipping unknown (grease) frames before its
     /// HEADERS, then decode it and plan the exchange; `None` until the head is in.
     fn request_head(
@@ -412,7 +393,7 @@ impl H3Request {
         q: &mut proto::Connection,
         cfg: &Config,
     ) -> Result<Option<Exchange>, Abort> {
-        match self.event(q)? {
+        match next_event(q, &mut self.recv, &mut self.msg)? {
             None => return Ok(None),
             Some(MessageEvent::Headers) => {}
             Some(MessageEvent::TooLarge) => return Err(Abort::Status(ErrorPage::HeadersTooLarge)),
@@ -633,6 +614,29 @@ impl Answering {
     }
 }
 
+/// The next event of a request's frames; `None` until more comes. DATA is counted in place
+/// (one event per chunk), never copied.
+fn next_event(
+    q: &mut proto::Connection,
+    recv: &mut Recv,
+    msg: &mut Message,
+) -> Result<Option<MessageEvent>, MessageError> {
+    loop {
+        let fin = match recv.pull(q) {
+            Ok(Pulled::Bytes) => false,
+            Ok(Pulled::Fin) => true,
+            Ok(Pulled::Blocked) => return Ok(None),
+            Err(Broken) => return Err(MessageError::Broken),
+        };
+        let (n, event) = msg.poll(&recv.chunk, fin)?;
+        recv.chunk.advance(n);
+        // At the end of the stream `poll` always has an event or an error.
+        if event.is_some() {
+            return Ok(event);
+        }
+    }
+}
+
 /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes in
 /// `length`: to its end (`Some(true)`), until `limit` more body bytes than `before` were read
 /// (`Some(false)`), or `None` until more comes.
@@ -651,15 +655,8 @@ fn read_body(
         if limit.is_some_and(|u| length.received() - before >= u) {
             return Ok(Some(false));
         }
-        let fin = match recv.pull(q) {
-            Ok(Pulled::Bytes) => false,
-            Ok(Pulled::Fin) => true,
-            Ok(Pulled::Blocked) => return Ok(None),
-            Err(Broken) => return Err(MessageError::Broken.into()),
-        };
-        let (n, event) = msg.poll(&recv.chunk, fin)?;
-        recv.chunk.advance(n);
-        match event {
+        match next_event(q, recv, msg)? {
+            None => return Ok(None),
             Some(MessageEvent::Data(n)) => length.data(n).map_err(malformed)?,
             Some(MessageEvent::End) => return length.end().map_err(malformed).map(|()| Some(true)),
             Some(MessageEvent::Trailers) => {
