@@ -6,8 +6,8 @@
 //! - QUIC: the UDP socket the HTTP/3 engine reads from (`h3::socket`) shows every datagram to
 //!   [`QuicFingerprints`] before quinn-proto sees it; client Initial datagrams are opened and
 //!   reassembled as they pass, and the fingerprint waits, keyed by the client's address and
-//!   original Destination Connection ID (quinn-proto's `Incoming` exposes both), for the HTTP/3 engine
-//!   to take it once the connection's handshake is done.
+//!   original Destination Connection ID (quinn-proto's `Incoming` exposes both), for the HTTP/3
+//!   engine to take it once the connection's handshake is done.
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
