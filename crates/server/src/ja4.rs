@@ -3,11 +3,11 @@
 //!
 //! - TLS over TCP: the ClientHello is read before rustls sees anything, then replayed into it
 //!   ([`Prefixed`]).
-//! - QUIC: the UDP socket quinn reads from (`h3::socket`) shows every datagram to
-//!   [`QuicFingerprints`] before quinn sees it; client Initial datagrams are opened and
+//! - QUIC: the UDP socket the HTTP/3 engine reads from (`h3::socket`) shows every datagram to
+//!   [`QuicFingerprints`] before quinn-proto sees it; client Initial datagrams are opened and
 //!   reassembled as they pass, and the fingerprint waits, keyed by the client's address and
-//!   original Destination Connection ID (quinn's `Incoming` exposes both), for the HTTP/3 engine
-//!   to take it once the connection's handshake is done.
+//!   original Destination Connection ID (quinn-proto's `Incoming` exposes both), for the HTTP/3
+//!   engine to take it once the connection's handshake is done.
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
@@ -183,7 +183,7 @@ impl QuicFingerprints {
         }
     }
 
-    /// A datagram from `from`, before quinn sees it (`h3::socket`).
+    /// A datagram from `from`, before quinn-proto sees it (`h3::socket`).
     pub(crate) fn observe(&self, from: SocketAddr, datagram: &[u8]) {
         if !loadterm_ja4::quic::starts_with_initial(datagram) {
             return;
@@ -211,7 +211,7 @@ impl QuicFingerprints {
         }
     }
 
-    /// The fingerprint of the connection quinn just handed over (taken: asked once).
+    /// The fingerprint of a connection whose handshake is done (taken: asked once).
     pub(crate) fn take(&self, from: SocketAddr, original_dcid: &[u8]) -> Option<String> {
         let mut st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let key = (from, original_dcid.to_vec());

@@ -492,3 +492,35 @@ async fn shutdown_sends_goaway_and_finishes_the_requests_in_progress() {
     assert_eq!(s.conns.load(Ordering::Relaxed), 0);
     assert!(t.elapsed() < TIMEOUT, "closed after {:?}", t.elapsed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_body_larger_than_the_clients_window_goes_out_whole() {
+    let s = server();
+    let c = connect(&s).await;
+    // Over quinn's stream receive window (1.25 MB): the server's writes wait for credit.
+    let size = 3 << 20;
+    let r = get(&c.conn, &format!("/?s={size}")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(size), "{} bytes", r.body.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_is_dropped_at_the_write_timeout() {
+    let s = server();
+    let c = connect(&s).await;
+    let (mut send, recv) = c.conn.open_bi().await.unwrap();
+    send.write_all(&request("GET", "/?s=8m", &[], &[]))
+        .await
+        .unwrap();
+    send.finish().unwrap();
+    // Nothing read: the server's writes stop at the client's window, then it gives up.
+    tokio::time::sleep(TIMEOUT + Duration::from_millis(500)).await;
+    let mut r = Reader::new(recv);
+    let ended = loop {
+        match r.chunk().await {
+            Ok(Some(_)) => {}
+            other => break other,
+        }
+    };
+    assert_eq!(ended, Err(ReadError::Reset(code::REQUEST_CANCELLED.into())));
+}

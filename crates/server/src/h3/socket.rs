@@ -1,6 +1,6 @@
-//! The UDP socket under quinn. Every datagram received is shown to the anti-amplification guard
-//! and, with `--ja4`, to the QUIC fingerprint reader before quinn sees it; every datagram sent
-//! goes through the guard.
+//! The UDP socket under the QUIC driver (quinn's, with GSO and GRO). Every datagram received is
+//! shown to the anti-amplification guard and, with `--ja4`, to the QUIC fingerprint reader before
+//! quinn-proto sees it; every datagram sent goes through the guard.
 
 use super::amplification::AmplificationGuard;
 use crate::ja4::QuicFingerprints;

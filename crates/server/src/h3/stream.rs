@@ -1,26 +1,26 @@
-//! One HTTP/3 request/response exchange on a bidirectional QUIC stream. Response bodies go to
-//! quinn as static `Bytes` (zero copy): with the `h3` crate every body byte was copied into a
-//! fresh buffer first, and quinn's packet builder then read that cold copy (perf, H3 256k:
-//! 13% of server CPU in memcpy).
+//! One HTTP/3 request/response exchange on a bidirectional QUIC stream, as a state machine the
+//! connection (`conn`) runs. Response bodies go to quinn-proto as static `Bytes` (zero copy):
+//! with the `h3` crate every body byte was copied into a fresh buffer first, and the packet
+//! builder then read that cold copy (perf, H3 256k: 13% of server CPU in memcpy).
 
+use super::recv::{Broken, Pulled, Recv};
 use crate::config::Config;
 use crate::plumbing::stats::{self, CountedError, Protection, Proto};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    join_field_line, BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece,
-    ResponseHead, Version,
+    join_field_line, Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step,
+    Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::message::{Message, MessageError, MessageEvent};
 use loadterm_h3::qpack::{self, QpackError};
-use loadterm_h3::reader::Reader;
 use loadterm_plan::body::{self, BodyKind};
+use loadterm_plan::is_interim;
 use loadterm_plan::pages::ErrorPage;
-use std::borrow::Cow;
+use quinn_proto::{self as proto, StreamId};
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the server takes from a request's field section.
@@ -147,30 +147,6 @@ fn headers_frame(
     start
 }
 
-/// A request stream being answered.
-struct H3Stream {
-    send: quinn::SendStream,
-    recv: Reader,
-    timeout: Duration,
-    /// The request's frames.
-    msg: Message,
-    /// The request was read to its end.
-    read_all: bool,
-    /// The request's `content-length`, checked against its DATA.
-    content_length: Option<u64>,
-    /// DATA received so far (a body may be read in two parts, `B`), against the length.
-    length: Option<BodyLength>,
-    /// `--h3-max-header-list`, for the trailers.
-    max_section: u64,
-    /// A response head (its buffer, and where the frame starts in it) waiting to go out with
-    /// the body's first bytes.
-    pending: Option<(Vec<u8>, usize)>,
-    /// Fields added to every response of the connection (`x-ja4`).
-    extra: Arc<[(HeaderName, HeaderValue)]>,
-    /// The status of the final head (0: none yet).
-    status: u16,
-}
-
 /// Why a request stream is abandoned.
 enum Abort {
     /// Reset both directions with this code.
@@ -191,323 +167,511 @@ impl From<MessageError> for Abort {
     }
 }
 
-impl H3Stream {
-    fn reset(&mut self, code: u32) {
-        let _ = self.send.reset(code.into());
-        self.recv.stop(code);
+/// What a run of a request came to.
+pub(super) enum H3Progress {
+    /// Waiting: for the stream (quinn-proto reports it readable or writable) or until `wake`.
+    Pending,
+    /// Over: the idle time the request set for the connection (`w`), and whether the stream
+    /// was finished (its answer then goes on until acknowledged) rather than reset.
+    Done {
+        idle: Option<Duration>,
+        finished: bool,
+    },
+    /// The client broke the protocol: the connection closes with this code.
+    Close(u32),
+}
+
+/// A request stream being answered: the request's head read, then its exchange carried out
+/// step by step (`Exchange::next`), each step's frames written before the next step.
+pub(super) struct H3Request {
+    pub(super) id: StreamId,
+    /// quinn-proto reported the stream readable, writable or stopped: run it.
+    pub(super) dirty: bool,
+    /// Run it then, too (a timeout, a delay).
+    pub(super) wake: Option<Instant>,
+    recv: Recv,
+    /// The request's frames.
+    msg: Message,
+    t_first: Instant,
+    phase: Phase,
+    /// The request was read to its end.
+    read_all: bool,
+    /// The request's `content-length`, checked against its DATA.
+    content_length: Option<u64>,
+    /// DATA received so far (a body may be read in two parts, `B`), against the length.
+    length: Option<BodyLength>,
+}
+
+enum Phase {
+    /// Reading the request's head, until the deadline (then 408).
+    Head {
+        deadline: Instant,
+    },
+    Exchange(Box<Answering>),
+}
+
+/// An exchange under way.
+struct Answering {
+    x: Exchange,
+    /// The exchange's clock: read again only after a wait or a body read, as
+    /// `Exchange::drive` does.
+    now: Instant,
+    /// `w` of the request.
+    idle: Option<Duration>,
+    /// A write not taken whole by then is given up (the client stopped reading).
+    write_deadline: Option<Instant>,
+    /// A delay or pause until then.
+    wait: Option<Instant>,
+    /// A request body being read.
+    reading: Option<Reading>,
+    /// The exchange is over: once `out` is written, the stream ends.
+    ended: bool,
+    /// A response head (its buffer, and where the frame starts in it) waiting to go out with
+    /// the body's first bytes.
+    pending: Option<(Vec<u8>, usize)>,
+    /// What is being written.
+    out: Out,
+    /// The status of the final head (0: none yet).
+    status: u16,
+}
+
+/// A `Step::ReadBody` under way.
+struct Reading {
+    limit: Option<u64>,
+    /// Body bytes read before it.
+    before: u64,
+    deadline: Instant,
+}
+
+/// Frames and body bytes to write: `frame`, then `body`'s static slices (zero copy).
+#[derive(Default)]
+struct Out {
+    frame: Bytes,
+    /// The body's kind and the range still to go.
+    body: Option<(BodyKind, u64, u64)>,
+}
+
+impl Out {
+    fn is_empty(&self) -> bool {
+        self.frame.is_empty() && self.body.is_none()
     }
 
-    /// Write frames (and body slices) whole, bounded by the client timeout: a client that stops
-    /// reading is dropped.
-    async fn write(&mut self, chunks: &mut [Bytes]) -> bool {
-        match tokio::time::timeout(self.timeout, self.send.write_all_chunks(chunks)).await {
-            Ok(Ok(())) => true,
-            // Stopped by the client, or the connection is gone.
-            Ok(Err(_)) => {
-                stats::error(CountedError::Reset);
-                false
+    /// Write as much as the stream takes: true once all is.
+    fn write(&mut self, send: &mut proto::SendStream) -> Result<bool, proto::WriteError> {
+        loop {
+            // Up to 16 slices of the body (1 MiB) at a time.
+            let mut chunks: [Bytes; 17] = Default::default();
+            let mut n = 0;
+            if !self.frame.is_empty() {
+                chunks[0] = self.frame.clone();
+                n = 1;
             }
-            Err(_) => {
-                stats::protection(Protection::WriteTimeout);
-                false
+            if let Some((kind, mut off, end)) = self.body {
+                while off < end && n < chunks.len() {
+                    let len = (end - off).min(body::WINDOW as u64) as usize;
+                    chunks[n] = Bytes::from_static(body::slice(kind, off, len));
+                    off += len as u64;
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                return Ok(true);
+            }
+            let written = match send.write_chunks(&mut chunks[..n]) {
+                Ok(w) if w.bytes > 0 => w.bytes,
+                Ok(_) | Err(proto::WriteError::Blocked) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let from_frame = written.min(self.frame.len());
+            self.frame.advance(from_frame);
+            if let Some((_, off, end)) = &mut self.body {
+                *off += (written - from_frame) as u64;
+                if off == end {
+                    self.body = None;
+                }
             }
         }
     }
+}
 
-    /// Read up to the request's field section (then in `self.msg.section()`), skipping unknown
-    /// (grease) frames before its HEADERS.
-    async fn request_head(&mut self) -> Result<(), Abort> {
-        match self.recv.event(&mut self.msg).await? {
-            MessageEvent::Headers => Ok(()),
-            MessageEvent::TooLarge => Err(Abort::Status(ErrorPage::HeadersTooLarge)),
+impl H3Request {
+    pub(super) fn new(id: StreamId, now: Instant, cfg: &Config) -> H3Request {
+        H3Request {
+            id,
+            dirty: true,
+            wake: None,
+            recv: Recv::new(id),
+            msg: Message::request(cfg.h3.h3_max_header_list),
+            t_first: now,
+            phase: Phase::Head {
+                deadline: now + cfg.timeout,
+            },
+            read_all: false,
+            content_length: None,
+            length: None,
+        }
+    }
+
+    /// Go as far as the stream and the clock allow.
+    pub(super) fn run(
+        &mut self,
+        q: &mut proto::Connection,
+        now: Instant,
+        cfg: &Config,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> H3Progress {
+        self.wake = None;
+        if let Phase::Head { deadline } = self.phase {
+            let x = match self.request_head(q, cfg) {
+                Ok(Some(x)) => x,
+                Ok(None) if now < deadline => {
+                    self.wake = Some(deadline);
+                    return H3Progress::Pending;
+                }
+                // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
+                Ok(None) => self.error_page(ErrorPage::Timeout, cfg),
+                Err(Abort::Status(page)) => self.error_page(page, cfg),
+                Err(Abort::Reset(code)) => {
+                    stats::error(CountedError::Protocol);
+                    self.reset(q, code);
+                    return H3Progress::Done {
+                        idle: None,
+                        finished: false,
+                    };
+                }
+                Err(Abort::Connection(code)) => {
+                    stats::error(CountedError::Protocol);
+                    return H3Progress::Close(code);
+                }
+            };
+            self.phase = Phase::Exchange(Box::new(Answering {
+                idle: x.idle(),
+                x,
+                now: self.t_first,
+                write_deadline: None,
+                wait: None,
+                reading: None,
+                ended: false,
+                pending: None,
+                out: Out::default(),
+                status: 0,
+            }));
+        }
+        match self.steps(q, now, cfg, extra) {
+            Ok(p) => p,
+            Err(Abort::Reset(code)) => {
+                stats::aborted(Proto::H3, 1);
+                self.reset(q, code);
+                H3Progress::Done {
+                    idle: None,
+                    finished: false,
+                }
+            }
+            Err(Abort::Connection(code)) => {
+                stats::error(CountedError::Protocol);
+                stats::aborted(Proto::H3, 1);
+                H3Progress::Close(code)
+            }
+            Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
+        }
+    }
+
+    fn error_page(&self, page: ErrorPage, cfg: &Config) -> Exchange {
+        stats::error_page(page);
+        Exchange::error(page, Version::H3, cfg.date, self.t_first)
+    }
+
+    fn reset(&mut self, q: &mut proto::Connection, code: u32) {
+        let _ = q.send_stream(self.id).reset(code.into());
+        let _ = q.recv_stream(self.id).stop(code.into());
+    }
+
+    /// Read up to the request's field section, skipping unknown (grease) frames before its
+    /// HEADERS, then decode it and plan the exchange; `None` until the head is in.
+    fn request_head(
+        &mut self,
+        q: &mut proto::Connection,
+        cfg: &Config,
+    ) -> Result<Option<Exchange>, Abort> {
+        match next_event(q, &mut self.recv, &mut self.msg)? {
+            None => return Ok(None),
+            Some(MessageEvent::Headers) => {}
+            Some(MessageEvent::TooLarge) => return Err(Abort::Status(ErrorPage::HeadersTooLarge)),
             // Not produced before a request's HEADERS (`Message` errors instead).
-            _ => Err(Abort::Reset(code::REQUEST_INCOMPLETE)),
+            Some(_) => return Err(Abort::Reset(code::REQUEST_INCOMPLETE)),
         }
+        let t_first = self.t_first;
+        HEAD.with(|h| {
+            let head = &mut *h.borrow_mut();
+            let max = cfg.h3.h3_max_header_list;
+            let facts = head.decode(self.msg.section(), max).map_err(|e| match e {
+                HeadError::Qpack(QpackError::TooLarge) => Abort::Status(ErrorPage::HeadersTooLarge),
+                HeadError::Qpack(QpackError::Decompression) => {
+                    Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+                }
+                HeadError::Malformed(_) => Abort::Reset(code::MESSAGE_ERROR),
+            })?;
+            if facts.connect {
+                // No tunnels here; the request was not acted on.
+                return Err(Abort::Reset(code::REQUEST_REJECTED));
+            }
+            self.content_length = facts.content_length;
+            let req = loadterm_exchange::RequestSummary {
+                version: Version::H3,
+                is_head: head.method == b"HEAD",
+                target: &head.path,
+                control: head.control.as_deref(),
+                expect_continue: head.expect,
+                conn_close: false,
+                conn_keep_alive: false,
+                // Whether the stream ends after its HEADERS is only known by reading on.
+                has_body: true,
+                head_bytes: loadterm_exchange::head_bytes(
+                    head.method.len(),
+                    head.path.len(),
+                    head.field_bytes as usize,
+                ),
+                date: cfg.date,
+                is_get: head.method == b"GET",
+                if_match: head.if_match.as_deref(),
+                if_none_match: head.if_none_match.as_deref(),
+            };
+            Ok(Some(crate::plumbing::thread_ctx::exchange(&req, t_first)))
+        })
     }
 
-    /// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes
-    /// into `bytes`: to its end (true), or until `upto` more body bytes were read (false).
-    async fn read_body(&mut self, bytes: &mut u64, upto: Option<u64>) -> Result<bool, Abort> {
-        let timeout = self.timeout;
-        let mut length = self
-            .length
-            .unwrap_or_else(|| BodyLength::new(self.content_length));
-        let before = length.received();
-        let malformed = |_: FieldError| Abort::Reset(code::MESSAGE_ERROR);
-        let drain = async {
-            loop {
-                if upto.is_some_and(|u| length.received() - before >= u) {
-                    return Ok(false);
-                }
-                match self.recv.event(&mut self.msg).await? {
-                    MessageEvent::Data(n) => length.data(n).map_err(malformed)?,
-                    MessageEvent::End => return length.end().map_err(malformed).map(|()| true),
-                    MessageEvent::Trailers => {
-                        let section = self.msg.section();
-                        HEAD.with(|h| h.borrow_mut().trailers(section, self.max_section))
-                            .map_err(|e| match e {
-                                HeadError::Qpack(QpackError::Decompression) => {
-                                    Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
-                                }
-                                // Too late for a 431: the response may be out.
-                                HeadError::Qpack(QpackError::TooLarge) => {
-                                    Abort::Reset(code::MESSAGE_ERROR)
-                                }
-                                HeadError::Malformed(e) => malformed(e),
-                            })?;
+    /// Carry out the exchange's steps: each one's frames are written whole before the next
+    /// is asked for, as `Exchange::drive` has an engine do.
+    fn steps(
+        &mut self,
+        q: &mut proto::Connection,
+        now: Instant,
+        cfg: &Config,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<H3Progress, Abort> {
+        let Phase::Exchange(run) = &mut self.phase else {
+            unreachable!("the head is read first")
+        };
+        loop {
+            if !run.out.is_empty() {
+                let deadline = *run.write_deadline.get_or_insert(now + cfg.timeout);
+                match run.out.write(&mut q.send_stream(self.id)) {
+                    Ok(true) => run.write_deadline = None,
+                    Ok(false) if now < deadline => {
+                        self.wake = Some(deadline);
+                        return Ok(H3Progress::Pending);
                     }
-                    _ => {}
+                    // The client stopped reading: dropped.
+                    Ok(false) => {
+                        stats::protection(Protection::WriteTimeout);
+                        return Err(Abort::Reset(code::REQUEST_CANCELLED));
+                    }
+                    // Stopped by the client, or the connection is gone.
+                    Err(_) => {
+                        stats::error(CountedError::Reset);
+                        return Err(Abort::Reset(code::REQUEST_CANCELLED));
+                    }
                 }
             }
-        };
-        let r = tokio::time::timeout(timeout, drain)
-            .await
-            .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)));
-        *bytes = length.received() - before;
-        self.length = Some(length);
-        self.read_all = matches!(r, Ok(true));
-        r
-    }
-}
-
-/// Serve one request stream. Returns its send side (finished or reset; a connection that
-/// closes must let finished ones be acknowledged first) and the idle time the request set for
-/// the connection (`w`), or the connection error code if the peer broke the protocol.
-pub(super) async fn serve(
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    cfg: &Config,
-    extra: Arc<[(HeaderName, HeaderValue)]>,
-) -> Result<(quinn::SendStream, Option<Duration>), u32> {
-    let mut s = H3Stream {
-        send,
-        recv: Reader::new(recv),
-        timeout: cfg.timeout,
-        msg: Message::request(cfg.h3.h3_max_header_list),
-        read_all: false,
-        content_length: None,
-        length: None,
-        max_section: cfg.h3.h3_max_header_list,
-        pending: None,
-        extra,
-        status: 0,
-    };
-    let t_first = Instant::now();
-    let x = match request(&mut s, cfg, t_first).await {
-        Ok(x) => x,
-        Err(Abort::Reset(code)) => {
-            stats::error(CountedError::Protocol);
-            s.reset(code);
-            return Ok((s.send, None));
-        }
-        Err(Abort::Connection(code)) => {
-            stats::error(CountedError::Protocol);
-            return Err(code);
-        }
-        Err(Abort::Status(page)) => {
-            stats::error_page(page);
-            Exchange::error(page, Version::H3, cfg.date, t_first)
-        }
-    };
-    let idle = x.idle();
-    match answer(&mut s, x, t_first).await {
-        Ok(()) if s.status >= 200 => stats::served(Proto::H3, s.status),
-        Ok(()) => {}
-        Err(Abort::Reset(code)) => {
-            stats::aborted(Proto::H3, 1);
-            s.reset(code);
-        }
-        Err(Abort::Connection(code)) => {
-            stats::error(CountedError::Protocol);
-            stats::aborted(Proto::H3, 1);
-            return Err(code);
-        }
-        Err(Abort::Status(_)) => unreachable!("body failures go through the exchange"),
-    }
-    Ok((s.send, idle))
-}
-
-/// Read the request's head, decode it and plan the exchange.
-async fn request(s: &mut H3Stream, cfg: &Config, t_first: Instant) -> Result<Exchange, Abort> {
-    // A request whose head does not arrive in time gets 408, as on HTTP/1.1.
-    tokio::time::timeout(cfg.timeout, s.request_head())
-        .await
-        .unwrap_or(Err(Abort::Status(ErrorPage::Timeout)))?;
-    HEAD.with(|h| {
-        let head = &mut *h.borrow_mut();
-        let max = cfg.h3.h3_max_header_list;
-        let facts = head.decode(s.msg.section(), max).map_err(|e| match e {
-            HeadError::Qpack(QpackError::TooLarge) => Abort::Status(ErrorPage::HeadersTooLarge),
-            HeadError::Qpack(QpackError::Decompression) => {
-                Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+            if let Some(t) = run.wait {
+                if now < t {
+                    self.wake = Some(t);
+                    return Ok(H3Progress::Pending);
+                }
+                run.wait = None;
+                run.now = now;
             }
-            HeadError::Malformed(_) => Abort::Reset(code::MESSAGE_ERROR),
-        })?;
-        if facts.connect {
-            // No tunnels here; the request was not acted on.
-            return Err(Abort::Reset(code::REQUEST_REJECTED));
-        }
-        s.content_length = facts.content_length;
-        let req = loadterm_exchange::RequestSummary {
-            version: Version::H3,
-            is_head: head.method == b"HEAD",
-            target: &head.path,
-            control: head.control.as_deref(),
-            expect_continue: head.expect,
-            conn_close: false,
-            conn_keep_alive: false,
-            // Whether the stream ends after its HEADERS is only known by reading on.
-            has_body: true,
-            head_bytes: loadterm_exchange::head_bytes(
-                head.method.len(),
-                head.path.len(),
-                head.field_bytes as usize,
-            ),
-            date: cfg.date,
-            is_get: head.method == b"GET",
-            if_match: head.if_match.as_deref(),
-            if_none_match: head.if_none_match.as_deref(),
-        };
-        Ok(crate::plumbing::thread_ctx::exchange(&req, t_first))
-    })
-}
-
-/// Carry out the exchange (`Engine`, below) and its end on the stream.
-async fn answer(s: &mut H3Stream, mut x: Exchange, t_first: Instant) -> Result<(), Abort> {
-    match x.drive(t_first, s).await? {
-        ExchangeEnd::Abort => Err(Abort::Reset(code::REQUEST_CANCELLED)),
-        // Complete, or a 1xx as the only head: the stream ends with what was sent (a reset
-        // could overtake an interim head).
-        ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal => {
-            s.flush().await?;
-            let _ = s.send.finish();
-            if !s.read_all {
-                s.recv.stop(code::NO_ERROR);
+            if let Some(r) = &run.reading {
+                let (limit, before, deadline) = (r.limit, r.before, r.deadline);
+                let read = read_body(
+                    q,
+                    &mut self.recv,
+                    &mut self.msg,
+                    &mut self.length,
+                    self.content_length,
+                    (limit, before),
+                    cfg.h3.h3_max_header_list,
+                );
+                let how = match read {
+                    Ok(None) if now < deadline => {
+                        self.wake = Some(deadline);
+                        return Ok(H3Progress::Pending);
+                    }
+                    Ok(None) => BodyRead::Failed(BodyFailure::Timeout),
+                    Ok(Some(true)) => BodyRead::Ended,
+                    Ok(Some(false)) => BodyRead::LimitReached,
+                    Err(e) => return Err(e),
+                };
+                let received = self.length.map_or(0, |l| l.received());
+                self.read_all = how == BodyRead::Ended;
+                run.x.body_read(received - before, how);
+                run.reading = None;
+                run.now = now;
             }
-            Ok(())
+            if run.ended {
+                // Complete, or a 1xx as the only head: the stream ends with what was sent (a
+                // reset could overtake an interim head).
+                let _ = q.send_stream(self.id).finish();
+                if !self.read_all {
+                    let _ = q.recv_stream(self.id).stop(code::NO_ERROR.into());
+                }
+                if run.status >= 200 {
+                    stats::served(Proto::H3, run.status);
+                }
+                return Ok(H3Progress::Done {
+                    idle: run.idle,
+                    finished: true,
+                });
+            }
+            match run.x.next(run.now) {
+                Step::Continue => {
+                    stats::interim(Proto::H3);
+                    run.head(&ResponseHead::interim(100), extra);
+                    run.flush();
+                }
+                Step::ReadBody { limit } => {
+                    run.reading = Some(Reading {
+                        limit,
+                        before: self.length.map_or(0, |l| l.received()),
+                        deadline: now + cfg.timeout,
+                    });
+                }
+                // Everything so far is sent before any wait.
+                Step::WaitUntil(t) => {
+                    run.flush();
+                    run.wait = Some(t);
+                }
+                Step::Pause(d) => {
+                    run.flush();
+                    run.wait = Some(now + d);
+                }
+                // Sent at once: the client may wait for it (`100 Continue`).
+                Step::Head(head) if is_interim(head.status) => {
+                    stats::interim(Proto::H3);
+                    run.head(&head, extra);
+                    run.flush();
+                }
+                // It goes out with the body's first bytes.
+                Step::Head(head) => {
+                    run.status = head.status;
+                    run.head(&head, extra);
+                }
+                Step::Body(Body::Text(text)) => {
+                    let mut out = run.take_pending();
+                    frame::put_frame(&mut out, frame::DATA, text.as_bytes());
+                    run.out.frame = out.into();
+                }
+                Step::Body(Body::Generated(g)) => run.data(g.kind, 0, g.size),
+                Step::Body(Body::Piece(p)) => run.data(p.kind, p.offset, p.len),
+                Step::Done(ExchangeEnd::Abort) => {
+                    return Err(Abort::Reset(code::REQUEST_CANCELLED))
+                }
+                Step::Done(ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                    run.flush();
+                    run.ended = true;
+                }
+            }
+            if !run.out.is_empty() {
+                run.write_deadline = Some(now + cfg.timeout);
+            }
         }
     }
 }
 
-impl H3Stream {
+impl Answering {
     /// Encode a response head; it goes out with the body's first bytes, or at the next flush.
-    fn response_head(&mut self, head: &ResponseHead) {
+    fn head(&mut self, head: &ResponseHead, extra: &[(HeaderName, HeaderValue)]) {
         let mut out = Vec::with_capacity(256);
-        let start = headers_frame(&mut out, head, &self.extra);
+        let start = headers_frame(&mut out, head, extra);
         self.pending = Some((out, start));
     }
 
-    /// The pending head's buffer (and where the frame starts), to append frames to.
-    fn take_pending(&mut self) -> (Vec<u8>, usize) {
-        self.pending.take().unwrap_or_default()
-    }
-
-    async fn write_or_reset(&mut self, chunks: &mut [Bytes]) -> Result<(), Abort> {
-        if self.write(chunks).await {
-            Ok(())
-        } else {
-            Err(Abort::Reset(code::REQUEST_CANCELLED))
+    /// The pending head's frame (or nothing), to append frames to.
+    fn take_pending(&mut self) -> Vec<u8> {
+        match self.pending.take() {
+            Some((mut out, start)) => {
+                out.drain(..start);
+                out
+            }
+            None => Vec::new(),
         }
     }
 
-    async fn put_text(&mut self, text: &str) -> Result<(), Abort> {
-        let (mut out, start) = self.take_pending();
-        frame::put_frame(&mut out, frame::DATA, text.as_bytes());
-        self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
-            .await
+    /// Send the pending head, if any.
+    fn flush(&mut self) {
+        if self.pending.is_some() {
+            self.out.frame = self.take_pending().into();
+        }
     }
 
-    /// One DATA frame of `len` body bytes from `offset` (with the pending head, if any).
-    async fn put_piece(&mut self, kind: BodyKind, offset: u64, len: u64) -> Result<(), Abort> {
-        let (mut first, start) = self.take_pending();
+    /// One DATA frame of `len` body bytes of `kind` from `offset` (with the pending head, if
+    /// any), the body by reference.
+    fn data(&mut self, kind: BodyKind, offset: u64, len: u64) {
+        let mut first = self.take_pending();
         frame::put_frame_head(&mut first, frame::DATA, len);
-        let data = Bytes::from_static(body::slice(kind, offset, len as usize));
-        self.write_or_reset(&mut [Bytes::from(first).slice(start..), data])
-            .await
+        self.out.frame = first.into();
+        self.out.body = (len > 0).then_some((kind, offset, offset + len));
     }
+}
 
-    /// The DATA frame head and the body as static slices (zero copy), up to 16 per write
-    /// (1 MiB), the first write with the pending head.
-    async fn put_generated(&mut self, kind: BodyKind, size: u64) -> Result<(), Abort> {
-        let (mut first, start) = self.take_pending();
-        frame::put_frame_head(&mut first, frame::DATA, size);
-        let mut chunks: [Bytes; 17] = Default::default();
-        chunks[0] = Bytes::from(first).slice(start..);
-        let (mut n, mut off) = (1, 0u64);
-        loop {
-            while off < size && n < chunks.len() {
-                let len = (size - off).min(body::WINDOW as u64) as usize;
-                chunks[n] = Bytes::from_static(body::slice(kind, off, len));
-                off += len as u64;
-                n += 1;
-            }
-            self.write_or_reset(&mut chunks[..n]).await?;
-            n = 0;
-            if off == size {
-                return Ok(());
-            }
+/// The next event of a request's frames; `None` until more comes. DATA is counted in place
+/// (one event per chunk), never copied.
+fn next_event(
+    q: &mut proto::Connection,
+    recv: &mut Recv,
+    msg: &mut Message,
+) -> Result<Option<MessageEvent>, MessageError> {
+    loop {
+        let fin = match recv.pull(q) {
+            Ok(Pulled::Bytes) => false,
+            Ok(Pulled::Fin) => true,
+            Ok(Pulled::Blocked) => return Ok(None),
+            Err(Broken) => return Err(MessageError::Broken),
+        };
+        let (n, event) = msg.poll(&recv.chunk, fin)?;
+        recv.chunk.advance(n);
+        // At the end of the stream `poll` always has an event or an error.
+        if event.is_some() {
+            return Ok(event);
         }
     }
 }
 
-/// The HTTP/3 framing of an exchange's steps: a head waits to go out in one write with the
-/// body's first bytes; body bytes go to quinn by reference.
-impl Engine for H3Stream {
-    type Error = Abort;
-
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
-    /// Sent at once: the client may wait for it (`100 Continue`).
-    async fn interim(&mut self, head: &ResponseHead) -> Result<(), Abort> {
-        stats::interim(Proto::H3);
-        self.response_head(head);
-        self.flush().await
-    }
-
-    async fn head(&mut self, head: &ResponseHead) -> Result<(), Abort> {
-        self.status = head.status;
-        self.response_head(head);
-        Ok(())
-    }
-
-    async fn text(&mut self, text: Cow<'static, str>) -> Result<(), Abort> {
-        self.put_text(&text).await
-    }
-
-    async fn generated(&mut self, body: Generated) -> Result<(), Abort> {
-        self.put_generated(body.kind, body.size).await
-    }
-
-    /// One DATA frame, written on its own.
-    async fn piece(&mut self, p: Piece) -> Result<(), Abort> {
-        self.put_piece(p.kind, p.offset, p.len).await
-    }
-
-    async fn drain(&mut self, limit: Option<u64>) -> Result<(u64, BodyRead), Abort> {
-        let mut n = 0;
-        let how = match self.read_body(&mut n, limit).await {
-            Ok(true) => BodyRead::Ended,
-            Ok(false) => BodyRead::LimitReached,
-            Err(Abort::Status(_)) => BodyRead::Failed(BodyFailure::Timeout),
-            Err(e) => return Err(e),
-        };
-        Ok((n, how))
-    }
-
-    /// The pending head, if any.
-    async fn flush(&mut self) -> Result<(), Abort> {
-        match self.pending.take() {
-            Some((out, start)) => {
-                self.write_or_reset(&mut [Bytes::from(out).slice(start..)])
-                    .await
-            }
-            None => Ok(()),
+/// Read the rest of the request (body DATA, trailers, unknown frames), counting body bytes in
+/// `length`: to its end (`Some(true)`), until `limit` more body bytes than `before` were read
+/// (`Some(false)`), or `None` until more comes.
+fn read_body(
+    q: &mut proto::Connection,
+    recv: &mut Recv,
+    msg: &mut Message,
+    length: &mut Option<BodyLength>,
+    content_length: Option<u64>,
+    (limit, before): (Option<u64>, u64),
+    max_section: u64,
+) -> Result<Option<bool>, Abort> {
+    let length = length.get_or_insert_with(|| BodyLength::new(content_length));
+    let malformed = |_: FieldError| Abort::Reset(code::MESSAGE_ERROR);
+    loop {
+        if limit.is_some_and(|u| length.received() - before >= u) {
+            return Ok(Some(false));
         }
-    }
-
-    async fn sleep_until(&mut self, t: Instant) {
-        loadterm_runtime::timer::sleep_until(t).await
+        match next_event(q, recv, msg)? {
+            None => return Ok(None),
+            Some(MessageEvent::Data(n)) => length.data(n).map_err(malformed)?,
+            Some(MessageEvent::End) => return length.end().map_err(malformed).map(|()| Some(true)),
+            Some(MessageEvent::Trailers) => {
+                let section = msg.section();
+                HEAD.with(|h| h.borrow_mut().trailers(section, max_section))
+                    .map_err(|e| match e {
+                        HeadError::Qpack(QpackError::Decompression) => {
+                            Abort::Connection(code::QPACK_DECOMPRESSION_FAILED)
+                        }
+                        // Too late for a 431: the response may be out.
+                        HeadError::Qpack(QpackError::TooLarge) => Abort::Reset(code::MESSAGE_ERROR),
+                        HeadError::Malformed(e) => malformed(e),
+                    })?;
+            }
+            _ => {}
+        }
     }
 }
