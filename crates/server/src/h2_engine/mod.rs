@@ -6,7 +6,7 @@
 //! task of its own on the same thread, sharing the connection through `Shared`. A connection
 //! idle for `h1`'s `PARK_AFTER` is handed over (`IdleHandover`) to be parked as an HTTP/1 one is:
 //! its task ends, and what it must remember (`Resting`: the codec's connection and the HPACK
-//! decoder put away, about 130 bytes) waits boxed beside the socket.
+//! decoder put away, 128 bytes) waits boxed beside the socket.
 
 mod emit;
 #[cfg(test)]
