@@ -221,9 +221,9 @@ pub struct Connection {
     ledger: FrameLedger,
 }
 
-/// An idle connection put away (`Connection::rest`): only what it must remember to go on, about
-/// 80 bytes (a connection is some 330, and its buffers). Our own settings are not kept: the
-/// user gives them back to `wake`, as it gave them to `Connection::new`.
+/// An idle connection put away (`Connection::rest`): only what it must remember to go on, 80
+/// bytes (a `Connection` is 328, and its buffers). Our own settings are not kept: the user
+/// gives them back to `wake`, as it gave them to `Connection::new`.
 #[derive(Debug)]
 pub struct Dormant {
     role: Role,
@@ -405,8 +405,8 @@ impl Connection {
     /// its buffers and stream map freed. [`Dormant::wake`] makes it a connection again.
     pub fn rest(self) -> Dormant {
         debug_assert!(self.at_rest());
-        // Within these bounds by the checks that set them (windows at most 2^31-1, frame sizes
-        // at most 2^24-1); a connection window not yet opened past the default is still in it.
+        // Windows stay within 0..2^31 (the checks that change them see to it), frame sizes
+        // below 2^24.
         let narrow = |v: i64| u32::try_from(v).expect("a window within 0..2^31");
         Dormant {
             role: self.role,
