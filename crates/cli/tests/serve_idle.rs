@@ -4,8 +4,8 @@
 //! a request arriving in pieces — on clear TCP and over TLS. A connection idle for a second is
 //! parked out of its task (`park.rs`; over TLS, its rustls session boxed beside the socket):
 //! answered the same once it resumes, closed at its idle timeout and at shutdown as a
-//! connection in its task is. HTTP/2 connections (h2c and over TLS) park the same way, their
-//! codec state and HPACK table boxed beside the socket.
+//! connection in its task is. HTTP/2 connections (h2c, upgraded from HTTP/1.1 and over TLS)
+//! park the same way, their codec state put away with the client's settings and HPACK table.
 
 use crate::common;
 
@@ -448,4 +448,84 @@ fn parked_h2_tls_connection_says_goaway_at_shutdown() {
     assert!(goaway, "GOAWAY before the close");
     let status = s.child.wait().expect("wait for the server");
     assert!(status.success(), "the server exits cleanly: {status}");
+}
+
+/// `Upgrade: h2c`: the upgrading request answered as stream 1, the connection parked once the
+/// request replayed as stream 1 is read, and served again as one by prior knowledge is (the
+/// HPACK entry stream 3 indexed used by stream 5, after parking again).
+#[test]
+fn parked_upgraded_h2c_connection_answers_next_streams() {
+    let (s, _, metrics) = server();
+    let mut c = TcpStream::connect(s.clear_addr()).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        b"GET /?s=1k HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+        Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).expect("the 101's head");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    c.write_all(&h2raw::hello()).unwrap();
+    assert_eq!(h2_body(&mut c, 1), (true, body(1024)), "stream 1");
+    for (stream, x_n) in [(3, Some(&b"first"[..])), (5, None)] {
+        wait_parked(metrics);
+        h2_get_1k(&mut c, stream, x_n);
+        assert_eq!(
+            h2_body(&mut c, stream),
+            (true, body(1024)),
+            "stream {stream}"
+        );
+    }
+}
+
+/// The client's settings outlive parking: its HPACK table of 0 (the response's block starts
+/// with a table size update to 0) and its stream window of 100 bytes (the body comes 100 bytes
+/// at a time until the client opens the window), though parked before its first request.
+#[test]
+fn parked_h2_connection_keeps_the_clients_settings() {
+    let (s, pem, metrics) = server();
+    let mut c = connect_alpn(&s, &pem, Tr::Tls, b"h2");
+    let mut settings = Vec::new();
+    for (id, value) in [(0x1u16, 0u32), (0x4, 100)] {
+        settings.extend_from_slice(&id.to_be_bytes());
+        settings.extend_from_slice(&value.to_be_bytes());
+    }
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(h2raw::frame(h2raw::SETTINGS, 0, 0, &settings));
+    c.write_all(&hello).unwrap();
+    wait_parked(metrics);
+    h2_get_1k(&mut *c, 1, Some(b"x"));
+    let mut data = Vec::new();
+    loop {
+        let (ty, flags, id, payload) = h2raw::next_frame(&mut *c).expect("the response");
+        assert!(ty != GOAWAY && ty != h2raw::RST_STREAM, "frame {ty}");
+        if id != 1 {
+            continue;
+        }
+        match ty {
+            HEADERS => assert_eq!(payload[0], 0x20, "a table size update first"),
+            h2raw::DATA => {
+                data.push(payload.len());
+                if data.len() == 1 {
+                    // The rest of the body, and no more.
+                    let update = h2raw::frame(h2raw::WINDOW_UPDATE, 0, 1, &924u32.to_be_bytes());
+                    c.write_all(&update).unwrap();
+                }
+            }
+            _ => {}
+        }
+        if flags & END_STREAM != 0 {
+            break;
+        }
+    }
+    assert_eq!(data, [100, 924], "DATA frames within the client's window");
 }

@@ -159,6 +159,31 @@ impl Default for HpackDecoder {
     }
 }
 
+/// An idle connection's decoder put away (`HpackDecoder::rest`): its dynamic table, newest
+/// entry first (empty: no allocation), 24 bytes beside it.
+#[derive(Debug)]
+pub struct DormantDecoder {
+    table: Box<[Entry]>,
+    /// Table sizes are at most our SETTINGS_HEADER_TABLE_SIZE, a `u32`.
+    max: u32,
+    limit: u32,
+}
+
+impl DormantDecoder {
+    /// The decoder again, its table as it was.
+    pub fn wake(self) -> HpackDecoder {
+        let table = VecDeque::from(self.table.into_vec());
+        HpackDecoder {
+            size: table.iter().map(Entry::size).sum(),
+            table,
+            max: self.max as usize,
+            limit: self.limit as usize,
+            name: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+}
+
 /// Where a field's name comes from while its value is decoded.
 enum Name {
     Static(&'static [u8]),
@@ -299,11 +324,15 @@ impl HpackDecoder {
         }
     }
 
-    /// Give back the scratch space decoding grew (a connection turning idle); the table stays.
-    pub fn rest(&mut self) {
-        self.name = Vec::new();
-        self.value = Vec::new();
-        self.table.shrink_to_fit();
+    /// Put the decoder of an idle connection away: its table (and the sizes that bound it),
+    /// without the scratch space decoding grew; [`DormantDecoder::wake`] makes it a decoder
+    /// again.
+    pub fn rest(self) -> DormantDecoder {
+        DormantDecoder {
+            table: Vec::from(self.table).into_boxed_slice(),
+            max: self.max as u32,
+            limit: self.limit as u32,
+        }
     }
 
     /// The bytes the table holds (its entries' strings), for memory accounting.
@@ -495,6 +524,37 @@ mod tests {
             fields(&mut d, &[0xbe]).unwrap(),
             pairs(&[("custom-key", "custom-value")])
         );
+    }
+
+    /// Put away and woken, a decoder has its entries in order, its sizes and its limit: the next
+    /// block refers to them, and the next entry evicts as it would have.
+    #[test]
+    fn a_decoder_put_away_and_woken_keeps_its_table() {
+        let literal = |name: &str, value: &str| {
+            let mut b = vec![0x40];
+            put_raw_string(&mut b, name.as_bytes());
+            put_raw_string(&mut b, value.as_bytes());
+            b
+        };
+        let mut d = HpackDecoder::with_limit(200);
+        let mut first = Vec::new();
+        put_int(&mut first, 0x20, 5, 100); // a table of 100 bytes: room for two 40-byte entries
+        first.extend(literal("a", "1234567"));
+        first.extend(literal("b", "7654321"));
+        fields(&mut d, &first).unwrap();
+        let mut d = d.rest().wake();
+        assert_eq!((d.size, d.max, d.limit), (80, 100, 200));
+        assert_eq!(
+            fields(&mut d, &[0xbe, 0xbf]).unwrap(),
+            pairs(&[("b", "7654321"), ("a", "1234567")])
+        );
+        fields(&mut d, &literal("c", "0000000")).unwrap();
+        assert_eq!(
+            fields(&mut d, &[0xbe, 0xbf]).unwrap(),
+            pairs(&[("c", "0000000"), ("b", "7654321")]),
+            "the oldest entry evicted"
+        );
+        assert_eq!(fields(&mut d, &[0xc0]), Err(HpackError::Invalid));
     }
 
     #[test]

@@ -5,10 +5,11 @@ use crate::config::listen::{self, Listener, ListenerKind};
 use crate::config::tls::Identity;
 use crate::config::{Config, ExtraHeaders};
 use crate::h1::{ByteStream, TlsInner};
-use crate::h2_engine::Resting;
+use crate::h2_engine::{H2ConnError, IdleHandover, Resting};
 use crate::plumbing::shutdown::ConnSlot;
 use crate::plumbing::stats::{self, HandshakeFailure, Metered, Protection, Transport};
 use crate::stream::detachable::Detachable;
+use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream;
 use crate::{h1, h2_engine, h3, ja4, park};
 use anyhow::{bail, Context, Result};
@@ -231,8 +232,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            let rest = Resting::new(&cfg, &Vec::new());
-            serve_h2(sock, cfg, slot, rest, None).await;
+            let serving = Box::pin(h2_engine::serve_connection(sock, cfg.clone(), Vec::new()));
+            serve_h2(serving, cfg, slot).await;
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -267,10 +268,8 @@ async fn serve_h1_clear(
                 Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
             },
             Some(h1::Handover::Upgrade(up)) => {
-                break Box::pin(async move {
-                    let _ = h2_engine::serve_upgraded(up.io, up.buffered, &up.head, cfg).await;
-                    drop(slot);
-                })
+                let serving = h2_engine::serve_upgraded(up.io, up.buffered, up.head, cfg.clone());
+                break serve_h2(Box::pin(serving), cfg, slot);
             }
         };
         let refused = match park::park(idle) {
@@ -396,25 +395,22 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     if stream.is_h2() {
-        let rest = Resting::new(&cfg, &extra);
-        Session::H2(Box::pin(serve_h2(stream, cfg, slot, rest, None)))
+        let serving = Box::pin(h2_engine::serve_connection(stream, cfg.clone(), extra));
+        Session::H2(Box::pin(serve_h2(serving, cfg, slot)))
     } else {
         Session::H1(Box::pin(serve_h1_tls(stream, cfg, extra, slot, None)))
     }
 }
 
-/// HTTP/2 (clear or TLS), from its preface or after the connection was parked (its next
-/// request awaited until `until`); once idle it is parked, and this task ends.
-async fn serve_h2<IO: ParksH2>(
-    io: IO,
-    cfg: Arc<Config>,
-    slot: ConnSlot,
-    rest: Box<Resting>,
-    until: Option<Instant>,
-) {
+/// HTTP/2 (clear or TLS), as `serving` serves it (a new connection, an upgraded one, or one
+/// resumed after parking); once idle it is parked, and this task ends.
+async fn serve_h2<IO, F>(serving: Pin<Box<F>>, cfg: Arc<Config>, slot: ConnSlot)
+where
+    IO: ParksH2,
+    F: Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>,
+{
     // Its failure, if any, is counted by the engine.
-    let served = Box::pin(h2_engine::serve(io, cfg.clone(), rest, until)).await;
-    let Ok(Some(idle)) = served else {
+    let Ok(Some(idle)) = serving.await else {
         return;
     };
     let Some((sock, session)) = idle.io.put_away(idle.rest) else {
@@ -435,11 +431,11 @@ async fn serve_h2<IO: ParksH2>(
 /// A stream an idle HTTP/2 connection is parked from: its socket taken out, and what it must
 /// remember (`Resting`; over TLS, the session too) boxed to wait beside it.
 trait ParksH2: ByteStream + Sized + 'static {
-    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)>;
+    fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)>;
 }
 
 impl ParksH2 for Metered<TcpStream> {
-    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
+    fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
         let sock = self
             .into_inner()
             .into_std()
@@ -449,11 +445,19 @@ impl ParksH2 for Metered<TcpStream> {
     }
 }
 
+/// After `Upgrade: h2c`: handed over idle only once the replayed bytes are read (`idle_socket`),
+/// so the socket is all there is; resumed as a connection by prior knowledge is.
+impl ParksH2 for Prefixed<Metered<TcpStream>> {
+    fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
+        self.io.put_away(rest)
+    }
+}
+
 impl<IO> ParksH2 for MeteredTls<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
-    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
+    fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
         // Handed over idle only when quiet and the socket can be taken out.
         let mut parked = self.park()?;
         let sock = parked
@@ -466,16 +470,18 @@ where
     }
 }
 
-/// A parked HTTP/2 connection: its TLS session (`()` on clear TCP) and its HTTP/2 state.
+/// A parked HTTP/2 connection: its TLS session (`()` on clear TCP) and its HTTP/2 state, in one
+/// allocation.
 struct H2Idle<T> {
     tls: T,
-    rest: Box<Resting>,
+    rest: Resting,
 }
 
 impl park::Resume for H2Idle<()> {
     fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
         let sock = Metered::new(sock, Transport::Tcp);
-        tokio::task::spawn_local(serve_h2(sock, cfg, slot, self.rest, Some(until)));
+        let serving = Box::pin(h2_engine::resume(sock, cfg.clone(), self.rest, until));
+        tokio::task::spawn_local(serve_h2(serving, cfg, slot));
     }
 
     fn says_goodbye(&self) -> bool {
@@ -490,7 +496,8 @@ where
     fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
         let H2Idle { mut tls, rest } = *self;
         tls.get_mut().attach(sock);
-        tokio::task::spawn_local(serve_h2(tls.resume(), cfg, slot, rest, Some(until)));
+        let serving = Box::pin(h2_engine::resume(tls.resume(), cfg.clone(), rest, until));
+        tokio::task::spawn_local(serve_h2(serving, cfg, slot));
     }
 
     fn says_goodbye(&self) -> bool {

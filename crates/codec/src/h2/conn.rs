@@ -221,13 +221,76 @@ pub struct Connection {
     ledger: FrameLedger,
 }
 
+/// An idle connection put away (`Connection::rest`): only what it must remember to go on, 80
+/// bytes (a `Connection` is 328, and its buffers). Our own settings are not kept: the user
+/// gives them back to `wake`, as it gave them to `Connection::new`.
+#[derive(Debug)]
+pub struct Dormant {
+    role: Role,
+    // The peer's settings.
+    peer_max_streams: u32,
+    peer_initial_window: u32,
+    peer_max_frame: u32,
+    table_update: bool,
+    // Flow control: the connection's windows (streams have none while none is open).
+    conn_send: u32,
+    conn_recv_avail: u32,
+    // Stream ids, the streams reset lately (empty: no allocation) and those reset for errors.
+    last_peer: u32,
+    next_local: u32,
+    recent_resets: Box<[u32]>,
+    error_resets: u32,
+    goaway_sent: Option<u32>,
+    goaway_received: bool,
+    ledger: FrameLedger,
+}
+
+impl Dormant {
+    /// The connection again, as it was put away, with our settings `cfg` (those it was made
+    /// with): its buffers grow as its next bytes need them.
+    pub fn wake(self, cfg: LocalSettings) -> Connection {
+        Connection {
+            role: self.role,
+            preface_left: 0,
+            settings_seen: true,
+            partial: Vec::new(),
+            data: None,
+            block: None,
+            block_cap: block_cap(&cfg),
+            failed: None,
+            peer_max_streams: self.peer_max_streams,
+            peer_initial_window: self.peer_initial_window.into(),
+            peer_max_frame: self.peer_max_frame as usize,
+            table_update: self.table_update,
+            conn_send: self.conn_send.into(),
+            conn_recv_avail: self.conn_recv_avail.into(),
+            streams: HashMap::default(),
+            last_peer: self.last_peer,
+            next_local: self.next_local,
+            recent_resets: self.recent_resets.into_vec().into(),
+            reset_due: None,
+            error_resets: self.error_resets,
+            goaway_sent: self.goaway_sent,
+            goaway_received: self.goaway_received,
+            ctl: Vec::new(),
+            ledger: self.ledger,
+            cfg,
+        }
+    }
+}
+
+/// The largest header block taken (`Connection::block_cap`), from our SETTINGS_MAX_HEADER_LIST_SIZE.
+fn block_cap(cfg: &LocalSettings) -> usize {
+    (cfg.max_header_list_size as usize)
+        .saturating_mul(4)
+        .clamp(64 << 10, 1 << 20)
+}
+
 impl Connection {
     /// A connection whose first bytes out (the client preface, our SETTINGS, the connection
     /// window beyond the default) wait in the control queue.
     pub fn new(role: Role, cfg: LocalSettings) -> Connection {
-        let block_cap = (cfg.max_header_list_size as usize)
-            .saturating_mul(4)
-            .clamp(64 << 10, 1 << 20);
+        let block_cap = block_cap(&cfg);
         let mut c = Connection {
             role,
             preface_left: if role == Role::Server {
@@ -323,28 +386,44 @@ impl Connection {
         self.streams.len()
     }
 
-    /// Nothing of the peer's is held and nothing of ours waits: no stream open, no frame,
-    /// DATA payload or header block half received, no control frame queued. Such a connection
-    /// can be put away (`rest`) until the peer's next bytes.
+    /// Nothing of the peer's is held and nothing of ours waits: the peer's SETTINGS came, no
+    /// stream open, no frame, DATA payload or header block half received, no event or control
+    /// frame due, no error. Such a connection can be put away (`rest`) until the peer's next
+    /// bytes.
     pub fn at_rest(&self) -> bool {
-        self.streams.is_empty()
+        self.settings_seen
+            && self.failed.is_none()
+            && self.streams.is_empty()
             && self.partial.is_empty()
             && self.data.is_none()
             && self.block.as_ref().is_none_or(|b| b.complete)
+            && self.reset_due.is_none()
             && self.ctl.is_empty()
     }
 
-    /// Give back what an idle connection (`at_rest`) no longer needs: the capacity its busy
-    /// spells gave the frame and header-block buffers, the stream map and the control queue.
-    /// Its settings, windows, stream ids and recent resets stay.
-    pub fn rest(&mut self) {
+    /// Put an idle connection (`at_rest`) away: what it must remember to go on (`Dormant`),
+    /// its buffers and stream map freed. [`Dormant::wake`] makes it a connection again.
+    pub fn rest(self) -> Dormant {
         debug_assert!(self.at_rest());
-        self.partial = Vec::new();
-        // A completed block was lent to an event already consumed.
-        self.block = None;
-        self.streams.shrink_to_fit();
-        self.recent_resets.shrink_to_fit();
-        self.ctl = Vec::new();
+        // Windows stay within 0..2^31 (the checks that change them see to it), frame sizes
+        // below 2^24.
+        let narrow = |v: i64| u32::try_from(v).expect("a window within 0..2^31");
+        Dormant {
+            role: self.role,
+            peer_max_streams: self.peer_max_streams,
+            peer_initial_window: narrow(self.peer_initial_window),
+            peer_max_frame: self.peer_max_frame as u32,
+            table_update: self.table_update,
+            conn_send: narrow(self.conn_send),
+            conn_recv_avail: narrow(self.conn_recv_avail),
+            last_peer: self.last_peer,
+            next_local: self.next_local,
+            recent_resets: Vec::from(self.recent_resets).into_boxed_slice(),
+            error_resets: self.error_resets,
+            goaway_sent: self.goaway_sent,
+            goaway_received: self.goaway_received,
+            ledger: self.ledger,
+        }
     }
 
     /// The connection failed (its GOAWAY queued).

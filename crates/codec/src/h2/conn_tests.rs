@@ -825,11 +825,16 @@ fn a_client_opens_streams_and_reads_responses() {
     );
 }
 
-/// A connection is at rest only between frames with no stream open and nothing queued; resting
-/// gives its buffers' capacity back, and it serves the next stream as before.
+/// A connection is at rest only between frames with no stream open and nothing queued; put away
+/// and woken, it serves the next stream as before, its buffers grown again only as needed.
 #[test]
-fn a_connection_at_rest_gives_its_buffers_back_and_goes_on() {
-    let mut c = server();
+fn a_connection_at_rest_is_put_away_and_goes_on() {
+    let mut c = Connection::new(Role::Server, server_cfg());
+    sent(&mut c);
+    assert!(!c.at_rest(), "before the peer's SETTINGS");
+    let hello = [PREFACE, &frame(SETTINGS, 0, 0, &[])].concat();
+    feed(&mut c, &hello, 1000).unwrap();
+    sent(&mut c);
     // A head in two frames, fed in pieces: the frame and block buffers grow.
     let mut input = frame(HEADERS, 0, 1, &get("/")[..4]);
     input.extend(frame(CONTINUATION, flag::END_HEADERS, 1, &get("/")[4..]));
@@ -843,17 +848,12 @@ fn a_connection_at_rest_gives_its_buffers_back_and_goes_on() {
     assert!(!c.at_rest(), "its RST_STREAM queued");
     sent(&mut c);
     assert!(c.at_rest());
-    assert!(c.partial.capacity() > 0 && c.block.is_some());
-    c.rest();
+    let d = c.rest();
+    assert_eq!(*d.recent_resets, [1], "its recent resets stay");
+    let mut c = d.wake(server_cfg());
     assert_eq!(
         c.partial.capacity() + c.streams.capacity() + c.ctl.capacity(),
         0
-    );
-    assert!(c.block.is_none());
-    assert_eq!(
-        c.recent_resets,
-        [1],
-        "what stays: its recent resets, its stream ids"
     );
     let next = frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/n"));
     assert_eq!(
@@ -862,6 +862,97 @@ fn a_connection_at_rest_gives_its_buffers_back_and_goes_on() {
     );
     // DATA in flight on the stream reset before resting is still dropped quietly.
     assert_eq!(feed(&mut c, &frame(DATA, 0, 1, b"x"), 9), Ok(vec![]));
+    assert_eq!(
+        feed(
+            &mut c,
+            &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+            100
+        ),
+        Ok(vec![Ev::Headers(1, get("/"), false, false, true)]),
+        "nor the stream ids: a lower stream is closed, not new"
+    );
+}
+
+/// A connection put away and woken goes on exactly as one that was not: the peer's settings
+/// (a smaller window and larger frames, its concurrency limit, its HPACK table size), the
+/// windows both ways, stream ids and the flood budget all come back; the same input gives the
+/// same events and the same frames out.
+#[test]
+fn a_connection_woken_is_the_connection_put_away() {
+    let cfg = LocalSettings {
+        conn_window: DEFAULT_WINDOW,
+        ..server_cfg()
+    };
+    let start = || {
+        let mut c = Connection::new(Role::Server, cfg.clone());
+        let settings = [
+            setting(setting::INITIAL_WINDOW_SIZE, 1000),
+            setting(setting::MAX_FRAME_SIZE, 40_000),
+            setting(setting::MAX_CONCURRENT_STREAMS, 5),
+            setting(setting::HEADER_TABLE_SIZE, 0),
+        ]
+        .concat();
+        let mut input = [PREFACE, &frame(SETTINGS, 0, 0, &settings)].concat();
+        input.extend(frame(HEADERS, flag::END_HEADERS, 1, &get("/")));
+        input.extend(frame(DATA, 0, 1, &[7; 16_000]));
+        input.extend(frame(DATA, flag::END_STREAM, 1, &[7; 14_000]));
+        // Frames that ask for nothing: most of the flood budget spent.
+        for _ in 0..900 {
+            input.extend(frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()));
+        }
+        feed(&mut c, &input, 1 << 20).unwrap();
+        c.reset(1, code::CANCEL);
+        sent(&mut c);
+        assert!(c.at_rest());
+        c
+    };
+    let run = |c: &mut Connection| {
+        let mut next = frame(HEADERS, flag::END_HEADERS, 3, &get("/next"));
+        next.extend(frame(DATA, 0, 3, &[7; 3000]));
+        let evs = feed(c, &next, 1 << 20);
+        let mut out = Vec::new();
+        // A head larger than the default frame size.
+        c.headers(&mut out, 3, false, |b| b.extend([0x88; 20_000]));
+        let n = c.send_window(3).min(c.max_frame());
+        if c.data(&mut out, 3, n, false) {
+            out.resize(out.len() + n, 0);
+        }
+        c.take_control(&mut out);
+        let pings: Vec<u8> = (0..400).flat_map(|_| frame(PING, 0, 0, &[2; 8])).collect();
+        let flood = feed(c, &pings, 1 << 20).map(|_| ());
+        (evs, split(&out), c.peer_max_streams(), flood)
+    };
+    let got = run(&mut start().rest().wake(cfg.clone()));
+    let want = run(&mut start());
+    assert_eq!(got, want);
+    let head = [&[0x20][..], &[0x88; 20_000]].concat();
+    assert_eq!(
+        want.1,
+        [
+            (HEADERS, flag::END_HEADERS, 3, head),
+            (DATA, 0, 3, vec![0; 1000]),
+            (WINDOW_UPDATE, 0, 0, 33_000u32.to_be_bytes().to_vec()),
+        ],
+        "one HEADERS frame of 20 001 bytes starting with a table size update to 0, DATA within \
+         the peer's window of 1000, the connection window returned past its half"
+    );
+    assert_eq!(want.2, 5);
+    assert_eq!(
+        want.3,
+        Err(ConnError {
+            code: code::ENHANCE_YOUR_CALM,
+            reason: CONTROL_FLOOD
+        }),
+        "the flood budget held: 901 frames asking for nothing before, 400 after"
+    );
+}
+
+/// What a parked connection keeps of the codec's state: 104 bytes, where the whole connection
+/// and decoder took 432 and their buffers.
+#[test]
+fn a_dormant_connection_is_80_bytes() {
+    assert_eq!(std::mem::size_of::<Dormant>(), 80);
+    assert_eq!(std::mem::size_of::<crate::hpack::DormantDecoder>(), 24);
 }
 
 /// Random bytes, and valid streams with bytes flipped, fed in random pieces: errors are fine;

@@ -88,4 +88,4 @@ mod conn;
 mod flood;
 pub mod fuzz;
 
-pub use conn::{ConnError, Connection, Event, LocalSettings, Role};
+pub use conn::{ConnError, Connection, Dormant, Event, LocalSettings, Role};

@@ -91,8 +91,8 @@ pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
     /// The connection turns idle: give back the buffers the stream holds with nothing in them.
     fn release(&mut self) {}
 
-    /// The stream is its socket, and nothing more: once idle for `PARK_AFTER` it can be
-    /// handed over whole (`Handover::Idle`) and the task end.
+    /// The stream is its socket, and nothing more, whenever `idle_socket` gives it: once idle
+    /// for `PARK_AFTER` it can be handed over whole (`Handover::Idle`) and the task end.
     const PARKS: bool = false;
 
     /// Have the kernel stamp the bytes that arrive from now on (`crate::stream::arrival`);
@@ -132,11 +132,14 @@ impl ByteStream for Metered<TcpStream> {
     }
 }
 
-/// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it stays in its task while idle.
+/// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it parks as its socket does once
+/// that has been read.
 impl<IO: ByteStream> ByteStream for Prefixed<IO> {
     fn idle_socket(&self) -> Option<&TcpStream> {
         self.drained()?.idle_socket()
     }
+
+    const PARKS: bool = IO::PARKS;
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).

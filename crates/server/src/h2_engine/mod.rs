@@ -5,8 +5,8 @@
 //! request that waits (a body to read, a delay, a large body under flow control) goes on in a
 //! task of its own on the same thread, sharing the connection through `Shared`. A connection
 //! idle for `h1`'s `PARK_AFTER` is handed over (`IdleHandover`) to be parked as an HTTP/1 one is:
-//! its task ends, and what it must remember (`Resting`: the codec's connection, the HPACK
-//! table) waits boxed beside the socket, its buffers given back.
+//! its task ends, and what it must remember (`Resting`: the codec's connection and the HPACK
+//! decoder put away, 128 bytes) waits boxed beside the socket.
 
 mod emit;
 #[cfg(test)]
@@ -17,9 +17,10 @@ pub(crate) mod upgrade;
 use crate::config::{Config, ExtraHeaders};
 use crate::h1::{ByteStream, PARK_AFTER};
 use crate::plumbing::stats::{self, CountedError, Protection};
+use crate::stream::prefixed::Prefixed;
 use loadterm_codec::fields::{self, RequestFields};
-use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role};
-use loadterm_codec::hpack::{put_literal, HpackDecoder, HpackError};
+use loadterm_codec::h2::{code, ConnError, Connection, Dormant, Event, LocalSettings, Role};
+use loadterm_codec::hpack::{put_literal, DormantDecoder, HpackDecoder, HpackError};
 use loadterm_exchange::{join_field_line, Exchange, RequestSummary, Version};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -64,66 +65,51 @@ impl H2ConnError {
 }
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
-/// is what the client sent after the upgrading request, whose head becomes stream 1. It stays
-/// in its task while idle (its stream, behind the replayed bytes, does not park).
+/// is what the client sent after the upgrading request, whose head becomes stream 1. Once the
+/// replayed bytes are read, it is handed over idle as any other (then served by `resume`).
 pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
-    head: &[u8],
+    head: Vec<u8>,
     cfg: Arc<Config>,
-) -> Result<(), H2ConnError>
+) -> Result<Option<IdleHandover<Prefixed<IO>>>, H2ConnError>
 where
     IO: ByteStream + 'static,
 {
-    match upgrade::rewind(io, buffered, head, cfg.timeout).await {
-        Some(io) => serve_connection(io, cfg, Vec::new()).await.map(drop),
-        None => Ok(()),
+    match upgrade::rewind(io, buffered, &head, cfg.timeout).await {
+        Some(io) => serve_connection(io, cfg, Vec::new()).await,
+        None => Ok(None),
     }
 }
 
-/// What an idle connection must remember while parked: the codec's connection (settings,
-/// windows, stream ids; its buffers given back), the HPACK decoder's table, the fields added to
-/// every response, and the `w` idle time the last request set.
+/// What an idle connection must remember while parked (128 bytes): the codec's connection put
+/// away (the peer's settings, windows, stream ids, flood budget), the HPACK decoder's table, the
+/// fields added to every response, and the `w` idle time the last request set.
 pub(crate) struct Resting {
-    conn: Connection,
-    decoder: HpackDecoder,
-    extra: Vec<u8>,
+    conn: Dormant,
+    decoder: DormantDecoder,
+    extra: Box<[u8]>,
     idle_ms: u64,
 }
 
 /// A connection idle for `PARK_AFTER` (only when `IO::PARKS`): to be parked until readable,
-/// then served again (`serve`), or at `until` served once more to close with its GOAWAY.
+/// then served again (`resume`), or at `until` served once more to close with its GOAWAY.
 pub(crate) struct IdleHandover<IO> {
     pub io: IO,
     pub until: Instant,
-    pub rest: Box<Resting>,
+    pub rest: Resting,
 }
 
-impl Resting {
-    /// A new connection's: `extra` are the fields added to every response (`alt-svc`, `x-ja4`).
-    pub(crate) fn new(cfg: &Config, extra: &ExtraHeaders) -> Box<Resting> {
-        let s = &cfg.h2;
-        let conn = Connection::new(
-            Role::Server,
-            LocalSettings {
-                max_concurrent_streams: s.max_streams,
-                stream_window: s.stream_window,
-                conn_window: s.conn_window,
-                max_frame_size: s.max_frame_size,
-                max_header_list_size: s.max_header_list,
-                header_table_size: 4096,
-            },
-        );
-        let mut block = Vec::new();
-        for (name, value) in extra {
-            put_literal(&mut block, name.as_str().as_bytes(), value.as_bytes());
-        }
-        Box::new(Resting {
-            conn,
-            decoder: HpackDecoder::default(),
-            extra: block,
-            idle_ms: 0,
-        })
+/// Our SETTINGS, from the configuration: a connection woken from `Resting` is given them again.
+fn local_settings(cfg: &Config) -> LocalSettings {
+    let s = &cfg.h2;
+    LocalSettings {
+        max_concurrent_streams: s.max_streams,
+        stream_window: s.stream_window,
+        conn_window: s.conn_window,
+        max_frame_size: s.max_frame_size,
+        max_header_list_size: s.max_header_list,
+        header_table_size: 4096,
     }
 }
 
@@ -149,7 +135,7 @@ pub(super) struct Shared {
     /// The connection's task, woken when a request queued frames or ended.
     task: Option<Waker>,
     /// The HPACK block of the fields added to every response (`alt-svc`, `x-ja4`).
-    extra: Vec<u8>,
+    extra: Box<[u8]>,
     /// The connection is gone: waiting requests stop.
     closed: bool,
 }
@@ -236,26 +222,31 @@ enum Wake {
 
 /// Serve one HTTP/2 connection from its preface (not consumed yet) until it ends or is handed
 /// over idle. `extra`: fields added to every response (`alt-svc`, `x-ja4`).
-pub(crate) async fn serve_connection<IO>(
+pub(crate) fn serve_connection<IO>(
     io: IO,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Result<Option<IdleHandover<IO>>, H2ConnError>
+) -> impl Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
-    let rest = Resting::new(&cfg, &extra);
-    serve(io, cfg, rest, None).await
+    let mut block = Vec::new();
+    for (name, value) in &extra {
+        put_literal(&mut block, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let conn = Connection::new(Role::Server, local_settings(&cfg));
+    let driver = Driver::new(cfg, conn, HpackDecoder::default(), block.into(), 0);
+    driver.serve(io, None)
 }
 
-/// Serve an HTTP/2 connection (`rest`: new, or as it was parked) until it ends or is handed
-/// over idle; after parking, its next request is awaited until `until`.
-pub(crate) async fn serve<IO>(
-    mut io: IO,
+/// Serve a connection parked idle (`rest`) again until it ends or is handed over idle once
+/// more; its next request is awaited until `until`.
+pub(crate) fn resume<IO>(
+    io: IO,
     cfg: Arc<Config>,
-    rest: Box<Resting>,
-    until: Option<Instant>,
-) -> Result<Option<IdleHandover<IO>>, H2ConnError>
+    rest: Resting,
+    until: Instant,
+) -> impl Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
@@ -264,52 +255,10 @@ where
         decoder,
         extra,
         idle_ms,
-    } = *rest;
-    let shared = Rc::new(RefCell::new(Shared {
-        conn,
-        pass: emit::Pass::new(cfg.h2.copy_up_to()),
-        requests: HashMap::new(),
-        task: None,
-        extra,
-        closed: false,
-    }));
-    let mut driver = Driver {
-        shared,
-        decoder,
-        head: Head::default(),
-        max_list: cfg.h2.max_header_list as usize,
-        cfg: cfg.clone(),
-        idle_ms,
-    };
-    let until = until.map_or_else(
-        || tokio::time::Instant::now() + cfg.timeout,
-        tokio::time::Instant::from_std,
-    );
-    let served = match driver.run(&mut io, until).await {
-        Ok(Some(until)) => return Ok(Some(driver.hand_over(io, until))),
-        Ok(None) => Ok(()),
-        Err(e) => {
-            e.count();
-            Err(e)
-        }
-    };
-    let shared = driver.shared;
-    {
-        let mut sh = shared.borrow_mut();
-        sh.closed = true;
-        sh.wake_requests();
-        // The connection's last frames (a GOAWAY) go last.
-        let Shared { conn, pass, .. } = &mut *sh;
-        conn.take_control(pass.buf());
-        pass.copied();
-    }
-    // The last frames (a GOAWAY) go out, then the lingering close, within the linger's time.
-    let _ = tokio::time::timeout(crate::stream::linger::LINGER, async {
-        let _ = poll_fn(|cx| shared.borrow_mut().pass.poll_write(&mut io, cx)).await;
-        crate::stream::linger::close(&mut io).await;
-    })
-    .await;
-    served.map(|()| None)
+    } = rest;
+    let conn = conn.wake(local_settings(&cfg));
+    let driver = Driver::new(cfg, conn, decoder.wake(), extra, idle_ms);
+    driver.serve(io, Some(until))
 }
 
 /// The connection's task: what it keeps between reads.
@@ -324,6 +273,72 @@ struct Driver {
 }
 
 impl Driver {
+    fn new(
+        cfg: Arc<Config>,
+        conn: Connection,
+        decoder: HpackDecoder,
+        extra: Box<[u8]>,
+        idle_ms: u64,
+    ) -> Driver {
+        let shared = Rc::new(RefCell::new(Shared {
+            conn,
+            pass: emit::Pass::new(cfg.h2.copy_up_to()),
+            requests: HashMap::new(),
+            task: None,
+            extra,
+            closed: false,
+        }));
+        Driver {
+            shared,
+            decoder,
+            head: Head::default(),
+            max_list: cfg.h2.max_header_list as usize,
+            cfg,
+            idle_ms,
+        }
+    }
+
+    /// Serve the connection until it ends or is handed over idle; its next request is awaited
+    /// until `until` (a new connection's preface: the timeout).
+    async fn serve<IO>(
+        mut self,
+        mut io: IO,
+        until: Option<Instant>,
+    ) -> Result<Option<IdleHandover<IO>>, H2ConnError>
+    where
+        IO: ByteStream + 'static,
+    {
+        let until = until.map_or_else(
+            || tokio::time::Instant::now() + self.cfg.timeout,
+            tokio::time::Instant::from_std,
+        );
+        let served = match self.run(&mut io, until).await {
+            Ok(Some(until)) => return Ok(Some(self.hand_over(io, until))),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                e.count();
+                Err(e)
+            }
+        };
+        let shared = self.shared;
+        {
+            let mut sh = shared.borrow_mut();
+            sh.closed = true;
+            sh.wake_requests();
+            // The connection's last frames (a GOAWAY) go last.
+            let Shared { conn, pass, .. } = &mut *sh;
+            conn.take_control(pass.buf());
+            pass.copied();
+        }
+        // The last frames (a GOAWAY) go out, then the lingering close, within the linger's time.
+        let _ = tokio::time::timeout(crate::stream::linger::LINGER, async {
+            let _ = poll_fn(|cx| shared.borrow_mut().pass.poll_write(&mut io, cx)).await;
+            crate::stream::linger::close(&mut io).await;
+        })
+        .await;
+        served.map(|()| None)
+    }
+
     /// Serve until the connection ends (`None`), or has been idle for `PARK_AFTER` and can be
     /// handed over (`Some`: the deadline of its next request). Its next request is awaited
     /// until `until` (its preface, if not received yet).
@@ -507,31 +522,28 @@ impl Driver {
             && io.idle_socket().is_some()
     }
 
-    /// The connection, idle (`can_park`), handed over: its buffers given back, its state boxed.
+    /// The connection, idle (`can_park`), handed over: its codec state and HPACK table put
+    /// away, everything else freed.
     fn hand_over<IO>(self, io: IO, until: Instant) -> IdleHandover<IO> {
         let Driver {
             shared,
-            mut decoder,
+            decoder,
             idle_ms,
             ..
         } = self;
         let Ok(shared) = Rc::try_unwrap(shared) else {
             unreachable!("can_park: no request holds the connection");
         };
-        let Shared {
-            mut conn, extra, ..
-        } = shared.into_inner();
-        conn.rest();
-        decoder.rest();
+        let Shared { conn, extra, .. } = shared.into_inner();
         IdleHandover {
             io,
             until,
-            rest: Box::new(Resting {
-                conn,
-                decoder,
+            rest: Resting {
+                conn: conn.rest(),
+                decoder: decoder.rest(),
                 extra,
                 idle_ms,
-            }),
+            },
         }
     }
 
