@@ -10,8 +10,9 @@
 //! (received DATA is returned to the peer at once, in WINDOW_UPDATEs batched per half window:
 //! both users count request and response bodies and drop them), content-length against DATA,
 //! PRIORITY parsed and ignored (§5.3.2), no server push, GOAWAY with the last stream processed,
-//! every protocol error mapped to its stream or connection error code, and the flood budget
-//! (`flood`). What it leaves to its user: HPACK ([`crate::hpack`]) and the message rules
+//! every protocol error mapped to its stream or connection error code, and, for a server, the
+//! flood budget (`flood`) and the cap on streams reset for the peer's errors (a client is the
+//! load generator: it reports what its server does and does not cut it off). What it leaves to its user: HPACK ([`crate::hpack`]) and the message rules
 //! ([`crate::fields`]), reported back with [`Connection::reset`] (a malformed message) or
 //! [`Connection::fail`] (COMPRESSION_ERROR).
 
@@ -113,9 +114,12 @@ pub enum Event<'a> {
     Window,
 }
 
+/// A map keyed by stream id, for the connection and its users.
+pub type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
 /// Stream ids are distinct small integers: hashing them is wasted work.
 #[derive(Default)]
-struct IdHasher(u64);
+pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -181,6 +185,9 @@ const RECENT_RESETS: usize = 64;
 /// Streams we may reset for the peer's errors (malformed messages, stream errors) before the
 /// connection is cut off: a peer that sends nothing but errors is an error flood.
 const ERROR_RESETS: u32 = 256;
+/// Streams a client opens before the server's SETTINGS say its limit (RFC 9113 §6.5.2 advises
+/// servers to allow at least 100): more could be refused before it had its say.
+const ASSUMED_STREAMS: u32 = 100;
 
 pub struct Connection {
     role: Role,
@@ -206,7 +213,7 @@ pub struct Connection {
     table_update: bool,
     conn_send: i64,
     conn_recv_avail: i64,
-    streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
+    streams: StreamMap<Stream>,
     /// The highest stream id the peer opened (server) or we opened (client).
     last_peer: u32,
     next_local: u32,
@@ -241,13 +248,17 @@ impl Connection {
             block: None,
             block_cap,
             failed: None,
-            peer_max_streams: u32::MAX,
+            peer_max_streams: if role == Role::Client {
+                ASSUMED_STREAMS
+            } else {
+                u32::MAX
+            },
             peer_initial_window: DEFAULT_WINDOW.into(),
             peer_max_frame: DEFAULT_MAX_FRAME,
             table_update: false,
             conn_send: DEFAULT_WINDOW.into(),
             conn_recv_avail: DEFAULT_WINDOW.into(),
-            streams: HashMap::default(),
+            streams: StreamMap::default(),
             last_peer: 0,
             next_local: 1,
             recent_resets: VecDeque::new(),
@@ -342,7 +353,8 @@ impl Connection {
             && self.next_local < 1 << 31
     }
 
-    /// The peer's concurrency limit (`u32::MAX` until it says).
+    /// The peer's concurrency limit, until it says: `ASSUMED_STREAMS` for a client, none for a
+    /// server (which opens no streams).
     pub fn peer_max_streams(&self) -> u32 {
         self.peer_max_streams
     }
@@ -468,7 +480,8 @@ impl Connection {
     /// Reset `stream` with `code` (a malformed message: PROTOCOL_ERROR; a request not
     /// processed: REFUSED_STREAM; given up: CANCEL; our side done before the peer's: NO_ERROR);
     /// nothing if it is closed already (the peer reset it, or both sides ended). Past
-    /// `ERROR_RESETS` resets for the peer's errors the connection fails (ENHANCE_YOUR_CALM).
+    /// `ERROR_RESETS` resets for the peer's errors a server's connection fails
+    /// (ENHANCE_YOUR_CALM).
     pub fn reset(&mut self, stream: u32, code: u32) {
         if self.failed.is_some() || self.streams.remove(&stream).is_none() {
             return;
@@ -480,13 +493,15 @@ impl Connection {
     /// error of the peer's.
     fn close_with(&mut self, stream: u32, code: u32) {
         self.rst_stream(stream, code);
-        if matches!(
-            code,
-            code::PROTOCOL_ERROR
-                | code::FLOW_CONTROL_ERROR
-                | code::STREAM_CLOSED
-                | code::FRAME_SIZE_ERROR
-        ) {
+        if self.role == Role::Server
+            && matches!(
+                code,
+                code::PROTOCOL_ERROR
+                    | code::FLOW_CONTROL_ERROR
+                    | code::STREAM_CLOSED
+                    | code::FRAME_SIZE_ERROR
+            )
+        {
             self.error_resets += 1;
             if self.error_resets > ERROR_RESETS {
                 self.error(code::ENHANCE_YOUR_CALM, "too many malformed streams");
@@ -496,8 +511,8 @@ impl Connection {
 
     /// A connection error found by the user (an HPACK block that does not decode:
     /// COMPRESSION_ERROR): GOAWAY, and nothing more is read.
-    pub fn fail(&mut self, code: u32, reason: &'static str) {
-        self.error(code, reason);
+    pub fn fail(&mut self, code: u32, reason: &'static str) -> ConnError {
+        self.error(code, reason)
     }
 
     /// A graceful GOAWAY (NO_ERROR): streams the peer opens from now on are not processed.
@@ -736,7 +751,7 @@ impl Connection {
         if self.block.as_ref().is_some_and(|b| !b.complete) && ty != CONTINUATION {
             return Err(self.error(code::PROTOCOL_ERROR, "header block interrupted"));
         }
-        if self.ledger.frame(ty, flags, len) {
+        if self.role == Role::Server && self.ledger.frame(ty, flags, len) {
             return Err(self.error(code::ENHANCE_YOUR_CALM, CONTROL_FLOOD));
         }
         Ok(())

@@ -766,6 +766,34 @@ fn a_flood_of_frames_that_ask_for_nothing_ends_the_connection() {
     assert!(e.is_control_flood(), "{e}");
 }
 
+/// A client is the load generator: it opens 100 streams until the server says its limit, and
+/// reports what its server does rather than cut it off (no flood budget, no cap on streams reset
+/// for the server's errors).
+#[test]
+fn a_client_assumes_100_streams_and_keeps_no_flood_budget() {
+    let mut c = Connection::new(Role::Client, LocalSettings::default());
+    let mut input = frame(SETTINGS, 0, 0, &[]);
+    input.extend(frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()).repeat(3000));
+    while c.can_open() {
+        let id = c.open();
+        assert!(c.headers(&mut Vec::new(), id, true, |o| o.push(0x82)));
+        input.extend(frame(RST_STREAM, 0, id, &[0, 0, 0, 8]));
+    }
+    assert_eq!(c.open_streams(), 100);
+    let evs = feed(&mut c, &input, 1 << 20).expect("no flood budget");
+    assert_eq!(evs.len(), 3000 + 100);
+    assert_eq!(
+        c.peer_max_streams(),
+        100,
+        "the server's SETTINGS said nothing"
+    );
+    for _ in 0..300 {
+        let id = c.open();
+        c.reset(id, code::PROTOCOL_ERROR);
+    }
+    assert!(c.failed().is_none());
+}
+
 #[test]
 fn endless_continuation_is_cut_off() {
     let mut c = server();
