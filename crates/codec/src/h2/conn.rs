@@ -117,13 +117,15 @@ pub enum Event<'a> {
 /// A map keyed by stream id, for the connection and its users.
 pub type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-/// Stream ids are distinct small integers: hashing them is wasted work.
+/// Stream ids are distinct small integers: one multiplication spreads them. (Not the id itself:
+/// hashbrown tags each slot with the hash's top 7 bits, all zero for small ids, so a lookup would
+/// compare every key of its group.)
 #[derive(Default)]
 pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -413,9 +415,12 @@ impl Connection {
         end_stream: bool,
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> bool {
-        if !self.is_send_open(stream) || self.failed.is_some() {
+        if self.failed.is_some() {
             return false;
         }
+        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
+            return false;
+        };
         let at = out.len();
         out.extend_from_slice(&[0; 9]);
         if std::mem::take(&mut self.table_update) {
@@ -448,7 +453,10 @@ impl Connection {
         }
         self.ledger.wrote(out.len() - at);
         if end_stream {
-            self.end_send(stream);
+            s.send_open = false;
+            if !s.recv_open {
+                self.streams.remove(&stream);
+            }
         }
         true
     }
@@ -1239,17 +1247,18 @@ impl Connection {
     /// A piece of DATA for the user; at the end of the stream, its content-length checked.
     fn data_end<'i>(&mut self, stream: u32, end_stream: bool, data: &'i [u8]) -> Option<Event<'i>> {
         if end_stream {
-            let short = self
-                .streams
-                .get(&stream)
-                .is_some_and(|s| s.content_length.is_some_and(|l| l != s.received));
-            if short {
-                return self
-                    .stream_error(stream, code::PROTOCOL_ERROR)
-                    .ok()
-                    .flatten();
+            if let Some(s) = self.streams.get_mut(&stream) {
+                if s.content_length.is_some_and(|l| l != s.received) {
+                    return self
+                        .stream_error(stream, code::PROTOCOL_ERROR)
+                        .ok()
+                        .flatten();
+                }
+                s.recv_open = false;
+                if !s.send_open {
+                    self.streams.remove(&stream);
+                }
             }
-            self.end_recv(stream);
         }
         Some(Event::Data {
             stream,
