@@ -22,6 +22,7 @@ use super::{
     DEFAULT_MAX_FRAME, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, PRIORITY,
     PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -1189,7 +1190,7 @@ impl Connection {
             return self.stream_error(id, code);
         }
         if len == 0 {
-            return Ok(self.data_end(id, end_stream && data.deliver, &[]));
+            return self.data_end(id, end_stream && data.deliver, &[]);
         }
         self.data = Some(data);
         Ok(None)
@@ -1228,43 +1229,44 @@ impl Connection {
         if !d.deliver {
             return Ok(None);
         }
-        if let Some(s) = self.streams.get_mut(&d.stream) {
-            s.received += n as u64;
-            if s.content_length.is_some_and(|l| s.received > l) {
-                if let Some(x) = self.data.as_mut() {
-                    x.deliver = false;
-                }
-                return self.stream_error(d.stream, code::PROTOCOL_ERROR);
-            }
-        }
         let end = d.end_stream && d.left == 0;
         if n == 0 && !end {
             return Ok(None);
         }
-        Ok(self.data_end(d.stream, end, piece))
+        self.data_end(d.stream, end, piece)
     }
 
-    /// A piece of DATA for the user; at the end of the stream, its content-length checked.
-    fn data_end<'i>(&mut self, stream: u32, end_stream: bool, data: &'i [u8]) -> Option<Event<'i>> {
-        if end_stream {
-            if let Some(s) = self.streams.get_mut(&stream) {
-                if s.content_length.is_some_and(|l| l != s.received) {
-                    return self
-                        .stream_error(stream, code::PROTOCOL_ERROR)
-                        .ok()
-                        .flatten();
+    /// A piece of DATA for the user, counted against the content-length (at the end of the
+    /// stream, it must be reached): the stream looked up once.
+    fn data_end<'i>(
+        &mut self,
+        stream: u32,
+        end_stream: bool,
+        data: &'i [u8],
+    ) -> Result<Option<Event<'i>>, ConnError> {
+        if let Entry::Occupied(mut e) = self.streams.entry(stream) {
+            let s = e.get_mut();
+            s.received += data.len() as u64;
+            if s.content_length
+                .is_some_and(|l| s.received > l || (end_stream && s.received != l))
+            {
+                if let Some(x) = self.data.as_mut() {
+                    x.deliver = false;
                 }
+                return self.stream_error(stream, code::PROTOCOL_ERROR);
+            }
+            if end_stream {
                 s.recv_open = false;
                 if !s.send_open {
-                    self.streams.remove(&stream);
+                    e.remove();
                 }
             }
         }
-        Some(Event::Data {
+        Ok(Some(Event::Data {
             stream,
             data,
             end_stream,
-        })
+        }))
     }
 }
 

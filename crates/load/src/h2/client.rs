@@ -162,10 +162,8 @@ impl Client {
                     discard,
                     ..
                 } => {
-                    let trailers = self
-                        .requests
-                        .get(&stream)
-                        .is_some_and(|r| r.status.is_some());
+                    let r = self.requests.get_mut(&stream).filter(|_| !discard);
+                    let trailers = r.as_ref().is_some_and(|r| r.status.is_some());
                     let fields = &mut self.fields;
                     fields.begin(trailers);
                     // Decoded even for streams given up on, to keep the HPACK table in step.
@@ -176,8 +174,24 @@ impl Client {
                     {
                         return Err(self.conn.fail(code::COMPRESSION_ERROR, "invalid HPACK"));
                     }
-                    if !discard {
-                        self.head(stream, end_stream, trailers)?;
+                    let Some(r) = r else {
+                        continue;
+                    };
+                    let verdict = head(
+                        r,
+                        &self.fields,
+                        &mut self.conn,
+                        &mut self.events,
+                        (stream, end_stream, trailers, self.head_requests),
+                    )?;
+                    match verdict {
+                        Verdict::Going => {}
+                        Verdict::Done => {
+                            if let Some(r) = self.requests.remove(&stream) {
+                                self.finish(stream, r);
+                            }
+                        }
+                        Verdict::Malformed => self.malformed(stream),
                     }
                 }
                 Event::Data {
@@ -185,18 +199,23 @@ impl Client {
                     data,
                     end_stream,
                 } => {
-                    let Some(r) = self.requests.get_mut(&stream) else {
+                    // One lookup: the request leaves the map with its last DATA.
+                    if !end_stream {
+                        match self.requests.get_mut(&stream) {
+                            None => {}
+                            Some(r) if r.status.is_some() => r.body_bytes += data.len() as u64,
+                            Some(_) => return Err(self.early_data()),
+                        }
+                        continue;
+                    }
+                    let Some(mut r) = self.requests.remove(&stream) else {
                         continue;
                     };
                     if r.status.is_none() {
-                        return Err(self
-                            .conn
-                            .fail(code::PROTOCOL_ERROR, "DATA before the final response head"));
+                        return Err(self.early_data());
                     }
                     r.body_bytes += data.len() as u64;
-                    if end_stream {
-                        self.finish(stream);
-                    }
+                    self.finish(stream, r);
                 }
                 Event::Reset {
                     stream,
@@ -239,66 +258,14 @@ impl Client {
         Ok(())
     }
 
-    /// A response head (or trailers) decoded into `self.fields`, on a request's stream.
-    fn head(&mut self, id: u32, end_stream: bool, trailers: bool) -> Result<(), ConnError> {
-        let Some(r) = self.requests.get_mut(&id) else {
-            return Ok(());
-        };
-        let Ok(head) = self.fields.finish() else {
-            // Malformed (RFC 9113 §8.1.1), a missing status or a pseudo-header in trailers
-            // included.
-            self.malformed(id);
-            return Ok(());
-        };
-        if trailers {
-            r.head_bytes += head.field_bytes;
-            if !end_stream {
-                return Err(self
-                    .conn
-                    .fail(code::PROTOCOL_ERROR, "trailers without END_STREAM"));
-            }
-        } else {
-            let status = head.status;
-            if status == 101 {
-                return Err(self.conn.fail(code::PROTOCOL_ERROR, "101 on HTTP/2"));
-            }
-            if is_interim(status) {
-                // Interim response: the final one follows. One that ends the stream is
-                // malformed (RFC 9113 §8.1).
-                self.events.push(RequestEvent::Interim { slot: r.slot });
-                if end_stream {
-                    self.malformed(id);
-                }
-                return Ok(());
-            }
-            r.status = Some(status);
-            // As HTTP/1.1 would spell the status line, so that head bytes compare.
-            r.head_bytes = head.field_bytes + 12;
-            self.events.push(RequestEvent::Head { slot: r.slot });
-            if let Some(n) = head
-                .content_length
-                .filter(|_| response_has_body(self.head_requests, status))
-            {
-                // The connection checks the DATA against it; a head that ends the stream
-                // announces no DATA.
-                if end_stream && n != 0 {
-                    self.malformed(id);
-                    return Ok(());
-                }
-                self.conn.set_content_length(id, n);
-            }
-        }
-        if end_stream {
-            self.finish(id);
-        }
-        Ok(())
+    /// DATA before the final head: the connection fails.
+    fn early_data(&mut self) -> ConnError {
+        self.conn
+            .fail(code::PROTOCOL_ERROR, "DATA before the final response head")
     }
 
     /// A response completed: report it, and stop an upload the server no longer wants.
-    fn finish(&mut self, id: u32) {
-        let Some(r) = self.requests.remove(&id) else {
-            return;
-        };
+    fn finish(&mut self, id: u32, r: Request) {
         if r.upload.is_some() {
             self.conn.reset(id, code::NO_ERROR);
         }
@@ -344,6 +311,70 @@ impl Client {
             off += n;
         }
     }
+}
+
+/// What a response head (or trailers) did to its request.
+enum Verdict {
+    /// The response goes on.
+    Going,
+    Done,
+    Malformed,
+}
+
+/// A response head (or trailers) decoded into `fields`, on request `r`'s stream `id`: its
+/// events, its content-length given to the connection; `Err` for what breaks the connection.
+fn head(
+    r: &mut Request,
+    fields: &ResponseFields,
+    conn: &mut Connection,
+    events: &mut Vec<RequestEvent>,
+    (id, end_stream, trailers, head_requests): (u32, bool, bool, bool),
+) -> Result<Verdict, ConnError> {
+    let Ok(head) = fields.finish() else {
+        // Malformed (RFC 9113 §8.1.1), a missing status or a pseudo-header in trailers included.
+        return Ok(Verdict::Malformed);
+    };
+    if trailers {
+        r.head_bytes += head.field_bytes;
+        if !end_stream {
+            return Err(conn.fail(code::PROTOCOL_ERROR, "trailers without END_STREAM"));
+        }
+        return Ok(Verdict::Done);
+    }
+    let status = head.status;
+    if status == 101 {
+        return Err(conn.fail(code::PROTOCOL_ERROR, "101 on HTTP/2"));
+    }
+    if is_interim(status) {
+        // Interim response: the final one follows. One that ends the stream is malformed
+        // (RFC 9113 §8.1).
+        events.push(RequestEvent::Interim { slot: r.slot });
+        return Ok(if end_stream {
+            Verdict::Malformed
+        } else {
+            Verdict::Going
+        });
+    }
+    r.status = Some(status);
+    // As HTTP/1.1 would spell the status line, so that head bytes compare.
+    r.head_bytes = head.field_bytes + 12;
+    events.push(RequestEvent::Head { slot: r.slot });
+    if let Some(n) = head
+        .content_length
+        .filter(|_| response_has_body(head_requests, status))
+    {
+        // The connection checks the DATA against it; a head that ends the stream announces
+        // no DATA.
+        if end_stream && n != 0 {
+            return Ok(Verdict::Malformed);
+        }
+        conn.set_content_length(id, n);
+    }
+    Ok(if end_stream {
+        Verdict::Done
+    } else {
+        Verdict::Going
+    })
 }
 
 #[cfg(test)]
