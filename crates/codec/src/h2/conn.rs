@@ -81,15 +81,18 @@ impl ConnError {
     }
 }
 
-/// What the peer's bytes amounted to, one at a time ([`Connection::recv`]).
+/// What the peer's bytes amounted to, one at a time ([`Connection::recv`]). A stream's events
+/// carry its `token` (given to [`Connection::open`]; 0 for the peer's streams), so that its user
+/// need not look the stream up again; `None` for a stream no longer open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event<'a> {
     /// A whole header block (HEADERS and its CONTINUATIONs). `first`: the stream's first one
     /// (a request or response head; later ones are a client's interim heads' successors or
     /// trailers). `discard`: the stream is refused, reset or beyond our GOAWAY: decode the block
-    /// only to keep HPACK in step.
+    /// only to keep HPACK in step (and `token` is `None`).
     Headers {
         stream: u32,
+        token: Option<usize>,
         block: &'a [u8],
         end_stream: bool,
         first: bool,
@@ -98,6 +101,7 @@ pub enum Event<'a> {
     /// Body bytes (padding removed), as they arrive; `end_stream` on the last piece.
     Data {
         stream: u32,
+        token: Option<usize>,
         data: &'a [u8],
         end_stream: bool,
     },
@@ -105,6 +109,7 @@ pub enum Event<'a> {
     /// stream error it found (its RST_STREAM queued).
     Reset {
         stream: u32,
+        token: Option<usize>,
         code: u32,
         remote: bool,
     },
@@ -153,6 +158,26 @@ struct Stream {
     /// The peer's content-length, which its DATA must add up to.
     content_length: Option<u64>,
     received: u64,
+    /// The user's token ([`Event`]).
+    token: usize,
+}
+
+impl Stream {
+    /// `n` body bytes received, `end_stream` if they end it: `false` if they break the
+    /// content-length (beyond it, or short of it at the end; RFC 9113 §8.1.1).
+    fn take(&mut self, n: usize, end_stream: bool) -> bool {
+        self.received += n as u64;
+        if self
+            .content_length
+            .is_some_and(|l| self.received > l || (end_stream && self.received != l))
+        {
+            return false;
+        }
+        if end_stream {
+            self.recv_open = false;
+        }
+        true
+    }
 }
 
 /// The DATA frame being received, whose payload streams by.
@@ -176,6 +201,7 @@ struct BlockIn {
     /// CONTINUATION frames so far: bounded apart from the bytes, since empty ones add none.
     frames: usize,
     stream: u32,
+    token: Option<usize>,
     end_stream: bool,
     first: bool,
     discard: bool,
@@ -222,7 +248,7 @@ pub struct Connection {
     next_local: u32,
     recent_resets: VecDeque<u32>,
     /// A stream error found with a header block: its `Reset` event, yielded after the block's.
-    reset_due: Option<(u32, u32)>,
+    reset_due: Option<(u32, u32, Option<usize>)>,
     error_resets: u32,
     /// Our GOAWAY's last stream: newer streams are not processed.
     goaway_sent: Option<u32>,
@@ -385,8 +411,15 @@ impl Connection {
         self.streams.get(&stream).is_some_and(|s| s.send_open)
     }
 
-    /// Open a stream (client): its id; the HEADERS are written with [`Connection::headers`].
-    pub fn open(&mut self) -> u32 {
+    /// Open a stream (client) with its request head, written as by [`Connection::headers`]:
+    /// its id. Its events carry `token`.
+    pub fn open(
+        &mut self,
+        out: &mut Vec<u8>,
+        token: usize,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> u32 {
         debug_assert!(self.can_open());
         let id = self.next_local;
         self.next_local += 2;
@@ -394,14 +427,16 @@ impl Connection {
             id,
             Stream {
                 recv_open: true,
-                send_open: true,
+                send_open: !end_stream,
                 send_window: self.peer_initial_window,
                 recv_avail: self.cfg.stream_window.into(),
                 headers: false,
                 content_length: None,
                 received: 0,
+                token,
             },
         );
+        self.put_block(out, id, end_stream, encode);
         id
     }
 
@@ -422,6 +457,24 @@ impl Connection {
         let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
             return false;
         };
+        if end_stream {
+            s.send_open = false;
+            if !s.recv_open {
+                self.streams.remove(&stream);
+            }
+        }
+        self.put_block(out, stream, end_stream, encode);
+        true
+    }
+
+    /// A header block's frames, into `out`.
+    fn put_block(
+        &mut self,
+        out: &mut Vec<u8>,
+        stream: u32,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) {
         let at = out.len();
         out.extend_from_slice(&[0; 9]);
         if std::mem::take(&mut self.table_update) {
@@ -453,13 +506,6 @@ impl Connection {
             }
         }
         self.ledger.wrote(out.len() - at);
-        if end_stream {
-            s.send_open = false;
-            if !s.recv_open {
-                self.streams.remove(&stream);
-            }
-        }
-        true
     }
 
     /// Write a DATA frame's header for `len` bytes on `stream` into `out` (the caller appends or
@@ -560,9 +606,10 @@ impl Connection {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        if let Some((stream, code)) = self.reset_due.take() {
+        if let Some((stream, code, token)) = self.reset_due.take() {
             return Ok(Some(Event::Reset {
                 stream,
+                token,
                 code,
                 remote: false,
             }));
@@ -586,10 +633,17 @@ impl Connection {
                 }
                 continue;
             }
-            // A whole frame in the input: taken from there, no copy (DATA: its header only).
+            // A whole frame in the input: taken from there, no copy (DATA: its header only,
+            // unless its unpadded payload is all there too).
             if self.partial.is_empty() && input.len() >= 9 {
                 let len = frame_len(input);
-                let n = if input[3] == DATA { 9 } else { 9 + len };
+                let n = if input[3] == DATA
+                    && (input[4] & flag::PADDED != 0 || input.len() < 9 + len)
+                {
+                    9
+                } else {
+                    9 + len
+                };
                 if len <= self.cfg.max_frame_size as usize && input.len() >= n {
                     let (frame, rest) = input.split_at(n);
                     *input = rest;
@@ -640,10 +694,16 @@ impl Connection {
         Ok(Some(self.block_event()))
     }
 
-    /// A whole frame borrowed from the input (DATA: its header only).
+    /// A whole frame borrowed from the input (DATA: perhaps its header only).
     fn frame<'i>(&mut self, frame: &'i [u8]) -> Result<Option<Found<'i>>, ConnError> {
         if matches!(frame[3], HEADERS | CONTINUATION) {
             return self.header_frame(frame, false);
+        }
+        if frame[3] == DATA && frame.len() > 9 {
+            let (len, flags) = (frame_len(frame), frame[4]);
+            self.check_head(DATA, flags, len)?;
+            let ev = self.data_head(stream_id(frame), flags, len, Some(&frame[9..]))?;
+            return Ok(ev.map(Found::Event));
         }
         Ok(self.frame_inner(frame)?.map(Found::Event))
     }
@@ -653,6 +713,7 @@ impl Connection {
         let b = self.block.as_ref().expect("a completed block");
         Event::Headers {
             stream: b.stream,
+            token: b.token,
             block: &b.bytes,
             end_stream: b.end_stream,
             first: b.first,
@@ -699,8 +760,9 @@ impl Connection {
 
     /// A stream error found here: RST_STREAM, and the event that tells the user.
     fn stream_error<'e>(&mut self, stream: u32, code: u32) -> Result<Option<Event<'e>>, ConnError> {
+        let mut token = None;
         if self.failed.is_none() {
-            self.streams.remove(&stream);
+            token = self.streams.remove(&stream).map(|s| s.token);
             self.close_with(stream, code);
         }
         if let Some(e) = self.failed {
@@ -708,6 +770,7 @@ impl Connection {
         }
         Ok(Some(Event::Reset {
             stream,
+            token,
             code,
             remote: false,
         }))
@@ -825,7 +888,7 @@ impl Connection {
             p = &p[5..];
         }
         let end_stream = flags & flag::END_STREAM != 0;
-        let (first, mut discard, mut reset) = self.headers_on(id, end_stream)?;
+        let (first, mut discard, mut reset, token) = self.headers_on(id, end_stream)?;
         if self_dependent && !discard {
             // RFC 9113 §5.3.1: a stream cannot depend on itself.
             reset = Some(code::PROTOCOL_ERROR);
@@ -836,7 +899,7 @@ impl Connection {
                 if let Some(e) = self.failed {
                     return Err(e);
                 }
-                self.reset_due = Some((id, code));
+                self.reset_due = Some((id, code, token));
                 discard = true;
             }
         }
@@ -854,6 +917,7 @@ impl Connection {
                 complete: flags & flag::END_HEADERS != 0,
                 frames: 0,
                 stream: id,
+                token: token.filter(|_| !discard),
                 end_stream,
                 first,
                 discard,
@@ -866,6 +930,7 @@ impl Connection {
         }
         Ok(Some(Found::Event(Event::Headers {
             stream: id,
+            token: token.filter(|_| !discard),
             block: p,
             end_stream,
             first,
@@ -874,29 +939,29 @@ impl Connection {
     }
 
     /// A header block opens or continues stream `id`: (first block, discard it, reset the
-    /// stream with this code).
+    /// stream with this code, its token).
     fn headers_on(
         &mut self,
         id: u32,
         end_stream: bool,
-    ) -> Result<(bool, bool, Option<u32>), ConnError> {
+    ) -> Result<(bool, bool, Option<u32>, Option<usize>), ConnError> {
         if let Some(s) = self.streams.get_mut(&id) {
             if !s.recv_open {
                 // Half-closed (remote): RFC 9113 §5.1.
-                return Ok((false, false, Some(code::STREAM_CLOSED)));
+                return Ok((false, false, Some(code::STREAM_CLOSED), Some(s.token)));
             }
             let first = !s.headers;
             s.headers = true;
             // A server's second block is trailers, which end the stream (§8.1); a client's
             // may be a final head after interim ones, which its user tells apart.
             if !first && !end_stream && self.role == Role::Server {
-                return Ok((false, false, Some(code::PROTOCOL_ERROR)));
+                return Ok((false, false, Some(code::PROTOCOL_ERROR), Some(s.token)));
             }
-            return Ok((first, false, None));
+            return Ok((first, false, None, Some(s.token)));
         }
         if !self.is_idle(id) {
             if self.recent_resets.contains(&id) {
-                return Ok((false, true, None));
+                return Ok((false, true, None, None));
             }
             return Err(self.error(code::STREAM_CLOSED, "HEADERS on a closed stream"));
         }
@@ -912,14 +977,14 @@ impl Connection {
         // A new stream (ids only grow: a lower one is not idle, handled above).
         self.last_peer = id;
         if self.goaway_sent.is_some_and(|last| id > last) {
-            return Ok((true, true, None));
+            return Ok((true, true, None, None));
         }
         if self.streams.len() >= self.cfg.max_concurrent_streams as usize {
             if self.ledger.charge() {
                 return Err(self.error(code::ENHANCE_YOUR_CALM, CONTROL_FLOOD));
             }
             self.rst_stream(id, code::REFUSED_STREAM);
-            return Ok((true, true, None));
+            return Ok((true, true, None, None));
         }
         self.streams.insert(
             id,
@@ -931,9 +996,10 @@ impl Connection {
                 headers: true,
                 content_length: None,
                 received: 0,
+                token: 0,
             },
         );
-        Ok((true, false, None))
+        Ok((true, false, None, Some(0)))
     }
 
     /// Every frame but HEADERS and CONTINUATION (DATA: its header).
@@ -946,7 +1012,7 @@ impl Connection {
             u32::from_be_bytes([payload[i], payload[i + 1], payload[i + 2], payload[i + 3]])
         };
         match ty {
-            DATA => self.data_head(id, flags, len),
+            DATA => self.data_head(id, flags, len, None),
             PRIORITY => {
                 if id == 0 {
                     return Err(self.error(code::PROTOCOL_ERROR, "PRIORITY on stream 0"));
@@ -969,14 +1035,15 @@ impl Connection {
                 if self.is_idle(id) {
                     return Err(self.error(code::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
                 }
-                if self.streams.remove(&id).is_none() {
+                let Some(s) = self.streams.remove(&id) else {
                     return Ok(None);
-                }
+                };
                 if self.data.is_some_and(|d| d.stream == id) {
                     self.data = None;
                 }
                 Ok(Some(Event::Reset {
                     stream: id,
+                    token: Some(s.token),
                     code: u32_at(0),
                     remote: true,
                 }))
@@ -1121,12 +1188,15 @@ impl Connection {
         Ok(grew.then_some(Event::Window))
     }
 
-    /// A DATA frame's header: flow control, the stream's state, then its payload streams by.
+    /// A DATA frame's header: flow control, the stream's state, then its payload streams by;
+    /// or, with its whole unpadded payload (`whole`), its event at once, the stream looked up
+    /// once.
     fn data_head<'e>(
         &mut self,
         id: u32,
         flags: u8,
         len: usize,
+        whole: Option<&'e [u8]>,
     ) -> Result<Option<Event<'e>>, ConnError> {
         if id == 0 {
             return Err(self.error(code::PROTOCOL_ERROR, "DATA on stream 0"));
@@ -1159,35 +1229,59 @@ impl Connection {
             deliver: true,
         };
         let mut reset = None;
+        let mut token = None;
         let idle = self.is_idle(id);
-        match self.streams.get_mut(&id) {
-            Some(s) if s.recv_open && s.headers => {
+        match self.streams.entry(id) {
+            Entry::Occupied(mut e) if e.get().recv_open && e.get().headers => {
+                let s = e.get_mut();
+                token = Some(s.token);
                 if len as i64 > s.recv_avail {
                     reset = Some(code::FLOW_CONTROL_ERROR);
                 } else {
                     s.recv_avail -= len as i64;
                     let window = i64::from(self.cfg.stream_window);
-                    if !end_stream && s.recv_avail <= window / 2 {
+                    let update = (!end_stream && s.recv_avail <= window / 2).then(|| {
                         let n = (window - s.recv_avail) as u32;
                         s.recv_avail = window;
+                        n
+                    });
+                    if let Some(p) = whole {
+                        if s.take(p.len(), end_stream) {
+                            if end_stream && !s.send_open {
+                                e.remove();
+                            }
+                        } else {
+                            reset = Some(code::PROTOCOL_ERROR);
+                        }
+                    }
+                    if let Some(n) = update {
                         self.window_update(id, n);
                     }
                 }
             }
-            Some(s) if !s.headers => {
+            Entry::Occupied(e) if !e.get().headers => {
                 return Err(self.error(code::PROTOCOL_ERROR, "DATA before HEADERS"));
             }
-            Some(_) => reset = Some(code::STREAM_CLOSED),
-            None if idle => {
+            Entry::Occupied(_) => reset = Some(code::STREAM_CLOSED),
+            Entry::Vacant(_) if idle => {
                 return Err(self.error(code::PROTOCOL_ERROR, "DATA on an idle stream"));
             }
-            None if self.recent_resets.contains(&id) => data.deliver = false,
-            None => reset = Some(code::STREAM_CLOSED),
+            Entry::Vacant(_) if self.recent_resets.contains(&id) => data.deliver = false,
+            Entry::Vacant(_) => reset = Some(code::STREAM_CLOSED),
         }
         if let Some(code) = reset {
             data.deliver = false;
-            self.data = (len > 0).then_some(data);
+            // A payload still to come is skipped.
+            self.data = (len > 0 && whole.is_none()).then_some(data);
             return self.stream_error(id, code);
+        }
+        if let Some(p) = whole {
+            return Ok(data.deliver.then_some(Event::Data {
+                stream: id,
+                token,
+                data: p,
+                end_stream,
+            }));
         }
         if len == 0 {
             return self.data_end(id, end_stream && data.deliver, &[]);
@@ -1244,26 +1338,23 @@ impl Connection {
         end_stream: bool,
         data: &'i [u8],
     ) -> Result<Option<Event<'i>>, ConnError> {
+        let mut token = None;
         if let Entry::Occupied(mut e) = self.streams.entry(stream) {
             let s = e.get_mut();
-            s.received += data.len() as u64;
-            if s.content_length
-                .is_some_and(|l| s.received > l || (end_stream && s.received != l))
-            {
+            token = Some(s.token);
+            if !s.take(data.len(), end_stream) {
                 if let Some(x) = self.data.as_mut() {
                     x.deliver = false;
                 }
                 return self.stream_error(stream, code::PROTOCOL_ERROR);
             }
-            if end_stream {
-                s.recv_open = false;
-                if !s.send_open {
-                    e.remove();
-                }
+            if end_stream && !s.send_open {
+                e.remove();
             }
         }
         Ok(Some(Event::Data {
             stream,
+            token,
             data,
             end_stream,
         }))

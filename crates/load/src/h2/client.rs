@@ -7,7 +7,7 @@
 use crate::setup::Offer;
 use bytes::Bytes;
 use loadterm_codec::fields::ResponseFields;
-use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role, StreamMap};
+use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role};
 use loadterm_codec::hpack;
 use loadterm_plan::{is_interim, response_has_body};
 
@@ -39,6 +39,7 @@ pub(super) enum RequestEvent {
 #[derive(Debug)]
 struct Request {
     slot: usize,
+    stream: u32,
     /// Final status, once the response head is in.
     status: Option<u16>,
     head_bytes: u64,
@@ -51,11 +52,13 @@ pub(super) struct Client {
     conn: Connection,
     out: Vec<u8>,
     events: Vec<RequestEvent>,
-    requests: StreamMap<Request>,
+    /// By slot, the token of their streams' events: no lookup by stream id.
+    requests: Vec<Option<Request>>,
+    in_flight: usize,
     decoder: hpack::HpackDecoder,
     fields: ResponseFields,
-    /// Streams with a request body waiting for window.
-    blocked: Vec<u32>,
+    /// Streams (and slots) with a request body waiting for window.
+    blocked: Vec<(u32, usize)>,
     /// The requests are HEADs: their responses' content-length describes no DATA.
     head_requests: bool,
 }
@@ -91,7 +94,8 @@ impl Client {
             conn,
             out,
             events: Vec::new(),
-            requests: StreamMap::default(),
+            requests: Vec::new(),
+            in_flight: 0,
             decoder: hpack::HpackDecoder::with_limit(offer.header_table as usize),
             fields: ResponseFields::default(),
             blocked: Vec::new(),
@@ -106,7 +110,7 @@ impl Client {
 
     /// Requests in flight.
     pub(super) fn in_flight(&self) -> usize {
-        self.requests.len()
+        self.in_flight
     }
 
     /// The server said GOAWAY: no new requests on this connection.
@@ -116,22 +120,24 @@ impl Client {
 
     /// Start a request with a prebuilt HPACK header block and an optional body.
     pub(super) fn start(&mut self, block: &[u8], body: &Bytes, slot: usize) {
-        let id = self.conn.open();
-        self.conn.headers(&mut self.out, id, body.is_empty(), |o| {
+        let stream = self.conn.open(&mut self.out, slot, body.is_empty(), |o| {
             o.extend_from_slice(block)
         });
-        self.requests.insert(
-            id,
-            Request {
-                slot,
-                status: None,
-                head_bytes: 0,
-                body_bytes: 0,
-                upload: (!body.is_empty()).then(|| (body.clone(), 0)),
-            },
-        );
+        if self.requests.len() <= slot {
+            self.requests.resize_with(slot + 1, || None);
+        }
+        debug_assert!(self.requests[slot].is_none(), "slot {slot} in use");
+        self.requests[slot] = Some(Request {
+            slot,
+            stream,
+            status: None,
+            head_bytes: 0,
+            body_bytes: 0,
+            upload: (!body.is_empty()).then(|| (body.clone(), 0)),
+        });
+        self.in_flight += 1;
         if !body.is_empty() {
-            self.send_body(id);
+            self.send_body(stream, slot);
         }
     }
 
@@ -157,12 +163,13 @@ impl Client {
             match ev {
                 Event::Headers {
                     stream,
+                    token,
                     block,
                     end_stream,
-                    discard,
                     ..
                 } => {
-                    let r = self.requests.get_mut(&stream).filter(|_| !discard);
+                    // No token: a stream given up on.
+                    let r = request(&mut self.requests, stream, token);
                     let trailers = r.as_ref().is_some_and(|r| r.status.is_some());
                     let fields = &mut self.fields;
                     fields.begin(trailers);
@@ -186,43 +193,34 @@ impl Client {
                     )?;
                     match verdict {
                         Verdict::Going => {}
-                        Verdict::Done => {
-                            if let Some(r) = self.requests.remove(&stream) {
-                                self.finish(stream, r);
-                            }
-                        }
-                        Verdict::Malformed => self.malformed(stream),
+                        Verdict::Done => self.finish(stream, token),
+                        Verdict::Malformed => self.malformed(stream, token),
                     }
                 }
                 Event::Data {
                     stream,
+                    token,
                     data,
                     end_stream,
                 } => {
-                    // One lookup: the request leaves the map with its last DATA.
-                    if !end_stream {
-                        match self.requests.get_mut(&stream) {
-                            None => {}
-                            Some(r) if r.status.is_some() => r.body_bytes += data.len() as u64,
-                            Some(_) => return Err(self.early_data()),
-                        }
-                        continue;
-                    }
-                    let Some(mut r) = self.requests.remove(&stream) else {
+                    let Some(r) = request(&mut self.requests, stream, token) else {
                         continue;
                     };
                     if r.status.is_none() {
                         return Err(self.early_data());
                     }
                     r.body_bytes += data.len() as u64;
-                    self.finish(stream, r);
+                    if end_stream {
+                        self.finish(stream, token);
+                    }
                 }
                 Event::Reset {
                     stream,
+                    token,
                     code,
                     remote,
                 } => {
-                    let Some(r) = self.requests.remove(&stream) else {
+                    let Some(r) = self.take(stream, token) else {
                         continue;
                     };
                     let slot = r.slot;
@@ -237,20 +235,18 @@ impl Client {
                     });
                 }
                 Event::GoAway { last_stream, .. } => {
-                    let events = &mut self.events;
-                    self.requests.retain(|&id, r| {
-                        let unprocessed = id > last_stream;
-                        if unprocessed {
-                            events.push(RequestEvent::Unprocessed { slot: r.slot });
+                    for r in &mut self.requests {
+                        if let Some(r) = r.take_if(|r| r.stream > last_stream) {
+                            self.in_flight -= 1;
+                            self.events.push(RequestEvent::Unprocessed { slot: r.slot });
                         }
-                        !unprocessed
-                    });
+                    }
                 }
                 Event::Window => {
                     // The connection's frames first: the SETTINGS ACK for the window it opens.
                     self.conn.take_control(&mut self.out);
-                    for id in std::mem::take(&mut self.blocked) {
-                        self.send_body(id);
+                    for (stream, slot) in std::mem::take(&mut self.blocked) {
+                        self.send_body(stream, slot);
                     }
                 }
             }
@@ -264,10 +260,21 @@ impl Client {
             .fail(code::PROTOCOL_ERROR, "DATA before the final response head")
     }
 
+    /// The request on `stream` (`token` its slot), out of the requests in flight.
+    fn take(&mut self, stream: u32, token: Option<usize>) -> Option<Request> {
+        let r = self.requests.get_mut(token?)?;
+        let r = r.take_if(|r| r.stream == stream)?;
+        self.in_flight -= 1;
+        Some(r)
+    }
+
     /// A response completed: report it, and stop an upload the server no longer wants.
-    fn finish(&mut self, id: u32, r: Request) {
+    fn finish(&mut self, stream: u32, token: Option<usize>) {
+        let Some(r) = self.take(stream, token) else {
+            return;
+        };
         if r.upload.is_some() {
-            self.conn.reset(id, code::NO_ERROR);
+            self.conn.reset(stream, code::NO_ERROR);
         }
         self.events.push(RequestEvent::Done {
             slot: r.slot,
@@ -278,17 +285,17 @@ impl Client {
     }
 
     /// A malformed response: report it, and reset the stream with PROTOCOL_ERROR.
-    fn malformed(&mut self, id: u32) {
-        let Some(r) = self.requests.remove(&id) else {
+    fn malformed(&mut self, stream: u32, token: Option<usize>) {
+        let Some(r) = self.take(stream, token) else {
             return;
         };
-        self.conn.reset(id, code::PROTOCOL_ERROR);
+        self.conn.reset(stream, code::PROTOCOL_ERROR);
         self.events.push(RequestEvent::Malformed { slot: r.slot });
     }
 
     /// Send what the windows allow of a stream's request body.
-    fn send_body(&mut self, id: u32) {
-        let Some(r) = self.requests.get_mut(&id) else {
+    fn send_body(&mut self, id: u32, slot: usize) {
+        let Some(r) = request(&mut self.requests, id, Some(slot)) else {
             return;
         };
         let Some((body, mut off)) = r.upload.take() else {
@@ -301,7 +308,7 @@ impl Client {
             if n == 0 {
                 if self.conn.is_send_open(id) {
                     r.upload = Some((body, off));
-                    self.blocked.push(id);
+                    self.blocked.push((id, slot));
                 }
                 return;
             }
@@ -311,6 +318,18 @@ impl Client {
             off += n;
         }
     }
+}
+
+/// The request in flight on `stream`, by its events' `token` (its slot).
+fn request(
+    requests: &mut [Option<Request>],
+    stream: u32,
+    token: Option<usize>,
+) -> Option<&mut Request> {
+    requests
+        .get_mut(token?)?
+        .as_mut()
+        .filter(|r| r.stream == stream)
 }
 
 /// What a response head (or trailers) did to its request.
