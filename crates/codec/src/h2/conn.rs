@@ -120,14 +120,14 @@ pub enum Event<'a> {
     Window,
 }
 
-/// A map keyed by stream id, for the connection and its users.
-pub type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+/// The streams, keyed by id.
+type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// Stream ids are distinct small integers: one multiplication spreads them. (Not the id itself:
 /// hashbrown tags each slot with the hash's top 7 bits, all zero for small ids, so a lookup would
 /// compare every key of its group.)
 #[derive(Default)]
-pub struct IdHasher(u64);
+struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {

@@ -87,4 +87,4 @@ pub fn frame_len(head: &[u8]) -> usize {
 mod conn;
 mod flood;
 
-pub use conn::{ConnError, Connection, Event, IdHasher, LocalSettings, Role, StreamMap};
+pub use conn::{ConnError, Connection, Event, LocalSettings, Role};
