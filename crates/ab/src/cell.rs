@@ -235,7 +235,7 @@ impl CellPlan<'_> {
             }
         }
         eprintln!("{} regime: {regime}", self.tag);
-        let (runs, repeats, budget_ended) = self.rounds(servers)?;
+        let (runs, repeats, ended) = self.rounds(servers)?;
         for name in &self.names {
             let checks: Vec<&contam::Checks> = runs
                 .iter()
@@ -265,11 +265,15 @@ impl CellPlan<'_> {
         if procs::interrupted() {
             notes.push(format!("interrupted after {rounds} rounds"));
         }
-        if budget_ended {
-            notes.push(format!(
+        match ended {
+            Some(EndedEarly::Budget) => notes.push(format!(
                 "the time budget ended after {rounds} rounds, before every interval reached ±{:.1} points",
                 self.precision_pct
-            ));
+            )),
+            Some(EndedEarly::Lost(why)) => notes.push(format!(
+                "ended after {rounds} rounds: as many windows were lost as repeats are allowed, the last with \"{why}\""
+            )),
+            None => {}
         }
         let base = self.names[0].clone();
         let twin = self.twin.then(|| self.names[self.names.len() - 1].clone());
@@ -462,15 +466,18 @@ impl CellPlan<'_> {
     }
 
     /// The measured rounds (runs numbered by measured round), the flags of the rounds run
-    /// again, and whether the time budget ended them.
+    /// again, and what ended them before every interval was resolved.
     #[allow(clippy::type_complexity)]
-    fn rounds(&mut self, servers: &mut Servers) -> Result<(Vec<Run>, Vec<Vec<String>>, bool)> {
+    fn rounds(
+        &mut self,
+        servers: &mut Servers,
+    ) -> Result<(Vec<Run>, Vec<Vec<String>>, Option<EndedEarly>)> {
         let n = self.names.len();
         let mut moments = vec![Moments::default(); n];
         let mut runs = Vec::new();
         let mut repeats = Vec::new();
         let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
-        let mut budget_ended = false;
+        let mut ended = None;
         let mut last_round = Duration::ZERO;
         loop {
             if self.rounds.is_some_and(|r| measured >= r) || procs::interrupted() {
@@ -478,7 +485,7 @@ impl CellPlan<'_> {
             }
             if let Some(d) = self.deadline {
                 if measured >= 2 && Instant::now() + last_round > d {
-                    budget_ended = true;
+                    ended = Some(EndedEarly::Budget);
                     break;
                 }
             }
@@ -500,6 +507,12 @@ impl CellPlan<'_> {
                         eprintln!("{} round run again: {e:#}", self.tag);
                         repeats.push(vec!["no request completed".to_owned()]);
                         continue;
+                    }
+                    // Repeats used up: the rounds kept still make a comparison.
+                    Err(e) if measure::NoRequest::is(&e) && measured >= 2 => {
+                        eprintln!("{} ended: {e:#}", self.tag);
+                        ended = Some(EndedEarly::Lost(format!("{e:#}")));
+                        break;
                     }
                     r => r?,
                 };
@@ -554,7 +567,7 @@ impl CellPlan<'_> {
                 break;
             }
         }
-        Ok((runs, repeats, budget_ended))
+        Ok((runs, repeats, ended))
     }
 
     /// "[h1 /?s=1k] round 14: B +2.9% ±2.4 in cpu_us_per_req (target ±1.5), 8m12s left".
@@ -647,6 +660,14 @@ fn flag_kind(flag: &str) -> &str {
         .next()
         .unwrap_or(flag)
         .trim()
+}
+
+/// Why the rounds ended before every interval was resolved.
+enum EndedEarly {
+    /// `--max-time`.
+    Budget,
+    /// A window without a completed request when no repeat was left.
+    Lost(String),
 }
 
 /// "3 rounds run again (contaminated): foreign CPU in 2, client behind in 1".

@@ -206,12 +206,7 @@ fn client_result(
     out: std::process::Output,
     json: Option<&std::path::Path>,
 ) -> Result<Option<LoadReport>> {
-    if !out.status.success() {
-        bail!(
-            "load run failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    host::load_succeeded(&out)?;
     match json {
         Some(j) => {
             let text = std::fs::read_to_string(j).context("reading the load report")?;
@@ -642,14 +637,22 @@ fn measured(
 /// round is run again like a contaminated one (`cell`), and a server that really stopped
 /// answering ends the comparison at the next round's check or when repeats run out.
 #[derive(Debug)]
-pub(crate) struct NoRequest(String);
+pub(crate) struct NoRequest {
+    variant: String,
+    started: u64,
+    window: Duration,
+}
 
 impl std::fmt::Display for NoRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Requests started in the warm-up count where they complete: none started in the
+        // window may still mean every connection is waiting on a response.
         write!(
             f,
-            "variant {}: no request completed in the measured run",
-            self.0
+            "variant {}: no request completed in the measured run ({} started in its {:?}): \
+             requests that outlast the window want a longer --duration or fewer connections \
+             (-c) or streams (-m); a client that could not send, a quieter machine",
+            self.variant, self.started, self.window
         )
     }
 }
@@ -678,7 +681,12 @@ fn run_of(
 ) -> Result<Run> {
     let requests = report.requests.completed;
     if requests == 0 {
-        return Err(NoRequest(variant.to_owned()).into());
+        return Err(NoRequest {
+            variant: variant.to_owned(),
+            started: report.requests.started,
+            window: spec.duration,
+        }
+        .into());
     }
     let n = requests as f64;
     let latency = report
@@ -773,10 +781,17 @@ mod tests {
 
     #[test]
     fn a_run_without_a_request_is_known_through_its_context() {
-        let lost: anyhow::Result<()> = Err(NoRequest("B".to_owned()).into());
+        let lost: anyhow::Result<()> = Err(NoRequest {
+            variant: "B".to_owned(),
+            started: 500,
+            window: std::time::Duration::from_secs(1),
+        }
+        .into());
         let e = lost.context("round 3").unwrap_err();
         assert!(NoRequest::is(&e));
-        assert!(format!("{e:#}").contains("variant B: no request completed"));
+        let text = format!("{e:#}");
+        assert!(text.contains("variant B: no request completed"), "{text}");
+        assert!(text.contains("a longer --duration"), "{text}");
         assert!(!NoRequest::is(&anyhow::anyhow!(
             "variant B: the server exited"
         )));

@@ -285,6 +285,17 @@ pub(crate) struct LoadWindowDone {
     pub wall_s: f64,
 }
 
+/// A finished `loadterm load`, or why it failed, in its own words.
+pub(crate) fn load_succeeded(out: &std::process::Output) -> Result<()> {
+    if !out.status.success() {
+        bail!(
+            "load run failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// Run a window's loads on this host, all at once.
 pub(crate) fn load_here(w: &LoadWindow) -> Result<LoadWindowDone> {
     let scratch = Scratch::new("load")?;
@@ -322,12 +333,7 @@ pub(crate) fn load_here(w: &LoadWindow) -> Result<LoadWindowDone> {
         let out = child
             .wait_with_output()
             .context("waiting for loadterm load")?;
-        if !out.status.success() {
-            bail!(
-                "load run failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        load_succeeded(&out)?;
         loads.push(LoadDone {
             report: std::fs::read_to_string(&json).context("reading the load report")?,
             // Ticks, not schedstat: the client may have ended its window, and its threads,

@@ -42,6 +42,21 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait for `text` in the log: the agent may reply before it writes why, and its unbuffered
+    /// stderr writes a line in pieces.
+    fn logged(&self, text: &str) {
+        let limit = Duration::from_secs(20);
+        let t0 = std::time::Instant::now();
+        while !self.log().contains(text) {
+            assert!(
+                t0.elapsed() < limit,
+                "{text:?} not in the agent's log within {limit:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Processes the agent started and still has (its children).
     fn children(&self) -> usize {
         let me = self.child.id().to_string();
@@ -232,11 +247,7 @@ fn no_certificate_or_another_labs_certificate_runs_nothing() {
         assert_eq!(exchange(&mut *s, &bytes), None, "{client:?} got a reply");
     }
     assert_eq!(lines(&starts), 0, "a command ran");
-    assert!(
-        agent.log().contains("refused: TLS handshake"),
-        "{}",
-        agent.log()
-    );
+    agent.logged("refused: TLS handshake");
     // The same requests with the lab's certificate do run: the refusals were the credentials'.
     let mut s = greeted(agent.port, &auth, &t);
     assert_eq!(
@@ -282,11 +293,7 @@ fn a_replayed_request_is_refused_and_runs_nothing() {
     let mut s2 = connect(agent.port, &auth, Some(&auth));
     assert_eq!(exchange(&mut *s2, &launch), Some(409));
     assert_eq!(lines(&starts), 1, "the replays ran a command");
-    assert!(
-        agent.log().contains("a replayed or out-of-order request"),
-        "{}",
-        agent.log()
-    );
+    agent.logged("a replayed or out-of-order request");
 }
 
 #[test]
@@ -301,11 +308,7 @@ fn a_truncated_request_runs_nothing() {
     s.write_all(&launch[..launch.len() - 20]).unwrap();
     s.flush().unwrap();
     drop(s);
-    common::wait_until(
-        "the agent ends the session",
-        Duration::from_secs(20),
-        || agent.log().contains("nothing of it ran"),
-    );
+    agent.logged("nothing of it ran");
     assert_eq!(lines(&starts), 0, "a command ran");
 }
 

@@ -146,3 +146,24 @@ fn known_effect_is_detected() {
         cpu["verdict"]
     );
 }
+
+/// Responses slower than the measured window: every pilot window is lost, run again a few times,
+/// and ab ends saying why and what to change, never with a verdict made of nothing.
+#[test]
+fn responses_slower_than_the_window_end_the_pilot_with_the_remedy() {
+    let server = server_cmd();
+    let out = Command::new(common::bin())
+        .args(["ab", "--a", &server, "--b", &server, "--proto", "h1"])
+        .args(["--url", "/?s=1k&t=4000", "--max-time", "2m"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.matches("pilot run again").count(), 3, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("no request completed in the measured run")
+            && last.contains("a longer --duration"),
+        "{stderr}"
+    );
+}

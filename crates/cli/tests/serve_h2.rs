@@ -447,108 +447,6 @@ fn stalled_reader_costs_no_cpu() {
     drop(c);
 }
 
-/// Send stream 1 as `block` (and `body` as one DATA frame) on the h2c port, then a
-/// well-formed stream 3: stream 1's RST_STREAM code is returned (`None` if it was answered),
-/// and stream 3 must be answered (a malformed request resets only its stream).
-fn raw_verdict(block: &[u8], body: Option<&[u8]>) -> Option<u32> {
-    use common::h2raw::*;
-    use std::io::Write;
-    let s = Server::start(&["-t", "1", "--no-quic"]);
-    let mut c = open(s.clear_port);
-    let mut out = match body {
-        None => frame(HEADERS, END_STREAM | END_HEADERS, 1, block),
-        Some(b) => {
-            let mut f = frame(HEADERS, END_HEADERS, 1, block);
-            f.extend(frame(DATA, END_STREAM, 1, b));
-            f
-        }
-    };
-    out.extend(frame(
-        HEADERS,
-        END_STREAM | END_HEADERS,
-        3,
-        &request_block("/?s=1", &[]),
-    ));
-    c.write_all(&out).unwrap();
-    let (mut first, mut second) = (None, false);
-    while first.is_none() || !second {
-        match next_frame(&mut c).expect("the server closed or went silent") {
-            (RST_STREAM, _, 1, p) => {
-                first = Some(Some(u32::from_be_bytes(p[..4].try_into().unwrap())))
-            }
-            (HEADERS, _, 1, _) => first = Some(None),
-            (HEADERS, _, 3, _) => second = true,
-            (GOAWAY, _, _, p) => panic!("GOAWAY {p:?}"),
-            _ => {}
-        }
-    }
-    first.unwrap()
-}
-
-const PROTOCOL_ERROR: Option<u32> = Some(0x1);
-
-#[test]
-fn h2_authority_and_host_disagreeing_is_malformed() {
-    let block = common::h2raw::request_block("/", &[("host", b"y")]);
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-#[test]
-fn h2_host_agreeing_with_authority_is_served() {
-    let block = common::h2raw::request_block("/", &[("host", b"X")]);
-    assert_eq!(raw_verdict(&block, None), None);
-}
-
-#[test]
-fn h2_second_host_is_malformed() {
-    let block = common::h2raw::request_block("/", &[("host", b"x"), ("host", b"x")]);
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-#[test]
-fn h2_field_value_with_leading_space_is_malformed() {
-    let block = common::h2raw::request_block("/", &[("accept", b" */*")]);
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-#[test]
-fn h2_missing_path_is_malformed() {
-    let mut block = Vec::new();
-    common::h2raw::field(&mut block, ":method", b"GET");
-    common::h2raw::field(&mut block, ":scheme", b"http");
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-#[test]
-fn h2_connect_without_authority_is_malformed() {
-    let mut block = Vec::new();
-    common::h2raw::field(&mut block, ":method", b"CONNECT");
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-/// A well-formed CONNECT is refused unprocessed: no tunnels here.
-#[test]
-fn h2_connect_is_refused() {
-    let mut block = Vec::new();
-    common::h2raw::field(&mut block, ":method", b"CONNECT");
-    common::h2raw::field(&mut block, ":authority", b"x:443");
-    assert_eq!(raw_verdict(&block, None), Some(0x7));
-}
-
-/// Enforced by the h2 crate; kept with a test.
-#[test]
-fn h2_te_other_than_trailers_is_malformed() {
-    let block = common::h2raw::request_block("/", &[("te", b"gzip")]);
-    assert_eq!(raw_verdict(&block, None), PROTOCOL_ERROR);
-}
-
-/// Enforced by the h2 crate; kept with a test.
-#[test]
-fn h2_content_length_above_data_is_malformed() {
-    let block = common::h2raw::request_block("/", &[("content-length", b"10")]);
-    assert_eq!(raw_verdict(&block, Some(b"12345")), PROTOCOL_ERROR);
-}
-
 /// Many streams of mixed sizes at once on one connection, so passes mix copied and referenced
 /// pieces and exceed the 64 KiB pass limit; every body must arrive intact and in order.
 async fn emit_keeps_every_byte(strategy: &str) {
@@ -698,4 +596,315 @@ async fn http2_answers_as_http1_does_field_by_field() {
             one.body.len()
         );
     }
+}
+
+/// What the server did with a stream-1 request: answered it, reset its stream (stream 3, sent
+/// after it, still answered: a stream error), or ended the connection (GOAWAY: a connection
+/// error).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Verdict {
+    Served,
+    Reset(u32),
+    GoAway(u32),
+}
+
+/// Send `frames` (stream 1, after the preface and SETTINGS) then a well-formed stream 3 on a
+/// new h2c connection to `port`: what became of stream 1.
+fn verdict_on(port: u16, frames: &[u8]) -> Verdict {
+    use common::h2raw::*;
+    use std::io::Write;
+    let mut c = open(port);
+    let mut out = frames.to_vec();
+    out.extend(frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        3,
+        &request_block("/?s=1", &[]),
+    ));
+    c.write_all(&out).unwrap();
+    let (mut first, mut second) = (None, false);
+    while first.is_none() || !second {
+        match next_frame(&mut c).expect("the server closed or went silent") {
+            (RST_STREAM, _, 1, p) => {
+                first = Some(Verdict::Reset(u32::from_be_bytes(
+                    p[..4].try_into().unwrap(),
+                )))
+            }
+            (HEADERS, _, 1, _) => first = Some(Verdict::Served),
+            (HEADERS, _, 3, _) => second = true,
+            (GOAWAY, _, _, p) => {
+                return Verdict::GoAway(u32::from_be_bytes(p[4..8].try_into().unwrap()))
+            }
+            _ => {}
+        }
+    }
+    first.unwrap()
+}
+
+/// docs/COMPATIBILITY.md "HTTP/2 requests": each malformed request or frame sequence and the
+/// RFC 9113 error the server answers it with, on one server, a connection per row.
+#[test]
+fn h2_malformed_requests_get_their_rfc_errors() {
+    use common::h2raw::*;
+    use Verdict::*;
+    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let headers = |block: &[u8]| frame(HEADERS, END_STREAM | END_HEADERS, 1, block);
+    let with = |extra: &[(&str, &[u8])]| headers(&request_block("/", extra));
+    let fields = |list: &[(&str, &[u8])]| {
+        let mut b = Vec::new();
+        for (n, v) in list {
+            field(&mut b, n, v);
+        }
+        headers(&b)
+    };
+    let get: &[(&str, &[u8])] = &[
+        (":method", b"GET"),
+        (":scheme", b"http"),
+        (":path", b"/"),
+        (":authority", b"x"),
+    ];
+    fn and<'a>(
+        get: &[(&'a str, &'a [u8])],
+        more: &[(&'a str, &'a [u8])],
+    ) -> Vec<(&'a str, &'a [u8])> {
+        [get, more].concat()
+    }
+    let post = |cl: &[u8], body: &[u8]| {
+        let mut f = frame(
+            HEADERS,
+            END_HEADERS,
+            1,
+            &request_block("/", &[("content-length", cl)]),
+        );
+        f.extend(frame(DATA, END_STREAM, 1, body));
+        f
+    };
+    let trailers = |block: &[(&str, &[u8])]| {
+        let mut f = frame(HEADERS, END_HEADERS, 1, &request_block("/", &[]));
+        f.extend(frame(DATA, 0, 1, b"ab"));
+        let mut t = Vec::new();
+        for (n, v) in block {
+            field(&mut t, n, v);
+        }
+        f.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &t));
+        f
+    };
+    let rows: Vec<(&str, Vec<u8>, Verdict)> = vec![
+        ("well-formed GET", with(&[]), Served),
+        (
+            "uppercase field name",
+            with(&[("Accept", b"*/*")]),
+            Reset(1),
+        ),
+        ("field name with a space", with(&[("x y", b"1")]), Reset(1)),
+        (
+            "field name with a colon inside",
+            with(&[("x:y", b"1")]),
+            Reset(1),
+        ),
+        ("empty field name", with(&[("", b"1")]), Reset(1)),
+        (
+            "field value with CR LF",
+            with(&[("x-a", b"1\r\nx-b: 2")]),
+            Reset(1),
+        ),
+        (
+            "field value with NUL",
+            with(&[("x-a", b"1\x002")]),
+            Reset(1),
+        ),
+        (
+            "field value with leading space",
+            with(&[("accept", b" */*")]),
+            Reset(1),
+        ),
+        (
+            "field value with trailing tab",
+            with(&[("accept", b"*/*\t")]),
+            Reset(1),
+        ),
+        ("connection", with(&[("connection", b"close")]), Reset(1)),
+        ("keep-alive", with(&[("keep-alive", b"5")]), Reset(1)),
+        (
+            "proxy-connection",
+            with(&[("proxy-connection", b"close")]),
+            Reset(1),
+        ),
+        (
+            "transfer-encoding",
+            with(&[("transfer-encoding", b"chunked")]),
+            Reset(1),
+        ),
+        ("upgrade", with(&[("upgrade", b"h2c")]), Reset(1)),
+        ("te: trailers", with(&[("te", b"trailers")]), Served),
+        ("te: gzip", with(&[("te", b"gzip")]), Reset(1)),
+        (
+            "te: trailers, gzip",
+            with(&[("te", b"trailers, gzip")]),
+            Reset(1),
+        ),
+        (
+            "pseudo-header after a regular field",
+            fields(&[&get[..3], &[("accept", b"*/*"), (":authority", b"x")]].concat()),
+            Reset(1),
+        ),
+        (
+            "unknown pseudo-header",
+            fields(&and(get, &[(":foo", b"1")])),
+            Reset(1),
+        ),
+        (
+            "response pseudo-header :status",
+            fields(&and(get, &[(":status", b"200")])),
+            Reset(1),
+        ),
+        (
+            "duplicate :path",
+            fields(&and(get, &[(":path", b"/")])),
+            Reset(1),
+        ),
+        (
+            "duplicate :method",
+            fields(&[&get[..1], get].concat()),
+            Reset(1),
+        ),
+        ("missing :method", fields(&get[1..]), Reset(1)),
+        (
+            "missing :scheme",
+            fields(&[get[0], get[2], get[3]]),
+            Reset(1),
+        ),
+        ("missing :path", fields(&[get[0], get[1], get[3]]), Reset(1)),
+        (
+            "empty :path",
+            fields(&[get[0], get[1], (":path", b""), get[3]]),
+            Reset(1),
+        ),
+        ("missing :authority and host", fields(&get[..3]), Reset(1)),
+        (
+            "host agreeing with :authority (case aside)",
+            with(&[("host", b"X")]),
+            Served,
+        ),
+        (
+            "host disagreeing with :authority",
+            with(&[("host", b"y")]),
+            Reset(1),
+        ),
+        (
+            "two host fields",
+            with(&[("host", b"x"), ("host", b"x")]),
+            Reset(1),
+        ),
+        (
+            "CONNECT without :authority",
+            fields(&[(":method", b"CONNECT")]),
+            Reset(1),
+        ),
+        (
+            "CONNECT with :path",
+            fields(&[
+                (":method", b"CONNECT"),
+                (":authority", b"x:443"),
+                (":path", b"/"),
+            ]),
+            Reset(1),
+        ),
+        (
+            "CONNECT (well-formed): no tunnels",
+            fields(&[(":method", b"CONNECT"), (":authority", b"x:443")]),
+            Reset(7),
+        ),
+        (
+            "content-length above the DATA",
+            post(b"10", b"12345"),
+            Reset(1),
+        ),
+        (
+            "content-length below the DATA",
+            post(b"2", b"12345"),
+            Reset(1),
+        ),
+        (
+            "content-length not a number",
+            post(b"5x", b"12345"),
+            Reset(1),
+        ),
+        (
+            "two content-length fields that differ",
+            frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                1,
+                &request_block("/", &[("content-length", b"0"), ("content-length", b"1")]),
+            ),
+            Reset(1),
+        ),
+        (
+            "trailers with a pseudo-header",
+            trailers(&[(":path", b"/")]),
+            Reset(1),
+        ),
+        (
+            "trailers without END_STREAM",
+            {
+                let mut f = frame(HEADERS, END_HEADERS, 1, &request_block("/", &[]));
+                f.extend(frame(HEADERS, END_HEADERS, 1, &{
+                    let mut t = Vec::new();
+                    field(&mut t, "x-t", b"1");
+                    t
+                }));
+                f
+            },
+            Reset(1),
+        ),
+        ("invalid HPACK (index 0)", headers(&[0x80]), GoAway(0x9)),
+        (
+            "HEADERS on stream 0",
+            frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                0,
+                &request_block("/", &[]),
+            ),
+            GoAway(1),
+        ),
+        (
+            "HEADERS on an even stream",
+            frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                2,
+                &request_block("/", &[]),
+            ),
+            GoAway(1),
+        ),
+        (
+            "header block interrupted by another frame",
+            {
+                let mut f = frame(HEADERS, END_STREAM, 1, &request_block("/", &[]));
+                f.extend(frame(PING, 0, 0, b"12345678"));
+                f
+            },
+            GoAway(1),
+        ),
+        (
+            "DATA on a stream never opened",
+            frame(DATA, END_STREAM, 1, b"x"),
+            GoAway(1),
+        ),
+        (
+            "frame above SETTINGS_MAX_FRAME_SIZE",
+            frame(DATA, 0, 1, &vec![0; 16_385]),
+            GoAway(6),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, frames, want) in &rows {
+        let got = verdict_on(s.clear_port, frames);
+        if got != *want {
+            wrong.push(format!("{what}: {got:?}, expected {want:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

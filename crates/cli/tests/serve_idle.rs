@@ -4,10 +4,12 @@
 //! a request arriving in pieces — on clear TCP and over TLS. A connection idle for a second is
 //! parked out of its task (`park.rs`; over TLS, its rustls session boxed beside the socket):
 //! answered the same once it resumes, closed at its idle timeout and at shutdown as a
-//! connection in its task is.
+//! connection in its task is. HTTP/2 connections (h2c and over TLS) park the same way, their
+//! codec state and HPACK table boxed beside the socket.
 
 use crate::common;
 
+use common::h2raw::{self, END_HEADERS, END_STREAM, GOAWAY, HEADERS};
 use common::http1::assert_body;
 use common::metrics::scrape;
 use common::Server;
@@ -87,6 +89,11 @@ fn wait_parked(metrics: SocketAddr) {
 }
 
 fn connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
+    connect_alpn(s, pem, tr, b"http/1.1")
+}
+
+/// A connection to the server; over TLS, offering `alpn` alone.
+fn connect_alpn(s: &Server, pem: &PathBuf, tr: Tr, alpn: &[u8]) -> Box<dyn Wire> {
     let port = match tr {
         Tr::Clear => s.clear_port,
         Tr::Tls => s.tls_port,
@@ -107,7 +114,7 @@ fn connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
                 .unwrap()
                 .with_root_certificates(roots)
                 .with_no_client_auth();
-            cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+            cfg.alpn_protocols = vec![alpn.to_vec()];
             let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
             let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
             Box::new(rustls::StreamOwned::new(conn, tcp))
@@ -319,6 +326,126 @@ fn parked_connection_closes_at_shutdown() {
         took < Duration::from_secs(20),
         "closed {took:?} after SIGTERM"
     );
+    let status = s.child.wait().expect("wait for the server");
+    assert!(status.success(), "the server exits cleanly: {status}");
+}
+
+/// HTTP/2: the preface and SETTINGS sent on a new connection (TLS: ALPN `h2`).
+fn h2_connect(s: &Server, pem: &PathBuf, tr: Tr) -> Box<dyn Wire> {
+    let mut c = connect_alpn(s, pem, tr, b"h2");
+    c.write_all(&h2raw::hello()).unwrap();
+    c
+}
+
+/// The response on `stream`, read to its END_STREAM: whether a HEADERS frame came, and the
+/// body. A GOAWAY or RST_STREAM first fails the test.
+fn h2_body(c: &mut dyn Wire, stream: u32) -> (bool, Vec<u8>) {
+    let (mut head, mut body) = (false, Vec::new());
+    loop {
+        let (ty, flags, id, payload) = h2raw::next_frame(c).expect("the response before the close");
+        assert!(
+            ty != GOAWAY && ty != h2raw::RST_STREAM,
+            "frame {ty} {payload:?}"
+        );
+        if id != stream {
+            continue;
+        }
+        match ty {
+            HEADERS => head = true,
+            h2raw::DATA => body.extend_from_slice(&payload),
+            _ => {}
+        }
+        if flags & END_STREAM != 0 {
+            return (head, body);
+        }
+    }
+}
+
+/// A GET of `/?s=1k` on `stream`. Its `x-n` field, `Some`: a new literal the server indexes
+/// (RFC 7541 §6.2.1); `None`: the field by its index in the server's dynamic table (62, the
+/// newest), which only a server that kept its table can decode.
+fn h2_get_1k(c: &mut dyn Wire, stream: u32, x_n: Option<&[u8]>) {
+    let mut block = h2raw::request_block("/?s=1k", &[]);
+    match x_n {
+        Some(value) => {
+            block.push(0x40);
+            h2raw::int7(&mut block, 3);
+            block.extend_from_slice(b"x-n");
+            h2raw::int7(&mut block, value.len());
+            block.extend_from_slice(value);
+        }
+        None => block.push(0x80 | 62),
+    }
+    let frame = h2raw::frame(HEADERS, END_HEADERS | END_STREAM, stream, &block);
+    c.write_all(&frame).unwrap();
+}
+
+/// One request, parked, the next stream (its field from the HPACK table the first request
+/// filled), parked again, one more.
+fn parked_h2_connection_answers_next_streams(tr: Tr) {
+    let (s, pem, metrics) = server();
+    let mut c = h2_connect(&s, &pem, tr);
+    h2_get_1k(&mut *c, 1, Some(b"first"));
+    assert_eq!(h2_body(&mut *c, 1), (true, body(1024)));
+    for stream in [3, 5] {
+        wait_parked(metrics);
+        h2_get_1k(&mut *c, stream, None);
+        assert_eq!(
+            h2_body(&mut *c, stream),
+            (true, body(1024)),
+            "stream {stream}"
+        );
+    }
+}
+
+#[test]
+fn parked_h2c_connection_answers_next_streams() {
+    parked_h2_connection_answers_next_streams(Tr::Clear);
+}
+
+#[test]
+fn parked_h2_tls_connection_answers_next_streams() {
+    parked_h2_connection_answers_next_streams(Tr::Tls);
+}
+
+/// A parked HTTP/2 connection at its idle timeout: GOAWAY, then the close (as one in its task).
+#[test]
+fn parked_h2_connection_says_goaway_at_its_idle_timeout() {
+    let (s, pem, metrics) = server_with(&["--timeout", "3s"]);
+    let mut c = h2_connect(&s, &pem, Tr::Clear);
+    h2_get_1k(&mut *c, 1, Some(b"first"));
+    assert_eq!(h2_body(&mut *c, 1), (true, body(1024)));
+    wait_parked(metrics);
+    let t0 = Instant::now();
+    let goaway = loop {
+        match h2raw::next_frame(&mut *c) {
+            Some((GOAWAY, _, _, payload)) => break payload,
+            Some(_) => {}
+            None => panic!("closed without GOAWAY after {:?}", t0.elapsed()),
+        }
+    };
+    assert_eq!(&goaway[..4], &1u32.to_be_bytes(), "last stream 1");
+    assert_eq!(&goaway[4..8], &0u32.to_be_bytes(), "NO_ERROR");
+    assert!(
+        h2raw::next_frame(&mut *c).is_none(),
+        "closed after the GOAWAY"
+    );
+}
+
+/// A parked HTTP/2 connection over TLS at SIGTERM: GOAWAY and the close, the server exits cleanly.
+#[test]
+fn parked_h2_tls_connection_says_goaway_at_shutdown() {
+    let (mut s, pem, metrics) = server_with(&["--timeout", "60s"]);
+    let mut c = h2_connect(&s, &pem, Tr::Tls);
+    h2_get_1k(&mut *c, 1, Some(b"first"));
+    assert_eq!(h2_body(&mut *c, 1), (true, body(1024)));
+    wait_parked(metrics);
+    s.sigterm();
+    let mut goaway = false;
+    while let Some((ty, ..)) = h2raw::next_frame(&mut *c) {
+        goaway |= ty == GOAWAY;
+    }
+    assert!(goaway, "GOAWAY before the close");
     let status = s.child.wait().expect("wait for the server");
     assert!(status.success(), "the server exits cleanly: {status}");
 }

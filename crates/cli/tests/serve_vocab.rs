@@ -152,20 +152,8 @@ fn pattern(n: usize) -> Vec<u8> {
 /// The preface and an empty SETTINGS on a fresh connection.
 fn h2_open(srv: &Srv, tr: Tr) -> Box<dyn Rw> {
     let mut c = connect(srv, tr, b"h2");
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(h2raw::frame(h2raw::SETTINGS, 0, 0, &[]));
-    c.write_all(&hello).unwrap();
+    c.write_all(&h2raw::hello()).unwrap();
     c
-}
-
-fn h2_next(c: &mut dyn Rw) -> Option<(u8, u8, u32, Vec<u8>)> {
-    let mut h = [0u8; 9];
-    c.read_exact(&mut h).ok()?;
-    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-    let mut p = vec![0u8; len];
-    c.read_exact(&mut p).ok()?;
-    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-    Some((h[3], h[4], stream, p))
 }
 
 /// A response's frames on `stream` (HEADERS and DATA), each with when it arrived, up to the one
@@ -180,7 +168,7 @@ struct H2Frame {
 fn h2_response(c: &mut dyn Rw, stream: u32) -> Vec<H2Frame> {
     let mut out = Vec::new();
     loop {
-        let (ty, flags, id, payload) = h2_next(c).expect("connection ended mid-response");
+        let (ty, flags, id, payload) = h2raw::next_frame(c).expect("connection ended mid-response");
         if id != stream || !(ty == HEADERS || ty == DATA) {
             continue;
         }
@@ -542,7 +530,7 @@ fn idle_h2(tr: Tr) {
     h2_get(&mut *c, 1, "/?w=300");
     h2_response(&mut *c, 1);
     loop {
-        let (ty, ..) = h2_next(&mut *c).expect("GOAWAY before the close");
+        let (ty, ..) = h2raw::next_frame(&mut *c).expect("GOAWAY before the close");
         if ty == GOAWAY {
             break;
         }
@@ -623,7 +611,8 @@ fn partial_h2(tr: Tr) {
     let mut body = Vec::new();
     // The head and the body, but not the end of the stream: the request is not over.
     while body.len() < 2 {
-        let (ty, flags, id, p) = h2_next(&mut *c).expect("response before the rest of the body");
+        let (ty, flags, id, p) =
+            h2raw::next_frame(&mut *c).expect("response before the rest of the body");
         if id != 1 {
             continue;
         }

@@ -299,6 +299,13 @@ impl HpackDecoder {
         }
     }
 
+    /// Give back the scratch space decoding grew (a connection turning idle); the table stays.
+    pub fn rest(&mut self) {
+        self.name = Vec::new();
+        self.value = Vec::new();
+        self.table.shrink_to_fit();
+    }
+
     /// The bytes the table holds (its entries' strings), for memory accounting.
     pub fn table_bytes(&self) -> usize {
         self.table.iter().map(|e| e.bytes.len()).sum()

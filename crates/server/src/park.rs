@@ -49,6 +49,12 @@ pub(crate) trait Resume: Send {
         slot: ConnSlot,
         until: Instant,
     );
+
+    /// At its deadline the connection is served once more, to say goodbye (HTTP/2's GOAWAY),
+    /// rather than dropped.
+    fn says_goodbye(&self) -> bool {
+        false
+    }
 }
 
 /// What `park` did with an idle connection.
@@ -196,7 +202,7 @@ impl Lot {
             }
             // tokio's clock, which tests pause (it is the system's otherwise).
             () = expiry => {
-                expire(tokio::time::Instant::now().into_std());
+                expire(tokio::time::Instant::now().into_std(), &mut self.woken);
                 false
             }
             () = self.sooner.notified() => false,
@@ -240,8 +246,8 @@ fn drain(poll: &mut Poll, events: &mut Events, woken: &mut Vec<Idle>) -> io::Res
 }
 
 /// Close the connections whose idle time is over, as an idle connection in its task is closed
-/// at its deadline: dropped, nothing sent.
-fn expire(now: Instant) {
+/// at its deadline: dropped, nothing sent, unless it says goodbye (given back into `woken`).
+fn expire(now: Instant, woken: &mut Vec<Idle>) {
     let mut gone = Vec::new();
     PARKED_CONNS.with_borrow_mut(|lot| {
         let Some(lot) = lot.as_mut() else { return };
@@ -253,6 +259,10 @@ fn expire(now: Instant) {
             gone.extend(unpark(lot, key));
         }
     });
+    let (goodbye, gone): (Vec<Idle>, Vec<Idle>) = gone
+        .into_iter()
+        .partition(|idle| idle.session.as_ref().is_some_and(|s| s.says_goodbye()));
+    woken.extend(goodbye);
     // Closed outside the borrow, which stays short.
     drop(gone);
 }

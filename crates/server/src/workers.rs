@@ -4,7 +4,8 @@
 use crate::config::listen::{self, Listener, ListenerKind};
 use crate::config::tls::Identity;
 use crate::config::{Config, ExtraHeaders};
-use crate::h1::TlsInner;
+use crate::h1::{ByteStream, TlsInner};
+use crate::h2_engine::Resting;
 use crate::plumbing::shutdown::ConnSlot;
 use crate::plumbing::stats::{self, HandshakeFailure, Metered, Protection, Transport};
 use crate::stream::detachable::Detachable;
@@ -230,8 +231,8 @@ async fn serve_clear(sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot) {
     let sock = Metered::new(sock, Transport::Tcp);
     match preface {
         Some(true) => {
-            // Its failure, if any, is counted by the engine.
-            let _ = Box::pin(h2_engine::serve_connection(sock, cfg, Vec::new())).await;
+            let rest = Resting::new(&cfg, &Vec::new());
+            serve_h2(sock, cfg, slot, rest, None).await;
         }
         Some(false) => serve_h1_clear(sock, cfg, slot, None).await,
         None => {}
@@ -294,6 +295,7 @@ fn resume(idle: park::Idle, cfg: &Arc<Config>) {
         return;
     };
     match idle.session {
+        // HTTP/1 on clear TCP: nothing but the socket.
         None => {
             let sock = Metered::new(sock, Transport::Tcp);
             tokio::task::spawn_local(serve_h1_clear(
@@ -372,17 +374,15 @@ async fn handshake<IO>(
         None => return stats::handshake_failed(Transport::Tls, HandshakeFailure::Timeout),
     };
     match session(stream, cfg, extra, slot) {
-        Session::H2(s, _slot) => {
-            let _ = s.await;
-        }
+        Session::H2(s) => s.await,
         Session::H1(s) => s.await,
     }
 }
 
-/// An established TLS connection's engine, boxed with its stream. HTTP/1's holds the
-/// connection's slot (its task may end while the connection is parked); HTTP/2's does not.
+/// An established TLS connection's engine, boxed with its stream (and the connection's slot:
+/// the task may end while the connection is parked).
 enum Session<H2, H1> {
-    H2(Pin<Box<H2>>, ConnSlot),
+    H2(Pin<Box<H2>>),
     H1(Pin<Box<H1>>),
 }
 
@@ -391,17 +391,110 @@ fn session<IO>(
     cfg: Arc<Config>,
     extra: ExtraHeaders,
     slot: ConnSlot,
-) -> Session<impl Future<Output = Result<(), h2_engine::H2ConnError>>, impl Future<Output = ()>>
+) -> Session<impl Future<Output = ()>, impl Future<Output = ()>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
 {
     if stream.is_h2() {
-        Session::H2(
-            Box::pin(h2_engine::serve_connection(stream, cfg, extra)),
-            slot,
-        )
+        let rest = Resting::new(&cfg, &extra);
+        Session::H2(Box::pin(serve_h2(stream, cfg, slot, rest, None)))
     } else {
         Session::H1(Box::pin(serve_h1_tls(stream, cfg, extra, slot, None)))
+    }
+}
+
+/// HTTP/2 (clear or TLS), from its preface or after the connection was parked (its next
+/// request awaited until `until`); once idle it is parked, and this task ends.
+async fn serve_h2<IO: ParksH2>(
+    io: IO,
+    cfg: Arc<Config>,
+    slot: ConnSlot,
+    rest: Box<Resting>,
+    until: Option<Instant>,
+) {
+    // Its failure, if any, is counted by the engine.
+    let served = Box::pin(h2_engine::serve(io, cfg.clone(), rest, until)).await;
+    let Ok(Some(idle)) = served else {
+        return;
+    };
+    let Some((sock, session)) = idle.io.put_away(idle.rest) else {
+        return;
+    };
+    let idle = park::Idle {
+        sock,
+        slot,
+        until: idle.until,
+        session: Some(session),
+    };
+    if let park::Parking::Refused(idle) = park::park(idle) {
+        // Served on in a task of its own, as a parked connection would be.
+        resume(idle, &cfg);
+    }
+}
+
+/// A stream an idle HTTP/2 connection is parked from: its socket taken out, and what it must
+/// remember (`Resting`; over TLS, the session too) boxed to wait beside it.
+trait ParksH2: ByteStream + Sized + 'static {
+    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)>;
+}
+
+impl ParksH2 for Metered<TcpStream> {
+    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
+        let sock = self
+            .into_inner()
+            .into_std()
+            .inspect_err(|e| eprintln!("loadterm: cannot park an idle connection: {e}"))
+            .ok()?;
+        Some((sock, Box::new(H2Idle { tls: (), rest })))
+    }
+}
+
+impl<IO> ParksH2 for MeteredTls<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
+{
+    fn put_away(self, rest: Box<Resting>) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
+        // Handed over idle only when quiet and the socket can be taken out.
+        let mut parked = self.park()?;
+        let sock = parked
+            .get_mut()
+            .detach()?
+            .into_std()
+            .inspect_err(|e| eprintln!("loadterm: cannot park an idle connection: {e}"))
+            .ok()?;
+        Some((sock, Box::new(H2Idle { tls: parked, rest })))
+    }
+}
+
+/// A parked HTTP/2 connection: its TLS session (`()` on clear TCP) and its HTTP/2 state.
+struct H2Idle<T> {
+    tls: T,
+    rest: Box<Resting>,
+}
+
+impl park::Resume for H2Idle<()> {
+    fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
+        let sock = Metered::new(sock, Transport::Tcp);
+        tokio::task::spawn_local(serve_h2(sock, cfg, slot, self.rest, Some(until)));
+    }
+
+    fn says_goodbye(&self) -> bool {
+        true
+    }
+}
+
+impl<IO> park::Resume for H2Idle<tls_stream::Parked<Metered<IO>>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + TlsInner + 'static,
+{
+    fn resume(self: Box<Self>, sock: TcpStream, cfg: Arc<Config>, slot: ConnSlot, until: Instant) {
+        let H2Idle { mut tls, rest } = *self;
+        tls.get_mut().attach(sock);
+        tokio::task::spawn_local(serve_h2(tls.resume(), cfg, slot, rest, Some(until)));
+    }
+
+    fn says_goodbye(&self) -> bool {
+        true
     }
 }
 

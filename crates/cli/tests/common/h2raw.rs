@@ -65,14 +65,19 @@ pub(crate) fn open(port: u16) -> TcpStream {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    c.write_all(&hello).unwrap();
+    c.write_all(&hello()).unwrap();
     c
 }
 
+/// What a client sends first: the preface and an empty SETTINGS frame.
+pub(crate) fn hello() -> Vec<u8> {
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    hello
+}
+
 /// The next frame from the server: (type, flags, stream, payload); `None` at close or timeout.
-pub(crate) fn next_frame(c: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+pub(crate) fn next_frame<R: Read + ?Sized>(c: &mut R) -> Option<(u8, u8, u32, Vec<u8>)> {
     let mut h = [0u8; 9];
     c.read_exact(&mut h).ok()?;
     let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;

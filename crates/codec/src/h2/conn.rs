@@ -363,6 +363,30 @@ impl Connection {
         self.streams.len()
     }
 
+    /// Nothing of the peer's is held and nothing of ours waits: no stream open, no frame,
+    /// DATA payload or header block half received, no control frame queued. Such a connection
+    /// can be put away (`rest`) until the peer's next bytes.
+    pub fn at_rest(&self) -> bool {
+        self.streams.is_empty()
+            && self.partial.is_empty()
+            && self.data.is_none()
+            && self.block.as_ref().is_none_or(|b| b.complete)
+            && self.ctl.is_empty()
+    }
+
+    /// Give back what an idle connection (`at_rest`) no longer needs: the capacity its busy
+    /// spells gave the frame and header-block buffers, the stream map and the control queue.
+    /// Its settings, windows, stream ids and recent resets stay.
+    pub fn rest(&mut self) {
+        debug_assert!(self.at_rest());
+        self.partial = Vec::new();
+        // A completed block was lent to an event already consumed.
+        self.block = None;
+        self.streams.shrink_to_fit();
+        self.recent_resets.shrink_to_fit();
+        self.ctl = Vec::new();
+    }
+
     /// The connection failed (its GOAWAY queued).
     pub fn failed(&self) -> Option<ConnError> {
         self.failed
@@ -411,6 +435,21 @@ impl Connection {
         self.streams.get(&stream).is_some_and(|s| s.send_open)
     }
 
+    /// A stream just opened, either end open, at the windows the settings give; `headers`: its
+    /// header block has come (a peer-opened stream); its events carry `token`.
+    fn new_stream(&self, headers: bool, token: usize) -> Stream {
+        Stream {
+            recv_open: true,
+            send_open: true,
+            send_window: self.peer_initial_window,
+            recv_avail: self.cfg.stream_window.into(),
+            headers,
+            content_length: None,
+            received: 0,
+            token,
+        }
+    }
+
     /// Open a stream (client) with its request head, written as by [`Connection::headers`]:
     /// its id. Its events carry `token`.
     pub fn open(
@@ -423,19 +462,9 @@ impl Connection {
         debug_assert!(self.can_open());
         let id = self.next_local;
         self.next_local += 2;
-        self.streams.insert(
-            id,
-            Stream {
-                recv_open: true,
-                send_open: !end_stream,
-                send_window: self.peer_initial_window,
-                recv_avail: self.cfg.stream_window.into(),
-                headers: false,
-                content_length: None,
-                received: 0,
-                token,
-            },
-        );
+        let mut stream = self.new_stream(false, token);
+        stream.send_open = !end_stream;
+        self.streams.insert(id, stream);
         self.put_block(out, id, end_stream, encode);
         id
     }
@@ -606,13 +635,17 @@ impl Connection {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        if let Some((stream, code, token)) = self.reset_due.take() {
-            return Ok(Some(Event::Reset {
-                stream,
-                token,
-                code,
-                remote: false,
-            }));
+        // After the block's event: not while the block awaits CONTINUATION (the reads' split
+        // would decide whether it came before the block's end, or at all if an error follows).
+        if self.block.as_ref().is_none_or(|b| b.complete) {
+            if let Some((stream, code, token)) = self.reset_due.take() {
+                return Ok(Some(Event::Reset {
+                    stream,
+                    token,
+                    code,
+                    remote: false,
+                }));
+            }
         }
         loop {
             if self.preface_left > 0 {
@@ -986,19 +1019,8 @@ impl Connection {
             self.rst_stream(id, code::REFUSED_STREAM);
             return Ok((true, true, None, None));
         }
-        self.streams.insert(
-            id,
-            Stream {
-                recv_open: true,
-                send_open: true,
-                send_window: self.peer_initial_window,
-                recv_avail: self.cfg.stream_window.into(),
-                headers: true,
-                content_length: None,
-                received: 0,
-                token: 0,
-            },
-        );
+        let stream = self.new_stream(true, 0);
+        self.streams.insert(id, stream);
         Ok((true, false, None, Some(0)))
     }
 

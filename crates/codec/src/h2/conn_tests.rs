@@ -887,6 +887,45 @@ fn a_client_opens_streams_and_reads_responses() {
     );
 }
 
+/// A connection is at rest only between frames with no stream open and nothing queued; resting
+/// gives its buffers' capacity back, and it serves the next stream as before.
+#[test]
+fn a_connection_at_rest_gives_its_buffers_back_and_goes_on() {
+    let mut c = server();
+    // A head in two frames, fed in pieces: the frame and block buffers grow.
+    let mut input = frame(HEADERS, 0, 1, &get("/")[..4]);
+    input.extend(frame(CONTINUATION, flag::END_HEADERS, 1, &get("/")[4..]));
+    input.extend(frame(DATA, 0, 1, b"ab"));
+    let half = input.len() - 3;
+    feed(&mut c, &input[..half], 5).unwrap();
+    assert!(!c.at_rest(), "a frame half received, a stream open");
+    feed(&mut c, &input[half..], 5).unwrap();
+    assert!(!c.at_rest(), "a stream open");
+    c.reset(1, code::CANCEL);
+    assert!(!c.at_rest(), "its RST_STREAM queued");
+    sent(&mut c);
+    assert!(c.at_rest());
+    assert!(c.partial.capacity() > 0 && c.block.is_some());
+    c.rest();
+    assert_eq!(
+        c.partial.capacity() + c.streams.capacity() + c.ctl.capacity(),
+        0
+    );
+    assert!(c.block.is_none());
+    assert_eq!(
+        c.recent_resets,
+        [1],
+        "what stays: its recent resets, its stream ids"
+    );
+    let next = frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/n"));
+    assert_eq!(
+        feed(&mut c, &next, 4),
+        Ok(vec![Ev::Headers(3, get("/n"), true, true, false)])
+    );
+    // DATA in flight on the stream reset before resting is still dropped quietly.
+    assert_eq!(feed(&mut c, &frame(DATA, 0, 1, b"x"), 9), Ok(vec![]));
+}
+
 /// Random bytes, and valid streams with bytes flipped, fed in random pieces: errors are fine;
 /// panics, loops and buffers beyond a frame are not.
 #[test]

@@ -86,5 +86,6 @@ pub fn frame_len(head: &[u8]) -> usize {
 
 mod conn;
 mod flood;
+pub mod fuzz;
 
 pub use conn::{ConnError, Connection, Event, LocalSettings, Role};

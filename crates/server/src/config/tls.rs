@@ -5,15 +5,22 @@
 
 use anyhow::{bail, Context, Result};
 use rustls::crypto::aws_lc_rs;
+use rustls::crypto::cipher::{
+    AeadKey, InboundOpaqueMessage, InboundPlainMessage, Iv, MessageDecrypter, MessageEncrypter,
+    OutboundOpaqueMessage, OutboundPlainMessage, Tls13AeadAlgorithm, UnsupportedOperationError,
+};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{CipherSuite, NamedGroup};
+use rustls::{
+    CipherSuite, CipherSuiteCommon, ConnectionTrafficSecrets, NamedGroup, SupportedCipherSuite,
+    Tls13CipherSuite,
+};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// Which certificates to present.
 #[derive(Debug, Clone)]
@@ -283,27 +290,17 @@ impl Identity {
     }
 
     /// A rustls server config presenting this identity with the given ALPN protocols; TLS 1.2
-    /// and 1.3, or 1.3 only (QUIC).
-    pub(crate) fn rustls_config(
-        &self,
-        alpn: &[&[u8]],
-        tls13_only: bool,
-    ) -> Result<rustls::ServerConfig> {
-        let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
+    /// and 1.3, or for QUIC 1.3 only, its suites made by [`quic_suites`].
+    pub(crate) fn rustls_config(&self, alpn: &[&[u8]], quic: bool) -> Result<rustls::ServerConfig> {
+        let versions: &[&rustls::SupportedProtocolVersion] = if quic {
             &[&rustls::version::TLS13]
         } else {
             &[&rustls::version::TLS13, &rustls::version::TLS12]
         };
         let mut provider = self.crypto.provider.clone();
-        let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
-        if tls13_only && !provider.cipher_suites.iter().any(|s| s.suite() == aes128) {
-            // QUIC protects its Initial packets with it whatever is negotiated (RFC 9001 §5.2).
+        if quic {
             let mut p = (*provider).clone();
-            p.cipher_suites.extend(
-                aws_lc_rs::ALL_CIPHER_SUITES
-                    .iter()
-                    .filter(|s| s.suite() == aes128),
-            );
+            p.cipher_suites = quic_suites(&p.cipher_suites);
             provider = Arc::new(p);
         }
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
@@ -316,6 +313,103 @@ impl Identity {
         // No 0-RTT (quinn accepts 0 or u32::MAX).
         cfg.max_early_data_size = 0;
         Ok(cfg)
+    }
+}
+
+/// The TLS 1.3 suites of `suites` for QUIC, in their order, with TLS_AES_128_GCM_SHA256 added
+/// if missing: QUIC protects its Initial packets with it whatever is negotiated (RFC 9001
+/// §5.2). Each suite is aws-lc-rs's with a [`NoRecordLayer`] AEAD: rustls sets record-layer
+/// keys at each key change even under QUIC, which protects packets with its own keys
+/// (`Tls13CipherSuite::quic`) and never uses them: two AEAD contexts held for a connection's
+/// life, 1.8 KB of each HTTP/3 connection's RSS (docs/RELIABILITY.md, round 3).
+fn quic_suites(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuite> {
+    /// aws-lc-rs's TLS 1.3 suites so changed, made once: rustls takes suites as `'static`.
+    static QUIC: LazyLock<Vec<SupportedCipherSuite>> = LazyLock::new(|| {
+        aws_lc_rs::ALL_CIPHER_SUITES
+            .iter()
+            .filter_map(|s| s.tls13())
+            .map(|s| {
+                let aead: &'static NoRecordLayer = Box::leak(Box::new(NoRecordLayer(s.aead_alg)));
+                SupportedCipherSuite::Tls13(Box::leak(Box::new(Tls13CipherSuite {
+                    common: CipherSuiteCommon {
+                        suite: s.common.suite,
+                        hash_provider: s.common.hash_provider,
+                        confidentiality_limit: s.common.confidentiality_limit,
+                    },
+                    hkdf_provider: s.hkdf_provider,
+                    aead_alg: aead,
+                    quic: s.quic,
+                })))
+            })
+            .collect()
+    });
+    let quic = |cs: CipherSuite| QUIC.iter().find(|s| s.suite() == cs).copied();
+    let mut out: Vec<_> = suites
+        .iter()
+        .filter(|s| s.tls13().is_some())
+        .filter_map(|s| quic(s.suite()))
+        .collect();
+    let aes128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
+    if !out.iter().any(|s| s.suite() == aes128) {
+        out.extend(quic(aes128));
+    }
+    out
+}
+
+/// A TLS 1.3 AEAD whose record-layer encrypter and decrypter are [`Unused`] (no allocation:
+/// zero-sized); everything else is the wrapped algorithm's.
+struct NoRecordLayer(&'static dyn Tls13AeadAlgorithm);
+
+impl Tls13AeadAlgorithm for NoRecordLayer {
+    fn encrypter(&self, _: AeadKey, _: Iv) -> Box<dyn MessageEncrypter> {
+        Box::new(Unused)
+    }
+
+    fn decrypter(&self, _: AeadKey, _: Iv) -> Box<dyn MessageDecrypter> {
+        Box::new(Unused)
+    }
+
+    fn key_len(&self) -> usize {
+        self.0.key_len()
+    }
+
+    fn extract_keys(
+        &self,
+        key: AeadKey,
+        iv: Iv,
+    ) -> Result<ConnectionTrafficSecrets, UnsupportedOperationError> {
+        self.0.extract_keys(key, iv)
+    }
+
+    fn fips(&self) -> bool {
+        self.0.fips()
+    }
+}
+
+/// The record layer of a QUIC connection's TLS, which carries no record: an error if used.
+struct Unused;
+
+impl MessageEncrypter for Unused {
+    fn encrypt(
+        &mut self,
+        _: OutboundPlainMessage<'_>,
+        _: u64,
+    ) -> Result<OutboundOpaqueMessage, rustls::Error> {
+        Err(rustls::Error::EncryptError)
+    }
+
+    fn encrypted_payload_len(&self, len: usize) -> usize {
+        len
+    }
+}
+
+impl MessageDecrypter for Unused {
+    fn decrypt<'a>(
+        &mut self,
+        _: InboundOpaqueMessage<'a>,
+        _: u64,
+    ) -> Result<InboundPlainMessage<'a>, rustls::Error> {
+        Err(rustls::Error::DecryptError)
     }
 }
 
@@ -571,4 +665,42 @@ pub(crate) fn failure(e: &std::io::Error) -> crate::plumbing::stats::HandshakeFa
         E::InvalidCertificate(c) => c.clone().into(),
         _ => A::HandshakeFailure,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QUIC's suites: the policy's TLS 1.3 suites in its order, TLS_AES_128_GCM_SHA256 added
+    /// last, each with no record-layer AEAD behind it.
+    #[test]
+    fn quic_suites_keep_the_policy_and_make_no_record_keys() {
+        let policy = Policy {
+            ciphersuites: Some("TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384".into()),
+            ..Policy::default()
+        };
+        let (crypto, _) = policy.crypto();
+        let suites = quic_suites(&crypto.provider.cipher_suites);
+        let names: Vec<_> = suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(
+            names,
+            [
+                CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+                CipherSuite::TLS13_AES_256_GCM_SHA384,
+                CipherSuite::TLS13_AES_128_GCM_SHA256,
+            ]
+        );
+        for s in suites {
+            let s = s.tls13().unwrap();
+            assert!(s.quic.is_some(), "{:?}: QUIC packet keys", s.common.suite);
+            let key = AeadKey::from([0; 32]);
+            let mut record = s.aead_alg.encrypter(key, Iv::from([0; 12]));
+            let msg = OutboundPlainMessage {
+                typ: rustls::ContentType::Handshake,
+                version: rustls::ProtocolVersion::TLSv1_3,
+                payload: rustls::crypto::cipher::OutboundChunks::Single(b"x"),
+            };
+            assert!(record.encrypt(msg, 0).is_err(), "{:?}", s.common.suite);
+        }
+    }
 }

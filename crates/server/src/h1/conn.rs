@@ -57,7 +57,7 @@ const IDLE_HOLD: Duration = Duration::from_millis(10);
 /// Parking and resuming cost about six system calls (epoll registrations moved between tokio's
 /// set and the worker's), negligible once per second but not once per request: a connection
 /// whose requests come less than this apart stays in its task.
-const PARK_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
@@ -105,6 +105,13 @@ impl ByteStream for Metered<TcpStream> {
     }
 
     const PARKS: bool = true;
+}
+
+/// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it stays in its task while idle.
+impl<IO: ByteStream> ByteStream for Prefixed<IO> {
+    fn idle_socket(&self) -> Option<&TcpStream> {
+        self.drained()?.idle_socket()
+    }
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).

@@ -3,7 +3,10 @@
 //! feeds the codec, answers every request that needs no wait at once (`stream::H2Stream`,
 //! encoded straight into the pass, `emit`), and writes the pass: one write per read batch. A
 //! request that waits (a body to read, a delay, a large body under flow control) goes on in a
-//! task of its own on the same thread, sharing the connection through `Shared`.
+//! task of its own on the same thread, sharing the connection through `Shared`. A connection
+//! idle for `h1`'s `PARK_AFTER` is handed over (`IdleHandover`) to be parked as an HTTP/1 one is:
+//! its task ends, and what it must remember (`Resting`: the codec's connection, the HPACK
+//! table) waits boxed beside the socket, its buffers given back.
 
 mod emit;
 #[cfg(test)]
@@ -12,6 +15,7 @@ mod stream;
 pub(crate) mod upgrade;
 
 use crate::config::{Config, ExtraHeaders};
+use crate::h1::{ByteStream, PARK_AFTER};
 use crate::plumbing::stats::{self, CountedError, Protection};
 use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Event, LocalSettings, Role};
@@ -27,9 +31,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite};
 
-/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve_connection`
+/// Why an HTTP/2 connection failed: counted once ([`H2ConnError::count`]) by `serve`
 /// as it ends, before its last frames go out (a client that reads our GOAWAY finds it counted).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum H2ConnError {
@@ -61,7 +64,8 @@ impl H2ConnError {
 }
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
-/// is what the client sent after the upgrading request, whose head becomes stream 1.
+/// is what the client sent after the upgrading request, whose head becomes stream 1. It stays
+/// in its task while idle (its stream, behind the replayed bytes, does not park).
 pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
@@ -69,11 +73,57 @@ pub(crate) async fn serve_upgraded<IO>(
     cfg: Arc<Config>,
 ) -> Result<(), H2ConnError>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+    IO: ByteStream + 'static,
 {
     match upgrade::rewind(io, buffered, head, cfg.timeout).await {
-        Some(io) => serve_connection(io, cfg, Vec::new()).await,
+        Some(io) => serve_connection(io, cfg, Vec::new()).await.map(drop),
         None => Ok(()),
+    }
+}
+
+/// What an idle connection must remember while parked: the codec's connection (settings,
+/// windows, stream ids; its buffers given back), the HPACK decoder's table, the fields added to
+/// every response, and the `w` idle time the last request set.
+pub(crate) struct Resting {
+    conn: Connection,
+    decoder: HpackDecoder,
+    extra: Vec<u8>,
+    idle_ms: u64,
+}
+
+/// A connection idle for `PARK_AFTER` (only when `IO::PARKS`): to be parked until readable,
+/// then served again (`serve`), or at `until` served once more to close with its GOAWAY.
+pub(crate) struct IdleHandover<IO> {
+    pub io: IO,
+    pub until: Instant,
+    pub rest: Box<Resting>,
+}
+
+impl Resting {
+    /// A new connection's: `extra` are the fields added to every response (`alt-svc`, `x-ja4`).
+    pub(crate) fn new(cfg: &Config, extra: &ExtraHeaders) -> Box<Resting> {
+        let s = &cfg.h2;
+        let conn = Connection::new(
+            Role::Server,
+            LocalSettings {
+                max_concurrent_streams: s.max_streams,
+                stream_window: s.stream_window,
+                conn_window: s.conn_window,
+                max_frame_size: s.max_frame_size,
+                max_header_list_size: s.max_header_list,
+                header_table_size: 4096,
+            },
+        );
+        let mut block = Vec::new();
+        for (name, value) in extra {
+            put_literal(&mut block, name.as_str().as_bytes(), value.as_bytes());
+        }
+        Box::new(Resting {
+            conn,
+            decoder: HpackDecoder::default(),
+            extra: block,
+            idle_ms: 0,
+        })
     }
 }
 
@@ -180,54 +230,70 @@ enum Wake {
     Idle,
     Stop,
     HandshakeTimeout,
+    /// Idle for `PARK_AFTER`, with nothing held: to be handed over.
+    Park,
 }
 
-/// Serve one HTTP/2 connection until it ends. The connection preface has not been consumed.
-/// `extra`: fields added to every response (`alt-svc`, `x-ja4`).
+/// Serve one HTTP/2 connection from its preface (not consumed yet) until it ends or is handed
+/// over idle. `extra`: fields added to every response (`alt-svc`, `x-ja4`).
 pub(crate) async fn serve_connection<IO>(
-    mut io: IO,
+    io: IO,
     cfg: Arc<Config>,
     extra: ExtraHeaders,
-) -> Result<(), H2ConnError>
+) -> Result<Option<IdleHandover<IO>>, H2ConnError>
 where
-    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+    IO: ByteStream + 'static,
 {
-    let s = &cfg.h2;
-    let conn = Connection::new(
-        Role::Server,
-        LocalSettings {
-            max_concurrent_streams: s.max_streams,
-            stream_window: s.stream_window,
-            conn_window: s.conn_window,
-            max_frame_size: s.max_frame_size,
-            max_header_list_size: s.max_header_list,
-            header_table_size: 4096,
-        },
-    );
-    let mut extra_block = Vec::new();
-    for (name, value) in &extra {
-        put_literal(&mut extra_block, name.as_str().as_bytes(), value.as_bytes());
-    }
+    let rest = Resting::new(&cfg, &extra);
+    serve(io, cfg, rest, None).await
+}
+
+/// Serve an HTTP/2 connection (`rest`: new, or as it was parked) until it ends or is handed
+/// over idle; after parking, its next request is awaited until `until`.
+pub(crate) async fn serve<IO>(
+    mut io: IO,
+    cfg: Arc<Config>,
+    rest: Box<Resting>,
+    until: Option<Instant>,
+) -> Result<Option<IdleHandover<IO>>, H2ConnError>
+where
+    IO: ByteStream + 'static,
+{
+    let Resting {
+        conn,
+        decoder,
+        extra,
+        idle_ms,
+    } = *rest;
     let shared = Rc::new(RefCell::new(Shared {
         conn,
-        pass: emit::Pass::new(s.copy_up_to()),
+        pass: emit::Pass::new(cfg.h2.copy_up_to()),
         requests: HashMap::new(),
         task: None,
-        extra: extra_block,
+        extra,
         closed: false,
     }));
     let mut driver = Driver {
-        shared: shared.clone(),
-        decoder: HpackDecoder::default(),
+        shared,
+        decoder,
         head: Head::default(),
-        max_list: s.max_header_list as usize,
+        max_list: cfg.h2.max_header_list as usize,
         cfg: cfg.clone(),
-        idle_ms: 0,
+        idle_ms,
     };
-    let served = driver.run(&mut io).await;
-    if let Err(e) = &served {
-        e.count();
-    }
+    let until = until.map_or_else(
+        || tokio::time::Instant::now() + cfg.timeout,
+        tokio::time::Instant::from_std,
+    );
+    let served = match driver.run(&mut io, until).await {
+        Ok(Some(until)) => return Ok(Some(driver.hand_over(io, until))),
+        Ok(None) => Ok(()),
+        Err(e) => {
+            e.count();
+            Err(e)
+        }
+    };
+    let shared = driver.shared;
     {
         let mut sh = shared.borrow_mut();
         sh.closed = true;
@@ -243,7 +309,7 @@ where
         crate::stream::linger::close(&mut io).await;
     })
     .await;
-    served
+    served.map(|()| None)
 }
 
 /// The connection's task: what it keeps between reads.
@@ -258,15 +324,26 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run<IO: AsyncRead + AsyncWrite + Unpin>(
+    /// Serve until the connection ends (`None`), or has been idle for `PARK_AFTER` and can be
+    /// handed over (`Some`: the deadline of its next request). Its next request is awaited
+    /// until `until` (its preface, if not received yet).
+    async fn run<IO: ByteStream>(
         &mut self,
         io: &mut IO,
-    ) -> Result<(), H2ConnError> {
+        mut until: tokio::time::Instant,
+    ) -> Result<Option<Instant>, H2ConnError> {
         let cfg = self.cfg.clone();
         let stop = cfg.shutdown.wait();
         tokio::pin!(stop);
-        let start = tokio::time::Instant::now();
-        let idle = tokio::time::sleep(cfg.timeout);
+        // One timer: the deadline, or before it the moment to hand an idle connection over.
+        let timer_at = |now: tokio::time::Instant, until: tokio::time::Instant| {
+            if IO::PARKS {
+                until.min(now + PARK_AFTER)
+            } else {
+                until
+            }
+        };
+        let idle = tokio::time::sleep_until(timer_at(tokio::time::Instant::now(), until));
         tokio::pin!(idle);
         let mut rbuf: Vec<u8> = Vec::new();
         let mut going_away = false;
@@ -315,26 +392,35 @@ impl Driver {
                         self.shared.borrow_mut().pass.release();
                     }
                 }
-                if !preface {
-                    if start.elapsed() >= cfg.timeout {
-                        return Poll::Ready(Wake::HandshakeTimeout);
-                    }
-                } else if busy {
+                let timed_out = if preface {
+                    Wake::Idle
+                } else {
+                    Wake::HandshakeTimeout
+                };
+                if preface && busy {
                     // Not idle while a stream is open: the idle time starts when the last ends.
                     let w = if self.idle_ms > 0 {
                         Duration::from_millis(self.idle_ms)
                     } else {
                         cfg.timeout
                     };
-                    idle.as_mut().reset(tokio::time::Instant::now() + w);
+                    let now = tokio::time::Instant::now();
+                    until = now + w;
+                    idle.as_mut().reset(timer_at(now, until));
                     return Poll::Pending;
                 }
                 if idle.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(if preface {
-                        Wake::Idle
-                    } else {
-                        Wake::HandshakeTimeout
-                    });
+                    if tokio::time::Instant::now() >= until {
+                        return Poll::Ready(timed_out);
+                    }
+                    if preface && !going_away && self.can_park(io) {
+                        return Poll::Ready(Wake::Park);
+                    }
+                    // Not now: the deadline alone.
+                    idle.as_mut().reset(until);
+                    if idle.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(timed_out);
+                    }
                 }
                 Poll::Pending
             })
@@ -351,7 +437,9 @@ impl Driver {
                             0 => cfg.timeout,
                             ms => Duration::from_millis(ms),
                         };
-                        idle.as_mut().reset(tokio::time::Instant::now() + w);
+                        let now = tokio::time::Instant::now();
+                        until = now + w;
+                        idle.as_mut().reset(timer_at(now, until));
                     }
                     // The connection's own answers (a SETTINGS ACK) go first: the responses may
                     // already be under the new settings (a window a SETTINGS frame opened).
@@ -370,10 +458,10 @@ impl Driver {
                         return Err(e.into());
                     }
                     if going_away && !self.busy() {
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
-                Wake::Eof => return Ok(()),
+                Wake::Eof => return Ok(None),
                 // A client that resets (or drops TLS without close_notify) with nothing in
                 // flight has closed, not failed: as at the end of every load run.
                 Wake::Failed(e)
@@ -384,25 +472,66 @@ impl Driver {
                             | io::ErrorKind::UnexpectedEof
                     ) && !self.busy() =>
                 {
-                    return Ok(())
+                    return Ok(None)
                 }
                 Wake::Failed(e) => return Err(e.into()),
                 Wake::HandshakeTimeout => return Err(H2ConnError::HandshakeTimeout),
+                Wake::Park => return Ok(Some(until.into_std())),
                 Wake::Idle | Wake::Stop => {
                     // GOAWAY: streams the client opened before it saw it are still served,
                     // within the timeout.
                     if going_away {
-                        return Ok(());
+                        return Ok(None);
                     }
                     going_away = true;
                     self.shared.borrow_mut().conn.goaway();
                     if !self.busy() {
-                        return Ok(());
+                        return Ok(None);
                     }
-                    idle.as_mut()
-                        .reset(tokio::time::Instant::now() + cfg.timeout);
+                    until = tokio::time::Instant::now() + cfg.timeout;
+                    idle.as_mut().reset(until);
                 }
             }
+        }
+    }
+
+    /// Idle and holding nothing but what `Resting` keeps: no request's task left, nothing
+    /// queued or half received in the codec, nothing held in the stream (TLS) and a stream that
+    /// parks.
+    fn can_park<IO: ByteStream>(&self, io: &IO) -> bool {
+        let sh = self.shared.borrow();
+        IO::PARKS
+            && Rc::strong_count(&self.shared) == 1
+            && sh.conn.at_rest()
+            && sh.pass.queued() == 0
+            && io.idle_socket().is_some()
+    }
+
+    /// The connection, idle (`can_park`), handed over: its buffers given back, its state boxed.
+    fn hand_over<IO>(self, io: IO, until: Instant) -> IdleHandover<IO> {
+        let Driver {
+            shared,
+            mut decoder,
+            idle_ms,
+            ..
+        } = self;
+        let Ok(shared) = Rc::try_unwrap(shared) else {
+            unreachable!("can_park: no request holds the connection");
+        };
+        let Shared {
+            mut conn, extra, ..
+        } = shared.into_inner();
+        conn.rest();
+        decoder.rest();
+        IdleHandover {
+            io,
+            until,
+            rest: Box::new(Resting {
+                conn,
+                decoder,
+                extra,
+                idle_ms,
+            }),
         }
     }
 

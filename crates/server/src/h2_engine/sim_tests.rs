@@ -29,7 +29,12 @@ async fn local<F: std::future::Future>(f: F) -> F::Output {
 fn server() -> (DuplexStream, Trigger, JoinHandle<Result<(), H2ConnError>>) {
     let (stop, cfg) = config::for_tests(TIMEOUT);
     let (client, server) = tokio::io::duplex(1 << 20);
-    let served = tokio::task::spawn_local(serve_connection(server, cfg, Vec::new()));
+    let served = tokio::task::spawn_local(async move {
+        // A duplex stream does not park: the connection ends in its task.
+        serve_connection(server, cfg, Vec::new())
+            .await
+            .map(|idle| assert!(idle.is_none()))
+    });
     (client, stop, served)
 }
 
@@ -212,6 +217,12 @@ impl AsyncWrite for Recorder {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl crate::h1::ByteStream for Recorder {
+    fn idle_socket(&self) -> Option<&tokio::net::TcpStream> {
+        None
     }
 }
 
