@@ -17,14 +17,13 @@
 //! [`Connection::fail`] (COMPRESSION_ERROR).
 
 use super::flood::FrameLedger;
+use super::streams::Streams;
 use super::{
     code, flag, frame_head, frame_len, put_frame_head, setting, CONTINUATION, DATA,
     DEFAULT_MAX_FRAME, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, PRIORITY,
     PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 /// Which end of the connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,29 +117,6 @@ pub enum Event<'a> {
     /// Our send windows grew (WINDOW_UPDATE, or a larger SETTINGS_INITIAL_WINDOW_SIZE), or the
     /// peer's settings changed what we may open.
     Window,
-}
-
-/// The streams, keyed by id.
-type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
-
-/// Stream ids are distinct small integers: one multiplication spreads them. (Not the id itself:
-/// hashbrown tags each slot with the hash's top 7 bits, all zero for small ids, so a lookup would
-/// compare every key of its group.)
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0 << 8 | u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = n.into();
-    }
 }
 
 /// A stream that is open on at least one side.
@@ -242,7 +218,7 @@ pub struct Connection {
     table_update: bool,
     conn_send: i64,
     conn_recv_avail: i64,
-    streams: StreamMap<Stream>,
+    streams: Streams<Stream>,
     /// The highest stream id the peer opened (server) or we opened (client).
     last_peer: u32,
     next_local: u32,
@@ -287,7 +263,7 @@ impl Connection {
             table_update: false,
             conn_send: DEFAULT_WINDOW.into(),
             conn_recv_avail: DEFAULT_WINDOW.into(),
-            streams: StreamMap::default(),
+            streams: Streams::default(),
             last_peer: 0,
             next_local: 1,
             recent_resets: VecDeque::new(),
@@ -382,7 +358,7 @@ impl Connection {
         self.partial = Vec::new();
         // A completed block was lent to an event already consumed.
         self.block = None;
-        self.streams.shrink_to_fit();
+        self.streams.release();
         self.recent_resets.shrink_to_fit();
         self.ctl = Vec::new();
     }
@@ -419,7 +395,7 @@ impl Connection {
 
     /// DATA bytes we may send on `stream` now (both windows; 0 if it is not open for us).
     pub fn send_window(&self, stream: u32) -> usize {
-        match self.streams.get(&stream) {
+        match self.streams.get(stream) {
             Some(s) if s.send_open => s.send_window.min(self.conn_send).max(0) as usize,
             _ => 0,
         }
@@ -427,12 +403,12 @@ impl Connection {
 
     /// Whether the peer may still send on `stream` (its request or response body goes on).
     pub fn is_recv_open(&self, stream: u32) -> bool {
-        self.streams.get(&stream).is_some_and(|s| s.recv_open)
+        self.streams.get(stream).is_some_and(|s| s.recv_open)
     }
 
     /// Whether we may still send on `stream`.
     pub fn is_send_open(&self, stream: u32) -> bool {
-        self.streams.get(&stream).is_some_and(|s| s.send_open)
+        self.streams.get(stream).is_some_and(|s| s.send_open)
     }
 
     /// A stream just opened, either end open, at the windows the settings give; `headers`: its
@@ -483,13 +459,13 @@ impl Connection {
         if self.failed.is_some() {
             return false;
         }
-        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
+        let Some(s) = self.streams.get_mut(stream).filter(|s| s.send_open) else {
             return false;
         };
         if end_stream {
             s.send_open = false;
             if !s.recv_open {
-                self.streams.remove(&stream);
+                self.streams.remove(stream);
             }
         }
         self.put_block(out, stream, end_stream, encode);
@@ -545,7 +521,7 @@ impl Connection {
         if self.failed.is_some() {
             return false;
         }
-        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
+        let Some(s) = self.streams.get_mut(stream).filter(|s| s.send_open) else {
             return false;
         };
         debug_assert!(len <= self.peer_max_frame);
@@ -567,7 +543,7 @@ impl Connection {
     /// `ERROR_RESETS` resets for the peer's errors a server's connection fails
     /// (ENHANCE_YOUR_CALM).
     pub fn reset(&mut self, stream: u32, code: u32) {
-        if self.failed.is_some() || self.streams.remove(&stream).is_none() {
+        if self.failed.is_some() || self.streams.remove(stream).is_none() {
             return;
         }
         self.close_with(stream, code);
@@ -621,7 +597,7 @@ impl Connection {
     /// The peer declared `content-length: n` on `stream`: its DATA must add up to it (else the
     /// stream is reset with PROTOCOL_ERROR, RFC 9113 §8.1.1).
     pub fn set_content_length(&mut self, stream: u32, n: u64) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.content_length = Some(n);
         }
     }
@@ -795,7 +771,7 @@ impl Connection {
     fn stream_error<'e>(&mut self, stream: u32, code: u32) -> Result<Option<Event<'e>>, ConnError> {
         let mut token = None;
         if self.failed.is_none() {
-            token = self.streams.remove(&stream).map(|s| s.token);
+            token = self.streams.remove(stream).map(|s| s.token);
             self.close_with(stream, code);
         }
         if let Some(e) = self.failed {
@@ -810,19 +786,19 @@ impl Connection {
     }
 
     fn end_send(&mut self, stream: u32) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.send_open = false;
             if !s.recv_open {
-                self.streams.remove(&stream);
+                self.streams.remove(stream);
             }
         }
     }
 
     fn end_recv(&mut self, stream: u32) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.recv_open = false;
             if !s.send_open {
-                self.streams.remove(&stream);
+                self.streams.remove(stream);
             }
         }
     }
@@ -978,7 +954,7 @@ impl Connection {
         id: u32,
         end_stream: bool,
     ) -> Result<(bool, bool, Option<u32>, Option<usize>), ConnError> {
-        if let Some(s) = self.streams.get_mut(&id) {
+        if let Some(s) = self.streams.get_mut(id) {
             if !s.recv_open {
                 // Half-closed (remote): RFC 9113 §5.1.
                 return Ok((false, false, Some(code::STREAM_CLOSED), Some(s.token)));
@@ -1057,7 +1033,7 @@ impl Connection {
                 if self.is_idle(id) {
                     return Err(self.error(code::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
                 }
-                let Some(s) = self.streams.remove(&id) else {
+                let Some(s) = self.streams.remove(id) else {
                     return Ok(None);
                 };
                 if self.data.is_some_and(|d| d.stream == id) {
@@ -1098,7 +1074,7 @@ impl Connection {
                 self.goaway_received = true;
                 if self.role == Role::Client {
                     // Our streams it will not process are gone.
-                    self.streams.retain(|&i, _| i <= last);
+                    self.streams.retain(|i, _| i <= last);
                 }
                 Ok(Some(Event::GoAway {
                     last_stream: last,
@@ -1125,7 +1101,7 @@ impl Connection {
                 if self.is_idle(id) {
                     return Err(self.error(code::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
                 }
-                let Some(s) = self.streams.get_mut(&id) else {
+                let Some(s) = self.streams.get_mut(id) else {
                     return Ok(None);
                 };
                 if inc == 0 {
@@ -1253,9 +1229,8 @@ impl Connection {
         let mut reset = None;
         let mut token = None;
         let idle = self.is_idle(id);
-        match self.streams.entry(id) {
-            Entry::Occupied(mut e) if e.get().recv_open && e.get().headers => {
-                let s = e.get_mut();
+        match self.streams.get_mut(id) {
+            Some(s) if s.recv_open && s.headers => {
                 token = Some(s.token);
                 if len as i64 > s.recv_avail {
                     reset = Some(code::FLOW_CONTROL_ERROR);
@@ -1270,7 +1245,7 @@ impl Connection {
                     if let Some(p) = whole {
                         if s.take(p.len(), end_stream) {
                             if end_stream && !s.send_open {
-                                e.remove();
+                                self.streams.remove(id);
                             }
                         } else {
                             reset = Some(code::PROTOCOL_ERROR);
@@ -1281,15 +1256,15 @@ impl Connection {
                     }
                 }
             }
-            Entry::Occupied(e) if !e.get().headers => {
+            Some(s) if !s.headers => {
                 return Err(self.error(code::PROTOCOL_ERROR, "DATA before HEADERS"));
             }
-            Entry::Occupied(_) => reset = Some(code::STREAM_CLOSED),
-            Entry::Vacant(_) if idle => {
+            Some(_) => reset = Some(code::STREAM_CLOSED),
+            None if idle => {
                 return Err(self.error(code::PROTOCOL_ERROR, "DATA on an idle stream"));
             }
-            Entry::Vacant(_) if self.recent_resets.contains(&id) => data.deliver = false,
-            Entry::Vacant(_) => reset = Some(code::STREAM_CLOSED),
+            None if self.recent_resets.contains(&id) => data.deliver = false,
+            None => reset = Some(code::STREAM_CLOSED),
         }
         if let Some(code) = reset {
             data.deliver = false;
@@ -1361,8 +1336,7 @@ impl Connection {
         data: &'i [u8],
     ) -> Result<Option<Event<'i>>, ConnError> {
         let mut token = None;
-        if let Entry::Occupied(mut e) = self.streams.entry(stream) {
-            let s = e.get_mut();
+        if let Some(s) = self.streams.get_mut(stream) {
             token = Some(s.token);
             if !s.take(data.len(), end_stream) {
                 if let Some(x) = self.data.as_mut() {
@@ -1371,7 +1345,7 @@ impl Connection {
                 return self.stream_error(stream, code::PROTOCOL_ERROR);
             }
             if end_stream && !s.send_open {
-                e.remove();
+                self.streams.remove(stream);
             }
         }
         Ok(Some(Event::Data {
