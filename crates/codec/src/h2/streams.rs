@@ -7,9 +7,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// The table's first size, and the largest it grows to (beyond, collisions are hashed).
+/// The table's first size, and the largest it grows to (beyond, collisions are hashed): room
+/// for a server's 100 streams in order, in the memory a hashed map of them takes (64 bytes a
+/// slot).
 const FIRST_SLOTS: usize = 16;
-const MAX_SLOTS: usize = 256;
+const MAX_SLOTS: usize = 128;
 
 pub(super) struct Streams<V> {
     /// Slot `id / 2 % len` (a power of two, or empty while no stream was opened).
@@ -47,7 +49,7 @@ impl<V> Streams<V> {
         match self.slots.get(self.index(id)) {
             Some(Some((i, v))) if *i == id => Some(v),
             _ if self.spill.is_empty() => None,
-            _ => self.spill.get(&id),
+            _ => self.spill_get(id),
         }
     }
 
@@ -56,8 +58,15 @@ impl<V> Streams<V> {
         match self.slots.get_mut(at) {
             Some(Some((i, v))) if *i == id => Some(v),
             _ if self.spill.is_empty() => None,
-            _ => self.spill.get_mut(&id),
+            _ => spilled_mut(&mut self.spill, id),
         }
+    }
+
+    /// The spill's lookups are out of line and cold: the slots' paths stay short.
+    #[cold]
+    #[inline(never)]
+    fn spill_get(&self, id: u32) -> Option<&V> {
+        self.spill.get(&id)
     }
 
     /// Add stream `id`, not open yet.
@@ -109,6 +118,13 @@ impl<V> Streams<V> {
         if self.spill.is_empty() {
             return None;
         }
+        self.spill_remove(id)
+    }
+
+    /// (Out of line, as `spill_get`.)
+    #[cold]
+    #[inline(never)]
+    fn spill_remove(&mut self, id: u32) -> Option<V> {
         self.spill.remove(&id)
     }
 
@@ -138,6 +154,17 @@ impl<V> Streams<V> {
         debug_assert!(self.is_empty());
         *self = Streams::default();
     }
+}
+
+/// [`Streams::get_mut`]'s way into the spill, out of line as `spill_get` (a free function: the
+/// slots stay borrowed).
+#[cold]
+#[inline(never)]
+fn spilled_mut<V>(
+    spill: &mut HashMap<u32, V, BuildHasherDefault<IdHasher>>,
+    id: u32,
+) -> Option<&mut V> {
+    spill.get_mut(&id)
 }
 
 /// Stream ids are distinct small integers: one multiplication spreads them. (Not the id itself:
