@@ -2,8 +2,8 @@
 //! (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field line in order, a
 //! [`RequestFields`] tells a well-formed request's facts from a malformed one, which the server
 //! resets (HTTP/2: PROTOCOL_ERROR, HTTP/3: H3_MESSAGE_ERROR); [`ResponseFields`] does the same
-//! for the load generator's responses. One pass, byte-table lookups (values eight bytes at a time), and no allocation once the buffers are
-//! warm: it runs on every message.
+//! for the load generator's responses. One pass, byte-table lookups (values eight bytes at a
+//! time), and no allocation once the buffers are warm: it runs on every message.
 
 use crate::syntax::{content_length, is_tchar};
 

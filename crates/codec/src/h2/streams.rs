@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// The table's first size, and the largest it grows to (beyond, collisions are hashed): room
-/// for a server's 100 streams in order, in the memory a hashed map of them takes (64 bytes a
-/// slot).
-const FIRST_SLOTS: usize = 16;
+/// The table's first size (a connection with one stream at a time never grows it), and the
+/// largest it grows to (beyond, collisions are hashed): room for a server's 100 streams in
+/// order, in the memory a hashed map of them takes (64 bytes a slot).
+const FIRST_SLOTS: usize = 4;
 const MAX_SLOTS: usize = 128;
 
 pub(super) struct Streams<V> {
