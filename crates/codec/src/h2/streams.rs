@@ -90,20 +90,15 @@ impl<V> Streams<V> {
         }
     }
 
-    /// Twice the slots, the streams in them placed again (two that shared a slot no longer do
-    /// unless their ids differ by a multiple of the new size; then the later one spills).
+    /// Twice the slots, the streams in them placed again: an old slot's stream goes to one of
+    /// two new ones (`id / 2` modulo twice the size), which no other old slot's can take.
     fn grow(&mut self) {
         let old = std::mem::take(&mut self.slots);
         self.slots.resize_with(old.len() * 2, || None);
-        self.in_slots = 0;
         for (id, v) in old.into_iter().flatten() {
             let at = self.index(id);
-            if self.slots[at].is_none() {
-                self.slots[at] = Some((id, v));
-                self.in_slots += 1;
-            } else {
-                self.spill.insert(id, v);
-            }
+            debug_assert!(self.slots[at].is_none());
+            self.slots[at] = Some((id, v));
         }
     }
 
