@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# User-space instructions per request of a server, counted by valgrind's callgrind: a count that
+# User-space instructions per request of a server (or, with PROFILE=client, of the client),
+# counted by valgrind's callgrind: a count that
 # does not move with machine load or CPU frequency, for comparing two builds' hot paths on a busy
 # machine where CPU-time A/B runs cannot resolve a few percent. It says nothing about system time
 # or cache behaviour; confirm a change with `loadterm ab` on a quiet machine.
 #
 # Runs the server under callgrind twice, with N and 3N requests from CLIENT, and prints
-# (I(3N) - I(N)) / 2N, which cancels start-up and shutdown.
+# (I(3N) - I(N)) / 2N, which cancels start-up and shutdown. PROFILE=client runs the server
+# natively and the client under callgrind instead (the client's CPU per request, e.g. old and new
+# builds of the load generator against one server).
 #
 #   bench/instructions-per-request.sh 'target/release/loadterm serve -t 1 -L 127.0.0.1:{port}' \
 #       'target/release/loadterm load --h1 -c 10 -m 10 -t 1 -n {requests} http://127.0.0.1:{port}/?s=1k' 20000
@@ -27,11 +30,18 @@ fill() { local s=${1//\{port\}/$PORT}; echo "${s//\{requests\}/$2}"; }
 count() {
   local requests=$1 out
   out=$(mktemp)
-  # shellcheck disable=SC2046
-  valgrind --tool=callgrind --callgrind-out-file="$out" $(fill "$server" "$requests") >/dev/null 2>&1 &
+  local grind="valgrind --tool=callgrind --callgrind-out-file=$out"
+  if [ "${PROFILE:-server}" = client ]; then
+    # shellcheck disable=SC2046
+    $(fill "$server" "$requests") >/dev/null 2>&1 &
+  else
+    # shellcheck disable=SC2046
+    $grind $(fill "$server" "$requests") >/dev/null 2>&1 &
+    grind=""
+  fi
   local pid=$!
   for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
-  sh -c "$(fill "$client" "$requests")" >/dev/null 2>&1
+  sh -c "$grind $(fill "$client" "$requests")" >/dev/null 2>&1
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
   if [ -n "${CALLGRIND_OUT:-}" ]; then mv "$out" "$CALLGRIND_OUT.$requests"; else rm -f "$out"; fi

@@ -2,8 +2,8 @@
 //! (RFC 9114 §4.1.2, §4.2, §4.3), sans-I/O: fed each decoded field line in order, a
 //! [`RequestFields`] tells a well-formed request's facts from a malformed one, which the server
 //! resets (HTTP/2: PROTOCOL_ERROR, HTTP/3: H3_MESSAGE_ERROR); [`ResponseFields`] does the same
-//! for the load generator's responses. One pass, byte-table lookups, and no allocation once the buffers are
-//! warm: it runs on every message.
+//! for the load generator's responses. One pass, byte-table lookups (values eight bytes at a
+//! time), and no allocation once the buffers are warm: it runs on every message.
 
 use crate::syntax::{content_length, is_tchar};
 
@@ -83,8 +83,27 @@ fn is_ws(b: u8) -> bool {
 fn valid_value(v: &[u8]) -> bool {
     match (v.first(), v.last()) {
         (Some(&a), Some(&z)) if is_ws(a) || is_ws(z) => false,
-        _ => !v.iter().any(|&b| BAD_VALUE[b as usize]),
+        _ => !has_bad_byte(v),
     }
+}
+
+/// Whether `v` holds a `BAD_VALUE` byte: eight bytes at a time, the rest one at a time (every
+/// field value of every message passes here; a byte-table lookup per byte was the field rules'
+/// largest cost). A byte is NUL, CR or LF when it, or it xor CR, or it xor LF is zero; the
+/// zero-byte test `(x - 0x01…) & !x & 0x80…` is exact as to whether a word has one.
+fn has_bad_byte(v: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = ONES * 0x80;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut words = v.chunks_exact(8);
+    for w in &mut words {
+        let x = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+        if zero(x) | zero(x ^ (ONES * u64::from(b'\r'))) | zero(x ^ (ONES * u64::from(b'\n'))) != 0
+        {
+            return true;
+        }
+    }
+    words.remainder().iter().any(|&b| BAD_VALUE[b as usize])
 }
 
 // Pseudo-headers seen, as bits.
@@ -405,6 +424,25 @@ impl BodyLength {
 mod tests {
     use super::*;
     use FieldError::*;
+
+    /// Each byte never allowed in a value, at every position of values long enough for whole
+    /// words and a rest: found; every other byte: not.
+    #[test]
+    fn bad_value_bytes_are_found_anywhere() {
+        for len in [1, 7, 8, 9, 16, 23, 40] {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut v = vec![b'x'; len];
+                    v[at] = b;
+                    assert_eq!(
+                        has_bad_byte(&v),
+                        BAD_VALUE[b as usize],
+                        "byte {b:#x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+    }
 
     const BASE: &[(&str, &str)] = &[
         (":method", "GET"),

@@ -10,19 +10,20 @@
 //! (received DATA is returned to the peer at once, in WINDOW_UPDATEs batched per half window:
 //! both users count request and response bodies and drop them), content-length against DATA,
 //! PRIORITY parsed and ignored (§5.3.2), no server push, GOAWAY with the last stream processed,
-//! every protocol error mapped to its stream or connection error code, and the flood budget
-//! (`flood`). What it leaves to its user: HPACK ([`crate::hpack`]) and the message rules
+//! every protocol error mapped to its stream or connection error code, and, for a server, the
+//! flood budget (`flood`) and the cap on streams reset for the peer's errors (a client is the
+//! load generator: it reports what its server does and does not cut it off). What it leaves to its user: HPACK ([`crate::hpack`]) and the message rules
 //! ([`crate::fields`]), reported back with [`Connection::reset`] (a malformed message) or
 //! [`Connection::fail`] (COMPRESSION_ERROR).
 
 use super::flood::FrameLedger;
+use super::streams::Streams;
 use super::{
     code, flag, frame_head, frame_len, put_frame_head, setting, CONTINUATION, DATA,
     DEFAULT_MAX_FRAME, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, PRIORITY,
     PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 /// Which end of the connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,15 +80,18 @@ impl ConnError {
     }
 }
 
-/// What the peer's bytes amounted to, one at a time ([`Connection::recv`]).
+/// What the peer's bytes amounted to, one at a time ([`Connection::recv`]). A stream's events
+/// carry its `token` (given to [`Connection::open`]; 0 for the peer's streams), so that its user
+/// need not look the stream up again; `None` for a stream no longer open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event<'a> {
     /// A whole header block (HEADERS and its CONTINUATIONs). `first`: the stream's first one
     /// (a request or response head; later ones are a client's interim heads' successors or
     /// trailers). `discard`: the stream is refused, reset or beyond our GOAWAY: decode the block
-    /// only to keep HPACK in step.
+    /// only to keep HPACK in step (and `token` is `None`).
     Headers {
         stream: u32,
+        token: Option<usize>,
         block: &'a [u8],
         end_stream: bool,
         first: bool,
@@ -96,6 +100,7 @@ pub enum Event<'a> {
     /// Body bytes (padding removed), as they arrive; `end_stream` on the last piece.
     Data {
         stream: u32,
+        token: Option<usize>,
         data: &'a [u8],
         end_stream: bool,
     },
@@ -103,6 +108,7 @@ pub enum Event<'a> {
     /// stream error it found (its RST_STREAM queued).
     Reset {
         stream: u32,
+        token: Option<usize>,
         code: u32,
         remote: bool,
     },
@@ -111,24 +117,6 @@ pub enum Event<'a> {
     /// Our send windows grew (WINDOW_UPDATE, or a larger SETTINGS_INITIAL_WINDOW_SIZE), or the
     /// peer's settings changed what we may open.
     Window,
-}
-
-/// Stream ids are distinct small integers: hashing them is wasted work.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0 << 8 | u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = n.into();
-    }
 }
 
 /// A stream that is open on at least one side.
@@ -146,6 +134,26 @@ struct Stream {
     /// The peer's content-length, which its DATA must add up to.
     content_length: Option<u64>,
     received: u64,
+    /// The user's token ([`Event`]).
+    token: usize,
+}
+
+impl Stream {
+    /// `n` body bytes received, `end_stream` if they end it: `false` if they break the
+    /// content-length (beyond it, or short of it at the end; RFC 9113 §8.1.1).
+    fn take(&mut self, n: usize, end_stream: bool) -> bool {
+        self.received += n as u64;
+        if self
+            .content_length
+            .is_some_and(|l| self.received > l || (end_stream && self.received != l))
+        {
+            return false;
+        }
+        if end_stream {
+            self.recv_open = false;
+        }
+        true
+    }
 }
 
 /// The DATA frame being received, whose payload streams by.
@@ -169,6 +177,7 @@ struct BlockIn {
     /// CONTINUATION frames so far: bounded apart from the bytes, since empty ones add none.
     frames: usize,
     stream: u32,
+    token: Option<usize>,
     end_stream: bool,
     first: bool,
     discard: bool,
@@ -181,6 +190,9 @@ const RECENT_RESETS: usize = 64;
 /// Streams we may reset for the peer's errors (malformed messages, stream errors) before the
 /// connection is cut off: a peer that sends nothing but errors is an error flood.
 const ERROR_RESETS: u32 = 256;
+/// Streams a client opens before the server's SETTINGS say its limit (RFC 9113 §6.5.2 advises
+/// servers to allow at least 100): more could be refused before it had its say.
+const ASSUMED_STREAMS: u32 = 100;
 
 pub struct Connection {
     role: Role,
@@ -206,13 +218,13 @@ pub struct Connection {
     table_update: bool,
     conn_send: i64,
     conn_recv_avail: i64,
-    streams: HashMap<u32, Stream, BuildHasherDefault<IdHasher>>,
+    streams: Streams<Stream>,
     /// The highest stream id the peer opened (server) or we opened (client).
     last_peer: u32,
     next_local: u32,
     recent_resets: VecDeque<u32>,
     /// A stream error found with a header block: its `Reset` event, yielded after the block's.
-    reset_due: Option<(u32, u32)>,
+    reset_due: Option<(u32, u32, Option<usize>)>,
     error_resets: u32,
     /// Our GOAWAY's last stream: newer streams are not processed.
     goaway_sent: Option<u32>,
@@ -264,7 +276,7 @@ impl Dormant {
             table_update: self.table_update,
             conn_send: self.conn_send.into(),
             conn_recv_avail: self.conn_recv_avail.into(),
-            streams: HashMap::default(),
+            streams: Streams::default(),
             last_peer: self.last_peer,
             next_local: self.next_local,
             recent_resets: self.recent_resets.into_vec().into(),
@@ -304,13 +316,17 @@ impl Connection {
             block: None,
             block_cap,
             failed: None,
-            peer_max_streams: u32::MAX,
+            peer_max_streams: if role == Role::Client {
+                ASSUMED_STREAMS
+            } else {
+                u32::MAX
+            },
             peer_initial_window: DEFAULT_WINDOW.into(),
             peer_max_frame: DEFAULT_MAX_FRAME,
             table_update: false,
             conn_send: DEFAULT_WINDOW.into(),
             conn_recv_avail: DEFAULT_WINDOW.into(),
-            streams: HashMap::default(),
+            streams: Streams::default(),
             last_peer: 0,
             next_local: 1,
             recent_resets: VecDeque::new(),
@@ -445,7 +461,8 @@ impl Connection {
             && self.next_local < 1 << 31
     }
 
-    /// The peer's concurrency limit (`u32::MAX` until it says).
+    /// The peer's concurrency limit, until it says: `ASSUMED_STREAMS` for a client, none for a
+    /// server (which opens no streams).
     pub fn peer_max_streams(&self) -> u32 {
         self.peer_max_streams
     }
@@ -457,7 +474,7 @@ impl Connection {
 
     /// DATA bytes we may send on `stream` now (both windows; 0 if it is not open for us).
     pub fn send_window(&self, stream: u32) -> usize {
-        match self.streams.get(&stream) {
+        match self.streams.get(stream) {
             Some(s) if s.send_open => s.send_window.min(self.conn_send).max(0) as usize,
             _ => 0,
         }
@@ -465,17 +482,17 @@ impl Connection {
 
     /// Whether the peer may still send on `stream` (its request or response body goes on).
     pub fn is_recv_open(&self, stream: u32) -> bool {
-        self.streams.get(&stream).is_some_and(|s| s.recv_open)
+        self.streams.get(stream).is_some_and(|s| s.recv_open)
     }
 
     /// Whether we may still send on `stream`.
     pub fn is_send_open(&self, stream: u32) -> bool {
-        self.streams.get(&stream).is_some_and(|s| s.send_open)
+        self.streams.get(stream).is_some_and(|s| s.send_open)
     }
 
     /// A stream just opened, either end open, at the windows the settings give; `headers`: its
-    /// header block has come (a peer-opened stream).
-    fn new_stream(&self, headers: bool) -> Stream {
+    /// header block has come (a peer-opened stream); its events carry `token`.
+    fn new_stream(&self, headers: bool, token: usize) -> Stream {
         Stream {
             recv_open: true,
             send_open: true,
@@ -484,16 +501,26 @@ impl Connection {
             headers,
             content_length: None,
             received: 0,
+            token,
         }
     }
 
-    /// Open a stream (client): its id; the HEADERS are written with [`Connection::headers`].
-    pub fn open(&mut self) -> u32 {
+    /// Open a stream (client) with its request head, written as by [`Connection::headers`]:
+    /// its id. Its events carry `token`.
+    pub fn open(
+        &mut self,
+        out: &mut Vec<u8>,
+        token: usize,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> u32 {
         debug_assert!(self.can_open());
         let id = self.next_local;
         self.next_local += 2;
-        let stream = self.new_stream(false);
+        let mut stream = self.new_stream(false, token);
+        stream.send_open = !end_stream;
         self.streams.insert(id, stream);
+        self.put_block(out, id, end_stream, encode);
         id
     }
 
@@ -508,9 +535,30 @@ impl Connection {
         end_stream: bool,
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> bool {
-        if !self.is_send_open(stream) || self.failed.is_some() {
+        if self.failed.is_some() {
             return false;
         }
+        let Some(s) = self.streams.get_mut(stream).filter(|s| s.send_open) else {
+            return false;
+        };
+        if end_stream {
+            s.send_open = false;
+            if !s.recv_open {
+                self.streams.remove(stream);
+            }
+        }
+        self.put_block(out, stream, end_stream, encode);
+        true
+    }
+
+    /// A header block's frames, into `out`.
+    fn put_block(
+        &mut self,
+        out: &mut Vec<u8>,
+        stream: u32,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) {
         let at = out.len();
         out.extend_from_slice(&[0; 9]);
         if std::mem::take(&mut self.table_update) {
@@ -542,10 +590,6 @@ impl Connection {
             }
         }
         self.ledger.wrote(out.len() - at);
-        if end_stream {
-            self.end_send(stream);
-        }
-        true
     }
 
     /// Write a DATA frame's header for `len` bytes on `stream` into `out` (the caller appends or
@@ -556,7 +600,7 @@ impl Connection {
         if self.failed.is_some() {
             return false;
         }
-        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
+        let Some(s) = self.streams.get_mut(stream).filter(|s| s.send_open) else {
             return false;
         };
         debug_assert!(len <= self.peer_max_frame);
@@ -575,9 +619,10 @@ impl Connection {
     /// Reset `stream` with `code` (a malformed message: PROTOCOL_ERROR; a request not
     /// processed: REFUSED_STREAM; given up: CANCEL; our side done before the peer's: NO_ERROR);
     /// nothing if it is closed already (the peer reset it, or both sides ended). Past
-    /// `ERROR_RESETS` resets for the peer's errors the connection fails (ENHANCE_YOUR_CALM).
+    /// `ERROR_RESETS` resets for the peer's errors a server's connection fails
+    /// (ENHANCE_YOUR_CALM).
     pub fn reset(&mut self, stream: u32, code: u32) {
-        if self.failed.is_some() || self.streams.remove(&stream).is_none() {
+        if self.failed.is_some() || self.streams.remove(stream).is_none() {
             return;
         }
         self.close_with(stream, code);
@@ -587,13 +632,15 @@ impl Connection {
     /// error of the peer's.
     fn close_with(&mut self, stream: u32, code: u32) {
         self.rst_stream(stream, code);
-        if matches!(
-            code,
-            code::PROTOCOL_ERROR
-                | code::FLOW_CONTROL_ERROR
-                | code::STREAM_CLOSED
-                | code::FRAME_SIZE_ERROR
-        ) {
+        if self.role == Role::Server
+            && matches!(
+                code,
+                code::PROTOCOL_ERROR
+                    | code::FLOW_CONTROL_ERROR
+                    | code::STREAM_CLOSED
+                    | code::FRAME_SIZE_ERROR
+            )
+        {
             self.error_resets += 1;
             if self.error_resets > ERROR_RESETS {
                 self.error(code::ENHANCE_YOUR_CALM, "too many malformed streams");
@@ -603,8 +650,8 @@ impl Connection {
 
     /// A connection error found by the user (an HPACK block that does not decode:
     /// COMPRESSION_ERROR): GOAWAY, and nothing more is read.
-    pub fn fail(&mut self, code: u32, reason: &'static str) {
-        self.error(code, reason);
+    pub fn fail(&mut self, code: u32, reason: &'static str) -> ConnError {
+        self.error(code, reason)
     }
 
     /// A graceful GOAWAY (NO_ERROR): streams the peer opens from now on are not processed.
@@ -629,7 +676,7 @@ impl Connection {
     /// The peer declared `content-length: n` on `stream`: its DATA must add up to it (else the
     /// stream is reset with PROTOCOL_ERROR, RFC 9113 §8.1.1).
     pub fn set_content_length(&mut self, stream: u32, n: u64) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.content_length = Some(n);
         }
     }
@@ -646,9 +693,10 @@ impl Connection {
         // After the block's event: not while the block awaits CONTINUATION (the reads' split
         // would decide whether it came before the block's end, or at all if an error follows).
         if self.block.as_ref().is_none_or(|b| b.complete) {
-            if let Some((stream, code)) = self.reset_due.take() {
+            if let Some((stream, code, token)) = self.reset_due.take() {
                 return Ok(Some(Event::Reset {
                     stream,
+                    token,
                     code,
                     remote: false,
                 }));
@@ -673,10 +721,17 @@ impl Connection {
                 }
                 continue;
             }
-            // A whole frame in the input: taken from there, no copy (DATA: its header only).
+            // A whole frame in the input: taken from there, no copy (DATA: its header only,
+            // unless its unpadded payload is all there too).
             if self.partial.is_empty() && input.len() >= 9 {
                 let len = frame_len(input);
-                let n = if input[3] == DATA { 9 } else { 9 + len };
+                let n = if input[3] == DATA
+                    && (input[4] & flag::PADDED != 0 || input.len() < 9 + len)
+                {
+                    9
+                } else {
+                    9 + len
+                };
                 if len <= self.cfg.max_frame_size as usize && input.len() >= n {
                     let (frame, rest) = input.split_at(n);
                     *input = rest;
@@ -727,10 +782,16 @@ impl Connection {
         Ok(Some(self.block_event()))
     }
 
-    /// A whole frame borrowed from the input (DATA: its header only).
+    /// A whole frame borrowed from the input (DATA: perhaps its header only).
     fn frame<'i>(&mut self, frame: &'i [u8]) -> Result<Option<Found<'i>>, ConnError> {
         if matches!(frame[3], HEADERS | CONTINUATION) {
             return self.header_frame(frame, false);
+        }
+        if frame[3] == DATA && frame.len() > 9 {
+            let (len, flags) = (frame_len(frame), frame[4]);
+            self.check_head(DATA, flags, len)?;
+            let ev = self.data_head(stream_id(frame), flags, len, Some(&frame[9..]))?;
+            return Ok(ev.map(Found::Event));
         }
         Ok(self.frame_inner(frame)?.map(Found::Event))
     }
@@ -740,6 +801,7 @@ impl Connection {
         let b = self.block.as_ref().expect("a completed block");
         Event::Headers {
             stream: b.stream,
+            token: b.token,
             block: &b.bytes,
             end_stream: b.end_stream,
             first: b.first,
@@ -786,8 +848,9 @@ impl Connection {
 
     /// A stream error found here: RST_STREAM, and the event that tells the user.
     fn stream_error<'e>(&mut self, stream: u32, code: u32) -> Result<Option<Event<'e>>, ConnError> {
+        let mut token = None;
         if self.failed.is_none() {
-            self.streams.remove(&stream);
+            token = self.streams.remove(stream).map(|s| s.token);
             self.close_with(stream, code);
         }
         if let Some(e) = self.failed {
@@ -795,25 +858,26 @@ impl Connection {
         }
         Ok(Some(Event::Reset {
             stream,
+            token,
             code,
             remote: false,
         }))
     }
 
     fn end_send(&mut self, stream: u32) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.send_open = false;
             if !s.recv_open {
-                self.streams.remove(&stream);
+                self.streams.remove(stream);
             }
         }
     }
 
     fn end_recv(&mut self, stream: u32) {
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if let Some(s) = self.streams.get_mut(stream) {
             s.recv_open = false;
             if !s.send_open {
-                self.streams.remove(&stream);
+                self.streams.remove(stream);
             }
         }
     }
@@ -847,7 +911,7 @@ impl Connection {
         if self.block.as_ref().is_some_and(|b| !b.complete) && ty != CONTINUATION {
             return Err(self.error(code::PROTOCOL_ERROR, "header block interrupted"));
         }
-        if self.ledger.frame(ty, flags, len) {
+        if self.role == Role::Server && self.ledger.frame(ty, flags, len) {
             return Err(self.error(code::ENHANCE_YOUR_CALM, CONTROL_FLOOD));
         }
         Ok(())
@@ -912,7 +976,7 @@ impl Connection {
             p = &p[5..];
         }
         let end_stream = flags & flag::END_STREAM != 0;
-        let (first, mut discard, mut reset) = self.headers_on(id, end_stream)?;
+        let (first, mut discard, mut reset, token) = self.headers_on(id, end_stream)?;
         if self_dependent && !discard {
             // RFC 9113 §5.3.1: a stream cannot depend on itself.
             reset = Some(code::PROTOCOL_ERROR);
@@ -923,7 +987,7 @@ impl Connection {
                 if let Some(e) = self.failed {
                     return Err(e);
                 }
-                self.reset_due = Some((id, code));
+                self.reset_due = Some((id, code, token));
                 discard = true;
             }
         }
@@ -941,6 +1005,7 @@ impl Connection {
                 complete: flags & flag::END_HEADERS != 0,
                 frames: 0,
                 stream: id,
+                token: token.filter(|_| !discard),
                 end_stream,
                 first,
                 discard,
@@ -953,6 +1018,7 @@ impl Connection {
         }
         Ok(Some(Found::Event(Event::Headers {
             stream: id,
+            token: token.filter(|_| !discard),
             block: p,
             end_stream,
             first,
@@ -961,29 +1027,29 @@ impl Connection {
     }
 
     /// A header block opens or continues stream `id`: (first block, discard it, reset the
-    /// stream with this code).
+    /// stream with this code, its token).
     fn headers_on(
         &mut self,
         id: u32,
         end_stream: bool,
-    ) -> Result<(bool, bool, Option<u32>), ConnError> {
-        if let Some(s) = self.streams.get_mut(&id) {
+    ) -> Result<(bool, bool, Option<u32>, Option<usize>), ConnError> {
+        if let Some(s) = self.streams.get_mut(id) {
             if !s.recv_open {
                 // Half-closed (remote): RFC 9113 §5.1.
-                return Ok((false, false, Some(code::STREAM_CLOSED)));
+                return Ok((false, false, Some(code::STREAM_CLOSED), Some(s.token)));
             }
             let first = !s.headers;
             s.headers = true;
             // A server's second block is trailers, which end the stream (§8.1); a client's
             // may be a final head after interim ones, which its user tells apart.
             if !first && !end_stream && self.role == Role::Server {
-                return Ok((false, false, Some(code::PROTOCOL_ERROR)));
+                return Ok((false, false, Some(code::PROTOCOL_ERROR), Some(s.token)));
             }
-            return Ok((first, false, None));
+            return Ok((first, false, None, Some(s.token)));
         }
         if !self.is_idle(id) {
             if self.recent_resets.contains(&id) {
-                return Ok((false, true, None));
+                return Ok((false, true, None, None));
             }
             return Err(self.error(code::STREAM_CLOSED, "HEADERS on a closed stream"));
         }
@@ -999,18 +1065,18 @@ impl Connection {
         // A new stream (ids only grow: a lower one is not idle, handled above).
         self.last_peer = id;
         if self.goaway_sent.is_some_and(|last| id > last) {
-            return Ok((true, true, None));
+            return Ok((true, true, None, None));
         }
         if self.streams.len() >= self.cfg.max_concurrent_streams as usize {
             if self.ledger.charge() {
                 return Err(self.error(code::ENHANCE_YOUR_CALM, CONTROL_FLOOD));
             }
             self.rst_stream(id, code::REFUSED_STREAM);
-            return Ok((true, true, None));
+            return Ok((true, true, None, None));
         }
-        let stream = self.new_stream(true);
+        let stream = self.new_stream(true, 0);
         self.streams.insert(id, stream);
-        Ok((true, false, None))
+        Ok((true, false, None, Some(0)))
     }
 
     /// Every frame but HEADERS and CONTINUATION (DATA: its header).
@@ -1023,7 +1089,7 @@ impl Connection {
             u32::from_be_bytes([payload[i], payload[i + 1], payload[i + 2], payload[i + 3]])
         };
         match ty {
-            DATA => self.data_head(id, flags, len),
+            DATA => self.data_head(id, flags, len, None),
             PRIORITY => {
                 if id == 0 {
                     return Err(self.error(code::PROTOCOL_ERROR, "PRIORITY on stream 0"));
@@ -1046,14 +1112,15 @@ impl Connection {
                 if self.is_idle(id) {
                     return Err(self.error(code::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
                 }
-                if self.streams.remove(&id).is_none() {
+                let Some(s) = self.streams.remove(id) else {
                     return Ok(None);
-                }
+                };
                 if self.data.is_some_and(|d| d.stream == id) {
                     self.data = None;
                 }
                 Ok(Some(Event::Reset {
                     stream: id,
+                    token: Some(s.token),
                     code: u32_at(0),
                     remote: true,
                 }))
@@ -1086,7 +1153,7 @@ impl Connection {
                 self.goaway_received = true;
                 if self.role == Role::Client {
                     // Our streams it will not process are gone.
-                    self.streams.retain(|&i, _| i <= last);
+                    self.streams.retain(|i, _| i <= last);
                 }
                 Ok(Some(Event::GoAway {
                     last_stream: last,
@@ -1113,7 +1180,7 @@ impl Connection {
                 if self.is_idle(id) {
                     return Err(self.error(code::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
                 }
-                let Some(s) = self.streams.get_mut(&id) else {
+                let Some(s) = self.streams.get_mut(id) else {
                     return Ok(None);
                 };
                 if inc == 0 {
@@ -1198,12 +1265,15 @@ impl Connection {
         Ok(grew.then_some(Event::Window))
     }
 
-    /// A DATA frame's header: flow control, the stream's state, then its payload streams by.
+    /// A DATA frame's header: flow control, the stream's state, then its payload streams by;
+    /// or, with its whole unpadded payload (`whole`), its event at once, the stream looked up
+    /// once.
     fn data_head<'e>(
         &mut self,
         id: u32,
         flags: u8,
         len: usize,
+        whole: Option<&'e [u8]>,
     ) -> Result<Option<Event<'e>>, ConnError> {
         if id == 0 {
             return Err(self.error(code::PROTOCOL_ERROR, "DATA on stream 0"));
@@ -1236,17 +1306,31 @@ impl Connection {
             deliver: true,
         };
         let mut reset = None;
+        let mut token = None;
         let idle = self.is_idle(id);
-        match self.streams.get_mut(&id) {
+        match self.streams.get_mut(id) {
             Some(s) if s.recv_open && s.headers => {
+                token = Some(s.token);
                 if len as i64 > s.recv_avail {
                     reset = Some(code::FLOW_CONTROL_ERROR);
                 } else {
                     s.recv_avail -= len as i64;
                     let window = i64::from(self.cfg.stream_window);
-                    if !end_stream && s.recv_avail <= window / 2 {
+                    let update = (!end_stream && s.recv_avail <= window / 2).then(|| {
                         let n = (window - s.recv_avail) as u32;
                         s.recv_avail = window;
+                        n
+                    });
+                    if let Some(p) = whole {
+                        if s.take(p.len(), end_stream) {
+                            if end_stream && !s.send_open {
+                                self.streams.remove(id);
+                            }
+                        } else {
+                            reset = Some(code::PROTOCOL_ERROR);
+                        }
+                    }
+                    if let Some(n) = update {
                         self.window_update(id, n);
                     }
                 }
@@ -1263,11 +1347,20 @@ impl Connection {
         }
         if let Some(code) = reset {
             data.deliver = false;
-            self.data = (len > 0).then_some(data);
+            // A payload still to come is skipped.
+            self.data = (len > 0 && whole.is_none()).then_some(data);
             return self.stream_error(id, code);
         }
+        if let Some(p) = whole {
+            return Ok(data.deliver.then_some(Event::Data {
+                stream: id,
+                token,
+                data: p,
+                end_stream,
+            }));
+        }
         if len == 0 {
-            return Ok(self.data_end(id, end_stream && data.deliver, &[]));
+            return self.data_end(id, end_stream && data.deliver, &[]);
         }
         self.data = Some(data);
         Ok(None)
@@ -1306,42 +1399,40 @@ impl Connection {
         if !d.deliver {
             return Ok(None);
         }
-        if let Some(s) = self.streams.get_mut(&d.stream) {
-            s.received += n as u64;
-            if s.content_length.is_some_and(|l| s.received > l) {
-                if let Some(x) = self.data.as_mut() {
-                    x.deliver = false;
-                }
-                return self.stream_error(d.stream, code::PROTOCOL_ERROR);
-            }
-        }
         let end = d.end_stream && d.left == 0;
         if n == 0 && !end {
             return Ok(None);
         }
-        Ok(self.data_end(d.stream, end, piece))
+        self.data_end(d.stream, end, piece)
     }
 
-    /// A piece of DATA for the user; at the end of the stream, its content-length checked.
-    fn data_end<'i>(&mut self, stream: u32, end_stream: bool, data: &'i [u8]) -> Option<Event<'i>> {
-        if end_stream {
-            let short = self
-                .streams
-                .get(&stream)
-                .is_some_and(|s| s.content_length.is_some_and(|l| l != s.received));
-            if short {
-                return self
-                    .stream_error(stream, code::PROTOCOL_ERROR)
-                    .ok()
-                    .flatten();
+    /// A piece of DATA for the user, counted against the content-length (at the end of the
+    /// stream, it must be reached): the stream looked up once.
+    fn data_end<'i>(
+        &mut self,
+        stream: u32,
+        end_stream: bool,
+        data: &'i [u8],
+    ) -> Result<Option<Event<'i>>, ConnError> {
+        let mut token = None;
+        if let Some(s) = self.streams.get_mut(stream) {
+            token = Some(s.token);
+            if !s.take(data.len(), end_stream) {
+                if let Some(x) = self.data.as_mut() {
+                    x.deliver = false;
+                }
+                return self.stream_error(stream, code::PROTOCOL_ERROR);
             }
-            self.end_recv(stream);
+            if end_stream && !s.send_open {
+                self.streams.remove(stream);
+            }
         }
-        Some(Event::Data {
+        Ok(Some(Event::Data {
             stream,
+            token,
             data,
             end_stream,
-        })
+        }))
     }
 }
 

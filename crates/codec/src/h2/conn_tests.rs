@@ -48,16 +48,19 @@ fn owned(ev: Event<'_>) -> Ev {
             end_stream,
             first,
             discard,
+            ..
         } => Ev::Headers(stream, block.to_vec(), end_stream, first, discard),
         Event::Data {
             stream,
             data,
             end_stream,
+            ..
         } => Ev::Data(stream, data.to_vec(), end_stream),
         Event::Reset {
             stream,
             code,
             remote,
+            ..
         } => Ev::Reset(stream, code, remote),
         Event::GoAway { last_stream, code } => Ev::GoAway(last_stream, code),
         Event::Window => Ev::Window,
@@ -516,21 +519,53 @@ fn frames_that_break_a_stream_get_rst_stream_with_their_code() {
     }
 }
 
+/// Checked alike whether the DATA streams by in pieces (2) or comes whole (100).
 #[test]
 fn content_length_must_match_the_data() {
-    for (data, ok) in [(&b"12345"[..], true), (b"1234", false), (b"123456", false)] {
-        let mut c = server();
-        feed(
-            &mut c,
-            &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
-            100,
-        )
-        .unwrap();
-        c.set_content_length(1, 5);
-        let evs = feed(&mut c, &frame(DATA, flag::END_STREAM, 1, data), 2).unwrap();
-        let reset = evs.contains(&Ev::Reset(1, code::PROTOCOL_ERROR, false));
-        assert_eq!(reset, !ok, "{data:?}: {evs:?}");
+    for piece in [2, 100] {
+        for (data, ok) in [(&b"12345"[..], true), (b"1234", false), (b"123456", false)] {
+            let mut c = server();
+            feed(
+                &mut c,
+                &frame(HEADERS, flag::END_HEADERS, 1, &get("/")),
+                100,
+            )
+            .unwrap();
+            c.set_content_length(1, 5);
+            let evs = feed(&mut c, &frame(DATA, flag::END_STREAM, 1, data), piece).unwrap();
+            let reset = evs.contains(&Ev::Reset(1, code::PROTOCOL_ERROR, false));
+            assert_eq!(reset, !ok, "{piece} {data:?}: {evs:?}");
+            assert_eq!(c.open_streams(), usize::from(ok), "{piece} {data:?}");
+        }
     }
+}
+
+/// A client's stream events carry the token it opened the stream with.
+#[test]
+fn a_streams_events_carry_its_token() {
+    let mut c = Connection::new(Role::Client, LocalSettings::default());
+    let mut out = Vec::new();
+    assert_eq!(c.open(&mut out, 7, true, |o| o.push(0x82)), 1);
+    assert_eq!(c.open(&mut out, 9, true, |o| o.push(0x82)), 3);
+    let input = [
+        frame(SETTINGS, 0, 0, &[]),
+        frame(HEADERS, flag::END_HEADERS, 1, &[0x88]),
+        frame(DATA, flag::END_STREAM, 1, b"hi"),
+        frame(RST_STREAM, 0, 3, &[0, 0, 0, 8]),
+        frame(DATA, 0, 3, b"late"),
+    ]
+    .concat();
+    let mut rest = &input[..];
+    let mut tokens = Vec::new();
+    while let Some(ev) = c.recv(&mut rest).unwrap() {
+        match ev {
+            Event::Headers { token, .. } | Event::Data { token, .. } => tokens.push(token),
+            Event::Reset { token, .. } => tokens.push(token),
+            _ => {}
+        }
+    }
+    // DATA on the stream the server reset: a stream error on a closed stream, no token.
+    assert_eq!(tokens, [Some(7), Some(7), Some(9), None]);
 }
 
 #[test]
@@ -766,6 +801,33 @@ fn a_flood_of_frames_that_ask_for_nothing_ends_the_connection() {
     assert!(e.is_control_flood(), "{e}");
 }
 
+/// A client is the load generator: it opens 100 streams until the server says its limit, and
+/// reports what its server does rather than cut it off (no flood budget, no cap on streams reset
+/// for the server's errors).
+#[test]
+fn a_client_assumes_100_streams_and_keeps_no_flood_budget() {
+    let mut c = Connection::new(Role::Client, LocalSettings::default());
+    let mut input = frame(SETTINGS, 0, 0, &[]);
+    input.extend(frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()).repeat(3000));
+    while c.can_open() {
+        let id = c.open(&mut Vec::new(), 0, true, |o| o.push(0x82));
+        input.extend(frame(RST_STREAM, 0, id, &[0, 0, 0, 8]));
+    }
+    assert_eq!(c.open_streams(), 100);
+    let evs = feed(&mut c, &input, 1 << 20).expect("no flood budget");
+    assert_eq!(evs.len(), 3000 + 100);
+    assert_eq!(
+        c.peer_max_streams(),
+        100,
+        "the server's SETTINGS said nothing"
+    );
+    for _ in 0..300 {
+        let id = c.open(&mut Vec::new(), 0, true, |o| o.push(0x82));
+        c.reset(id, code::PROTOCOL_ERROR);
+    }
+    assert!(c.failed().is_none());
+}
+
 #[test]
 fn endless_continuation_is_cut_off() {
     let mut c = server();
@@ -786,9 +848,9 @@ fn a_client_opens_streams_and_reads_responses() {
     c.take_control(&mut out);
     assert!(out.starts_with(PREFACE));
     assert_eq!(split(&out), [(SETTINGS, 0, 0, setting(2, 0))]);
-    let id = c.open();
     out.clear();
-    assert!(c.headers(&mut out, id, true, |o| o.push(0x82)));
+    let id = c.open(&mut out, 0, true, |o| o.push(0x82));
+    assert_eq!(id, 1);
     assert_eq!(
         split(&out),
         [(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, vec![0x82])]
@@ -810,8 +872,8 @@ fn a_client_opens_streams_and_reads_responses() {
     assert_eq!(c.open_streams(), 0);
     assert_eq!(c.peer_max_streams(), 2);
     // A server cannot open streams (no push), and a GOAWAY ends what it did not process.
-    let s3 = c.open();
-    let s5 = c.open();
+    let s3 = c.open(&mut out, 0, true, |o| o.push(0x82));
+    let s5 = c.open(&mut out, 0, true, |o| o.push(0x82));
     assert_eq!((s3, s5), (3, 5));
     assert!(!c.can_open(), "two at a time, and two are open");
     assert_eq!(
@@ -999,8 +1061,8 @@ fn random_and_mutated_input_never_panics() {
         };
         let mut c = Connection::new(role, server_cfg());
         if role == Role::Client {
-            c.open();
-            c.open();
+            c.open(&mut Vec::new(), 0, true, |o| o.push(0x82));
+            c.open(&mut Vec::new(), 0, true, |o| o.push(0x82));
             input.drain(..PREFACE.len().min(input.len()));
         }
         let mut rest = &input[..];

@@ -43,6 +43,7 @@ fn events(input: &[u8], piece: usize) -> (Vec<String>, Option<u32>) {
                     stream,
                     data,
                     end_stream,
+                    ..
                 })) => seen.push(format!("data {stream} {} {end_stream}", data.len())),
                 Ok(Some(ev)) => seen.push(format!("{ev:?}")),
                 Ok(None) => break,

@@ -87,5 +87,6 @@ pub fn frame_len(head: &[u8]) -> usize {
 mod conn;
 mod flood;
 pub mod fuzz;
+mod streams;
 
 pub use conn::{ConnError, Connection, Dormant, Event, LocalSettings, Role};

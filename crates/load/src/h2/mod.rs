@@ -1,9 +1,10 @@
-//! HTTP/2 load (TLS and h2c): one task per connection driving a sans-I/O [`client::Client`],
+//! HTTP/2 load (TLS and h2c): one task per connection driving a sans-I/O [`client::Client`]
+//! (the codec's `loadterm_codec::h2::Connection` in its client role, the server's HTTP/2 codec),
 //! with reads and writes in a single poll so neither waits on the other.
 //!
-//! Purpose-built rather than the `h2` crate, which cost 1.55× h2load's client CPU per request
-//! on small responses (`bench/compare-clients.sh`, see docs/PERFORMANCE.md): it runs a task per
-//! request plus a connection task, with wakeups and locking between them.
+//! Not the `h2` crate, which cost 1.55× h2load's client CPU per request on small responses
+//! (`bench/compare-clients.sh`, see docs/PERFORMANCE.md): it runs a task per request plus a
+//! connection task, with wakeups and locking between them.
 
 mod client;
 

@@ -581,6 +581,7 @@ impl Driver {
                     end_stream,
                     first,
                     discard,
+                    ..
                 } => {
                     let head = &mut self.head;
                     head.begin();
@@ -655,6 +656,7 @@ impl Driver {
                     stream,
                     data,
                     end_stream,
+                    ..
                 } => {
                     if let Some(r) = requests.get_mut(&stream) {
                         r.body += data.len() as u64;
