@@ -276,9 +276,9 @@ struct Conn<'a, 'n, IO> {
     unsent: [u32; 5],
     /// `unsent` is not all zeros.
     any_unsent: bool,
-    /// Reads carry the kernel's arrival stamps (turned on at the first wait for a delay), and
-    /// the last read's.
-    stamps: bool,
+    /// Reads carry the kernel's arrival stamps (turned on at the connection's first wait for a
+    /// delay), and the last read's.
+    stamps: &'a mut bool,
     arrived: Option<Instant>,
 }
 
@@ -337,10 +337,19 @@ async fn run<IO: ByteStream>(
     // Until when the next request is awaited, after an idle spell.
     mut until: Option<Instant>,
 ) -> Option<Handover<IO>> {
+    // Reads carry the kernel's arrival stamps (`Conn::stamps`), from one busy period to the next.
+    let mut stamps = false;
     loop {
         // Boxed in a statement of its own: a temporary in the `match` below would keep a slot
         // in this future (it lives to the end of the statement, across the await).
-        let period = Box::pin(busy(&mut io, &cfg, period_opts, &extra_head, until));
+        let period = Box::pin(busy(
+            &mut io,
+            &cfg,
+            period_opts,
+            &extra_head,
+            until,
+            &mut stamps,
+        ));
         match period.await {
             PeriodEnd::Idle(deadline) => {
                 until = Some(deadline);
@@ -395,6 +404,7 @@ async fn busy<IO: ByteStream>(
     period_opts: PeriodOptions,
     extra_head: &[u8],
     until: Option<Instant>,
+    stamps: &mut bool,
 ) -> PeriodEnd {
     // Armed before its first wait; until then its deadline does not matter.
     let timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
@@ -425,7 +435,7 @@ async fn busy<IO: ByteStream>(
         in_request: false,
         unsent: [0; 5],
         any_unsent: false,
-        stamps: false,
+        stamps,
         arrived: None,
     };
     let end = loop {
@@ -646,7 +656,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
         self.rbuf.reserve(READ_CHUNK);
         // Cancel-safe: bytes are appended only by a read that completes.
-        if !self.stamps {
+        if !*self.stamps {
             let read = self.io.read_buf(&mut self.rbuf);
             return self.waits.wait(limit, until_shutdown, read).await;
         }
@@ -1007,8 +1017,8 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
 
     async fn sleep_until(&mut self, t: Instant) {
         // This connection's requests wait: count their next delays from their arrival.
-        if !self.stamps {
-            self.stamps = self.io.stamp_arrivals();
+        if !*self.stamps {
+            *self.stamps = self.io.stamp_arrivals();
         }
         loadterm_runtime::timer::sleep_until(t).await
     }
