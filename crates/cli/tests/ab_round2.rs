@@ -1,7 +1,7 @@
 //! `loadterm ab`, round 2, with real processes: charts rendered by rsvg-convert, nginx as a proxy
 //! in front of a loadterm backend (the docs/AB.md example), endpoint mode, the rate regime,
 //! calibration with `serve --burn`, and the time budget of `--target-effect`. At a fixed rate
-//! (`AB_SHORT`) but where the pilot is the subject.
+//! (`AB_SHORT`), but where the regime is the subject (the pilot, endpoint mode's closed loop).
 
 use crate::common;
 
@@ -251,8 +251,9 @@ fn endpoint_mode_says_what_it_cannot_measure() {
             "--b-endpoint",
             &format!("http://127.0.0.1:{}/", b.clear_port),
         ][..],
-        SHORT,
-        &["--json", js.to_str().unwrap()],
+        // Endpoint mode's own regime, a closed loop: req/s is its headline.
+        &["--rounds", "2", "--duration", "1s", "--warmup", "0s"],
+        &["-c", "4", "-m", "2", "--json", js.to_str().unwrap()],
     ]
     .concat());
     let stdout = ok(&out);
