@@ -31,7 +31,7 @@ scripts/check-glossary.sh
 # the dependencies are built once, by rustc. `cargo clippy` before the build checked every
 # dependency again in check mode (docs/PERFORMANCE.md, "The test command on a fresh machine,
 # round 3"). Every cargo command below keeps the wrapper: without it, cargo would compile the
-# workspace's crates again.
+# workspace's crates once more (a build of their own, beside this one).
 RUSTC_WORKSPACE_WRAPPER=$(command -v clippy-driver) || {
   echo "test.sh: clippy-driver is missing (rustup component add clippy)" >&2
   exit 1
