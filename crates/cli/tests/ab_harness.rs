@@ -119,7 +119,7 @@ fn known_effect_is_detected() {
         "--rounds",
         "6",
         "--duration",
-        "500ms",
+        "700ms",
         "--warmup",
         "0s",
         "--rate",
