@@ -12,7 +12,7 @@ use common::h2raw::{
 };
 use common::Server;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -442,22 +442,7 @@ fn h2_abandoned_streams_are_reset_and_the_connection_closed() {
 fn h2_window_update_flood_after_an_upgrade_is_cut_off() {
     let (s, metrics) = metered(&[]);
     let mut c = common::http1::connect(s.clear_port);
-    c.write_all(
-        b"GET /?s=3 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
-        Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8];
-    while !head.ends_with(b"\r\n\r\n") {
-        c.read_exact(&mut byte).expect("the 101's head");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{:?}",
-        String::from_utf8_lossy(&head)
-    );
+    h2raw::upgrade(&mut c, "/?s=3");
     let mut flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     flood.extend(frame(SETTINGS, 0, 0, &[]));
     flood.extend(frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()).repeat(5000));

@@ -458,22 +458,7 @@ fn parked_upgraded_h2c_connection_answers_next_streams() {
     let (s, _, metrics) = server();
     let mut c = TcpStream::connect(s.clear_addr()).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.write_all(
-        b"GET /?s=1k HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
-        Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8];
-    while !head.ends_with(b"\r\n\r\n") {
-        c.read_exact(&mut byte).expect("the 101's head");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{:?}",
-        String::from_utf8_lossy(&head)
-    );
+    h2raw::upgrade(&mut c, "/?s=1k");
     c.write_all(&h2raw::hello()).unwrap();
     assert_eq!(h2_body(&mut c, 1), (true, body(1024)), "stream 1");
     for (stream, x_n) in [(3, Some(&b"first"[..])), (5, None)] {

@@ -69,6 +69,27 @@ pub(crate) fn open(port: u16) -> TcpStream {
     c
 }
 
+/// Ask for HTTP/2 by `Upgrade: h2c` with a GET of `path` (stream 1), and read the 101's head.
+pub(crate) fn upgrade(c: &mut TcpStream, path: &str) {
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).expect("the 101's head");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+}
+
 /// What a client sends first: the preface and an empty SETTINGS frame.
 pub(crate) fn hello() -> Vec<u8> {
     let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
