@@ -165,9 +165,7 @@ impl SeedServer {
                 tls,
                 stderr,
             };
-            if common::wait_tcp(clear, Duration::from_secs(10))
-                && common::wait_tcp(tls, Duration::from_secs(5))
-            {
+            if common::wait_listening(&mut s.child, &[clear, tls], Duration::from_secs(15)) {
                 return s;
             }
             let _ = s.child.kill();

@@ -90,9 +90,7 @@ impl Running {
                 .stderr(std::fs::File::create(&stderr).unwrap())
                 .spawn()
                 .unwrap();
-            if common::wait_tcp(clear, Duration::from_secs(10))
-                && common::wait_tcp(tls, Duration::from_secs(5))
-            {
+            if common::wait_listening(&mut child, &[clear, tls], Duration::from_secs(15)) {
                 return Running {
                     child,
                     clear,
@@ -459,4 +457,25 @@ fn dump_config_prints_the_configuration() {
     }
     assert!(!cert_out.exists(), "-C wrote the certificate");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server refused its ports (another server holds them) is not taken for their holder: the
+/// tests' servers count as started only once they themselves listen. Waiting for a connection
+/// to succeed took the holder for the new server, and two tests given one port talked to each
+/// other's servers.
+#[test]
+fn a_server_refused_its_ports_is_not_taken_for_their_holder() {
+    let holder = common::Server::start(&["-t", "1", "--no-quic"]);
+    let t0 = Instant::now();
+    let second = common::Server::try_start_at(
+        holder.clear_port,
+        holder.tls_port,
+        &["-t", "1", "--no-quic"],
+    );
+    assert!(second.is_none(), "a second server on the holder's ports");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "its exit was seen only after {:?}",
+        t0.elapsed()
+    );
 }

@@ -5,21 +5,30 @@ pub(crate) mod h2raw;
 pub(crate) mod http1;
 pub(crate) mod metrics;
 
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_loadterm")
 }
 
-/// A port free on 127.0.0.1 for both TCP and UDP right now (the OS picks it; races with other
-/// tests are possible but rare, and `Server::start` retries).
+/// A port free on 127.0.0.1 for both TCP and UDP right now, never handed out before in this
+/// process. The OS picks it; between its pick and the server's bind the port is free, and
+/// without the record a test running beside could be given it too. Both servers would then
+/// think the port theirs: the later one fails to bind it and exits, but `wait_tcp` succeeds on
+/// the other's listener (CI once saw a `--timeout 4s` test's connection closed by another
+/// test's `--timeout 1s` server).
 pub(crate) fn free_port() -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let tcp = TcpListener::bind("127.0.0.1:0").expect("bind tcp :0");
         let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port)
+        {
             return port;
         }
     }
@@ -45,8 +54,13 @@ impl Server {
 
     /// As `start`, on these ports (to take over from a server that exited, say).
     pub(crate) fn start_at(clear_port: u16, tls_port: u16, extra: &[&str]) -> Server {
-        Server::spawn(clear_port, tls_port, extra, Stdio::inherit)
+        Server::try_start_at(clear_port, tls_port, extra)
             .unwrap_or_else(|| panic!("loadterm serve did not start on {clear_port}:{tls_port}"))
+    }
+
+    /// As `start_at`; `None` if the server does not listen there (it exited, say).
+    pub(crate) fn try_start_at(clear_port: u16, tls_port: u16, extra: &[&str]) -> Option<Server> {
+        Server::spawn(clear_port, tls_port, extra, Stdio::inherit)
     }
 
     fn start_with(extra: &[&str], stderr: fn() -> Stdio) -> Server {
@@ -73,9 +87,7 @@ impl Server {
             .stderr(stderr())
             .spawn()
             .expect("spawn loadterm serve");
-        if wait_tcp(clear_port, Duration::from_secs(10))
-            && wait_tcp(tls_port, Duration::from_secs(5))
-        {
+        if wait_listening(&mut child, &[clear_port, tls_port], Duration::from_secs(15)) {
             return Some(Server {
                 child,
                 clear_port,
@@ -127,6 +139,60 @@ pub(crate) fn wait_tcp(port: u16, limit: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// Wait until `child` itself listens on each of these TCP ports of 127.0.0.1; `false` if it
+/// exits first (it could not bind one) or after `limit`. Not `wait_tcp`: another process may
+/// answer on a port this child failed to bind.
+pub(crate) fn wait_listening(child: &mut Child, ports: &[u16], limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        let held = sockets_of(child.id());
+        if ports
+            .iter()
+            .all(|&p| listeners_on(child.id(), p).iter().any(|i| held.contains(i)))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The inodes of the sockets process `pid` holds open.
+fn sockets_of(pid: u32) -> BTreeSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return BTreeSet::new();
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let t = target.to_str()?;
+            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// The inodes of the TCP sockets listening on 127.0.0.1:`port` in the network namespace of
+/// process `pid` (a test may run its server in a namespace of its own).
+fn listeners_on(pid: u32, port: u16) -> Vec<u64> {
+    let local = format!("0100007F:{port:04X}");
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl, local_address, rem_address, st (0A: LISTEN), …, inode (the tenth).
+            (f.len() > 9 && f[1] == local && f[3] == "0A")
+                .then(|| f[9].parse().ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// Poll `cond` every 20 ms until it holds; fail naming `what` after `limit`. The limit only
