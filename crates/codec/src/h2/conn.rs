@@ -543,9 +543,7 @@ impl Connection {
         };
         if end_stream {
             s.send_open = false;
-            if !s.recv_open {
-                self.streams.remove(stream);
-            }
+            self.forget_if_closed(stream);
         }
         self.put_block(out, stream, end_stream, encode);
         true
@@ -867,18 +865,26 @@ impl Connection {
     fn end_send(&mut self, stream: u32) {
         if let Some(s) = self.streams.get_mut(stream) {
             s.send_open = false;
-            if !s.recv_open {
-                self.streams.remove(stream);
-            }
+            self.forget_if_closed(stream);
         }
     }
 
     fn end_recv(&mut self, stream: u32) {
         if let Some(s) = self.streams.get_mut(stream) {
             s.recv_open = false;
-            if !s.send_open {
-                self.streams.remove(stream);
-            }
+            self.forget_if_closed(stream);
+        }
+    }
+
+    /// A stream closed on both sides leaves the table. Called where a side ends, once per
+    /// stream and side: the second lookup is the table's slot, no hashing.
+    fn forget_if_closed(&mut self, stream: u32) {
+        if self
+            .streams
+            .get(stream)
+            .is_some_and(|s| !s.send_open && !s.recv_open)
+        {
+            self.streams.remove(stream);
         }
     }
 
@@ -1321,14 +1327,11 @@ impl Connection {
                         s.recv_avail = window;
                         n
                     });
-                    if let Some(p) = whole {
-                        if s.take(p.len(), end_stream) {
-                            if end_stream && !s.send_open {
-                                self.streams.remove(id);
-                            }
-                        } else {
-                            reset = Some(code::PROTOCOL_ERROR);
-                        }
+                    let taken = whole.map(|p| s.take(p.len(), end_stream));
+                    match taken {
+                        Some(false) => reset = Some(code::PROTOCOL_ERROR),
+                        Some(true) if end_stream => self.forget_if_closed(id),
+                        _ => {}
                     }
                     if let Some(n) = update {
                         self.window_update(id, n);
@@ -1423,8 +1426,8 @@ impl Connection {
                 }
                 return self.stream_error(stream, code::PROTOCOL_ERROR);
             }
-            if end_stream && !s.send_open {
-                self.streams.remove(stream);
+            if end_stream {
+                self.forget_if_closed(stream);
             }
         }
         Ok(Some(Event::Data {
