@@ -1137,10 +1137,13 @@ fn bad_http2_settings_get_the_errors_a_settings_frame_gets() {
         let code = conn_error(&mut server(), &frame(SETTINGS, 0, 0, p));
         (URL_SAFE_NO_PAD.encode(p), code)
     });
-    let not_base64url = ["AAMAAABk!AAQAAP__", "AAMAAABkAAQAAP/+", "AAIAAAAB=", "AAIAAAAB "];
-    let not_base64url = not_base64url
-        .iter()
-        .map(|v| (v.to_string(), code::PROTOCOL_ERROR));
+    let not_base64url = [
+        "AAMAAABk!AAQAAP__",
+        "AAMAAABkAAQAAP/+",
+        "AAIAAAAB=",
+        "AAIAAAAB ",
+    ]
+    .map(|v| (v.to_string(), code::PROTOCOL_ERROR));
     for (value, want) in values.chain(not_base64url) {
         let mut c = Connection::new(Role::Server, server_cfg());
         let e = c.upgrade_settings(value.as_bytes()).expect_err(&value);
@@ -1148,7 +1151,14 @@ fn bad_http2_settings_get_the_errors_a_settings_frame_gets() {
         let f = sent(&mut c);
         assert_eq!(f[0].0, SETTINGS, "{value}: ours first");
         let (ty, _, _, p) = f.last().unwrap();
-        assert_eq!((*ty, &p[..]), (GOAWAY, &[&[0; 4], &want.to_be_bytes()[..]].concat()[..]));
-        assert_eq!(c.recv(&mut &PREFACE[..]), Err(e), "{value}: nothing read after");
+        assert_eq!(
+            (*ty, &p[..]),
+            (GOAWAY, &[&[0; 4], &want.to_be_bytes()[..]].concat()[..])
+        );
+        assert_eq!(
+            c.recv(&mut &PREFACE[..]),
+            Err(e),
+            "{value}: nothing read after"
+        );
     }
 }
