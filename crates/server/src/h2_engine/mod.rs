@@ -84,8 +84,9 @@ where
         return Ok(None);
     };
     let mut conn = Connection::new(Role::Server, local_settings(&cfg));
-    // Bad settings are the error a SETTINGS frame with them gets ("as it would any other SETTINGS
-    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: its GOAWAY goes first, `recv` says it.
+    // Bad settings get what a SETTINGS frame with them would ("as it would any other SETTINGS
+    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps the error, its
+    // GOAWAY goes out first and the first read ends the connection with it (counted).
     let _ = conn.upgrade_settings(settings);
     let driver = Driver::new(cfg, conn, HpackDecoder::default(), Box::default(), 0);
     driver.serve(io, None).await
