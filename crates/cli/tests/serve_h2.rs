@@ -134,6 +134,69 @@ fn curl_nghttp_and_h2load() {
     }
 }
 
+/// `Upgrade: h2c` needs exactly one `HTTP2-Settings` field, named in `Connection` too (RFC 7540
+/// §3.2.1): without, the request is answered in HTTP/1.1.
+#[test]
+fn upgrade_without_one_http2_settings_field_is_answered_in_http1() {
+    let s = server();
+    let settings = "HTTP2-Settings: AAMAAABkAAQAAP__\r\n";
+    let upgrade = "Connection: Upgrade, HTTP2-Settings\r\n";
+    for (what, fields) in [
+        ("none", upgrade.to_string()),
+        ("two", format!("{upgrade}{settings}{settings}")),
+        (
+            "not in Connection",
+            format!("Connection: Upgrade\r\n{settings}"),
+        ),
+    ] {
+        let r = common::http1::get(
+            s.clear_port,
+            &format!("GET /?s=7 HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n{fields}\r\n"),
+        );
+        assert_eq!((r.status, r.body.len()), (200, 7), "{what}: {}", r.head);
+    }
+}
+
+/// `HTTP2-Settings` the server cannot take: the upgrade is answered (101, our SETTINGS), then
+/// with the connection error a SETTINGS frame with those settings gets (RFC 7540 §3.2.1 has the
+/// field read "as it would any other SETTINGS frame"), stream 1 not processed.
+#[test]
+fn upgrade_with_bad_http2_settings_gets_the_settings_frames_error() {
+    use common::h2raw::*;
+    use std::io::Write;
+    let s = server();
+    for (what, value, code) in [
+        ("ENABLE_PUSH 2", http2_settings(&[(0x2, 2)]), 0x1u32),
+        (
+            "INITIAL_WINDOW_SIZE 2^31",
+            http2_settings(&[(0x4, 1 << 31)]),
+            0x3,
+        ),
+        (
+            "MAX_FRAME_SIZE 16383",
+            http2_settings(&[(0x5, 16_383)]),
+            0x1,
+        ),
+        ("5 bytes", "AAAAAAA".to_string(), 0x6),
+        ("not base64url", "AAMAAABk+AQAAP//".to_string(), 0x1),
+    ] {
+        let mut c = common::http1::connect(s.clear_port);
+        upgrade_with(&mut c, "/?s=3", &value);
+        c.write_all(&hello()).unwrap();
+        let mut before = Vec::new();
+        let goaway = loop {
+            match next_frame(&mut c) {
+                Some((GOAWAY, _, _, p)) => break p[..8].to_vec(),
+                Some((ty, _, stream, _)) => before.push((ty, stream)),
+                None => panic!("{what}: no GOAWAY"),
+            }
+        };
+        assert_eq!(goaway, [[0; 4], code.to_be_bytes()].concat(), "{what}");
+        assert_eq!(before.first(), Some(&(SETTINGS, 0)), "{what}");
+        assert!(before.iter().all(|&(_, id)| id == 0), "{what}: {before:?}");
+    }
+}
+
 /// h2spec in strict mode: everything passes on the TLS port; on the mixed H1/H2 clear port the
 /// one expected exception is §3.5/2 (an invalid preface is served as HTTP/1.1, which answers 400).
 #[test]

@@ -489,28 +489,56 @@ fn parked_h2_connection_keeps_the_clients_settings() {
     c.write_all(&hello).unwrap();
     wait_parked(metrics);
     h2_get_1k(&mut *c, 1, Some(b"x"));
-    let mut data = Vec::new();
+    assert_eq!(
+        small_window_1k(&mut *c, 1),
+        (0x20, vec![100, 924]),
+        "a table size update first, DATA frames within the client's window"
+    );
+}
+
+/// `Upgrade: h2c` whose `HTTP2-Settings` (then an empty SETTINGS frame) say an HPACK table of 0
+/// and a stream window of 100 bytes: the upgrading request's answer (stream 1) is within them
+/// (its block starts with the table size update), and so is the next one's, after parking (the
+/// update not sent again).
+#[test]
+fn parked_upgraded_h2c_connection_keeps_the_http2_settings() {
+    let (s, _, metrics) = server();
+    let mut c = TcpStream::connect(s.clear_addr()).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let settings = h2raw::http2_settings(&[(0x1, 0), (0x4, 100)]);
+    h2raw::upgrade_with(&mut c, "/?s=1k", &settings);
+    c.write_all(&h2raw::hello()).unwrap();
+    assert_eq!(small_window_1k(&mut c, 1), (0x20, vec![100, 924]));
+    wait_parked(metrics);
+    h2_get_1k(&mut c, 3, Some(b"x"));
+    assert_eq!(small_window_1k(&mut c, 3), (0x88, vec![100, 924]));
+}
+
+/// The 1 KiB response on `stream` to a client whose stream window is 100 bytes, opened by the
+/// rest of the body after the first DATA frame: its header block's first byte (0x20: a table
+/// size update to 0; 0x88: `:status: 200`) and its DATA frames' sizes.
+fn small_window_1k(c: &mut dyn Wire, stream: u32) -> (u8, Vec<usize>) {
+    let (mut first, mut data) = (0, Vec::new());
     loop {
-        let (ty, flags, id, payload) = h2raw::next_frame(&mut *c).expect("the response");
+        let (ty, flags, id, payload) = h2raw::next_frame(c).expect("the response");
         assert!(ty != GOAWAY && ty != h2raw::RST_STREAM, "frame {ty}");
-        if id != 1 {
+        if id != stream {
             continue;
         }
         match ty {
-            HEADERS => assert_eq!(payload[0], 0x20, "a table size update first"),
+            HEADERS => first = payload[0],
             h2raw::DATA => {
                 data.push(payload.len());
                 if data.len() == 1 {
-                    // The rest of the body, and no more.
-                    let update = h2raw::frame(h2raw::WINDOW_UPDATE, 0, 1, &924u32.to_be_bytes());
-                    c.write_all(&update).unwrap();
+                    let update = 924u32.to_be_bytes();
+                    c.write_all(&h2raw::frame(h2raw::WINDOW_UPDATE, 0, stream, &update))
+                        .unwrap();
                 }
             }
             _ => {}
         }
         if flags & END_STREAM != 0 {
-            break;
+            return (first, data);
         }
     }
-    assert_eq!(data, [100, 924], "DATA frames within the client's window");
 }

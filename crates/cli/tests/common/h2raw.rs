@@ -71,10 +71,15 @@ pub(crate) fn open(port: u16) -> TcpStream {
 
 /// Ask for HTTP/2 by `Upgrade: h2c` with a GET of `path` (stream 1), and read the 101's head.
 pub(crate) fn upgrade(c: &mut TcpStream, path: &str) {
+    upgrade_with(c, path, "AAMAAABkAAQAAP__");
+}
+
+/// `upgrade`, with `settings` as the `HTTP2-Settings` value.
+pub(crate) fn upgrade_with(c: &mut TcpStream, path: &str, settings: &str) {
     write!(
         c,
         "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
-         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+         Upgrade: h2c\r\nHTTP2-Settings: {settings}\r\n\r\n"
     )
     .unwrap();
     let mut head = Vec::new();
@@ -88,6 +93,16 @@ pub(crate) fn upgrade(c: &mut TcpStream, path: &str) {
         "{:?}",
         String::from_utf8_lossy(&head)
     );
+}
+
+/// `HTTP2-Settings`' value for the settings `(id, value)`: base64url without padding.
+pub(crate) fn http2_settings(settings: &[(u16, u32)]) -> String {
+    use base64::Engine;
+    let payload: Vec<u8> = settings
+        .iter()
+        .flat_map(|(id, v)| [&id.to_be_bytes()[..], &v.to_be_bytes()].concat())
+        .collect();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload)
 }
 
 /// What a client sends first: the preface and an empty SETTINGS frame.

@@ -23,6 +23,7 @@ use super::{
     DEFAULT_MAX_FRAME, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, PRIORITY,
     PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
+use base64::Engine;
 use std::collections::VecDeque;
 
 /// Which end of the connection this is.
@@ -376,6 +377,20 @@ impl Connection {
             c.conn_recv_avail = c.cfg.conn_window.into();
         }
         c
+    }
+
+    /// A server's connection made for `Upgrade: h2c`: the client's `HTTP2-Settings` field
+    /// value (RFC 7540 §3.2.1), applied as its first SETTINGS frame would be (before the one
+    /// after its preface) but not acknowledged: the 101 was. A value that is not base64url is a
+    /// PROTOCOL_ERROR; a payload a SETTINGS frame could not carry, that frame's error: its
+    /// GOAWAY queued after our SETTINGS, and returned by `recv` too.
+    pub fn upgrade_settings(&mut self, value: &[u8]) -> Result<(), ConnError> {
+        debug_assert!(self.role == Role::Server && !self.settings_seen);
+        // Base64url without padding: whole settings (6 bytes each) never need any.
+        match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(value) {
+            Ok(payload) => self.apply_settings(&payload).map(drop),
+            Err(_) => Err(self.error(code::PROTOCOL_ERROR, "HTTP2-Settings not base64url")),
+        }
     }
 
     /// Frames the connection queued itself, appended to `out` (after what `out` holds: a
@@ -1221,6 +1236,14 @@ impl Connection {
             }
             return Ok(None);
         }
+        let grew = self.apply_settings(payload)?;
+        put_frame_head(&mut self.ctl, 0, SETTINGS, flag::ACK, 0);
+        Ok(grew.then_some(Event::Window))
+    }
+
+    /// The peer's settings (a SETTINGS frame's payload), checked and applied: whether our send
+    /// windows grew or we may open more streams.
+    fn apply_settings(&mut self, payload: &[u8]) -> Result<bool, ConnError> {
         if !payload.len().is_multiple_of(6) {
             return Err(self.error(code::FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes"));
         }
@@ -1267,8 +1290,7 @@ impl Connection {
                 _ => {}
             }
         }
-        put_frame_head(&mut self.ctl, 0, SETTINGS, flag::ACK, 0);
-        Ok(grew.then_some(Event::Window))
+        Ok(grew)
     }
 
     /// A DATA frame's header: flow control, the stream's state, then its payload streams by;

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::hpack::put_field;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 
 fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
     let mut f = frame_head(payload.len(), ty, flags, id).to_vec();
@@ -1089,5 +1091,74 @@ fn random_and_mutated_input_never_panics() {
             assert!(out.len() < 1 << 16, "round {round}");
         }
         assert!(c.partial.capacity() <= 9 + 16_384 + 64, "round {round}");
+    }
+}
+
+/// `Upgrade: h2c`: the client's `HTTP2-Settings` hold before its preface's SETTINGS frame,
+/// which still comes and decides last, and only that frame is acknowledged.
+#[test]
+fn http2_settings_are_the_clients_first_settings_and_get_no_ack() {
+    let value = URL_SAFE_NO_PAD.encode([setting(1, 0), setting(4, 100)].concat());
+    for (then, window) in [(vec![], 100), (setting(4, 200), 200)] {
+        let mut c = Connection::new(Role::Server, server_cfg());
+        sent(&mut c);
+        c.upgrade_settings(value.as_bytes()).unwrap();
+        assert_eq!(sent(&mut c), [], "the 101 acknowledged them");
+        let hello = [
+            PREFACE,
+            &frame(SETTINGS, 0, 0, &then),
+            &frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &get("/")),
+        ]
+        .concat();
+        let evs = feed(&mut c, &hello, 7).unwrap();
+        assert!(matches!(evs.last(), Some(Ev::Headers(1, ..))), "{evs:?}");
+        assert_eq!(sent(&mut c), [(SETTINGS, flag::ACK, 0, vec![])]);
+        assert_eq!(c.send_window(1), window);
+        let mut out = Vec::new();
+        c.headers(&mut out, 1, false, |o| o.push(0x88));
+        assert_eq!(split(&out)[0].3, [0x20, 0x88], "a table size update first");
+    }
+}
+
+/// `HTTP2-Settings` goes through the SETTINGS frame's rules: what a frame may not carry is the
+/// same connection error from the field (its GOAWAY after our SETTINGS), and a value that is
+/// not base64url without padding a PROTOCOL_ERROR.
+#[test]
+fn bad_http2_settings_get_the_errors_a_settings_frame_gets() {
+    let payloads = [
+        vec![0; 5],
+        setting(2, 2),
+        setting(4, 1 << 31),
+        setting(5, 16_383),
+        setting(5, 1 << 24),
+        [setting(3, 10), setting(2, 2)].concat(),
+    ];
+    let values = payloads.iter().map(|p| {
+        let code = conn_error(&mut server(), &frame(SETTINGS, 0, 0, p));
+        (URL_SAFE_NO_PAD.encode(p), code)
+    });
+    let not_base64url = [
+        "AAMAAABk!AAQAAP__",
+        "AAMAAABkAAQAAP/+",
+        "AAIAAAAB=",
+        "AAIAAAAB ",
+    ]
+    .map(|v| (v.to_string(), code::PROTOCOL_ERROR));
+    for (value, want) in values.chain(not_base64url) {
+        let mut c = Connection::new(Role::Server, server_cfg());
+        let e = c.upgrade_settings(value.as_bytes()).expect_err(&value);
+        assert_eq!(e.code, want, "{value}");
+        let f = sent(&mut c);
+        assert_eq!(f[0].0, SETTINGS, "{value}: ours first");
+        let (ty, _, _, p) = f.last().unwrap();
+        assert_eq!(
+            (*ty, &p[..]),
+            (GOAWAY, &[&[0; 4], &want.to_be_bytes()[..]].concat()[..])
+        );
+        assert_eq!(
+            c.recv(&mut &PREFACE[..]),
+            Err(e),
+            "{value}: nothing read after"
+        );
     }
 }

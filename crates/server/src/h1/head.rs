@@ -39,8 +39,9 @@ pub struct RequestHead {
     pub conn_keep_alive: bool,
     /// `Expect: 100-continue`.
     pub expect: bool,
-    /// `Upgrade: h2c` to honour (RFC 7540 §3.2): with `Connection: Upgrade` and
-    /// `HTTP2-Settings`, on a GET or HEAD (methods that carry no body), head small enough.
+    /// `Upgrade: h2c` to honour (RFC 7540 §3.2): with `Connection: Upgrade, HTTP2-Settings`
+    /// and exactly one `HTTP2-Settings` field (§3.2.1), on a GET or HEAD (methods that carry
+    /// no body), head small enough.
     pub upgrade_h2c: bool,
     /// Where the method and the (last) Host value lie in the parsed buffer: offsets, not copies,
     /// so that the differential test can compare them at no cost to the server.
@@ -133,7 +134,8 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
         Err(page) => return Parsed::Error(page),
     };
     head.upgrade_h2c &= seen.upgrade
-        && seen.settings
+        && seen.settings_option
+        && seen.settings == 1
         && matches!(method, "GET" | "HEAD")
         && len <= MAX_UPGRADE_HEAD;
     match body_framing(buf, head, form, &seen, lenient) {
@@ -153,8 +155,10 @@ struct SeenFields {
     te: bool,
     chunked: bool,
     other_te: bool,
+    /// `Connection: Upgrade`, `Connection: HTTP2-Settings`, and `HTTP2-Settings` fields.
     upgrade: bool,
-    settings: bool,
+    settings_option: bool,
+    settings: usize,
 }
 
 /// Reads the field lines into `head`, refusing what one line alone shows wrong.
@@ -211,13 +215,14 @@ fn read_fields(
                 head.conn_close |= t.eq_ignore_ascii_case(b"close");
                 head.conn_keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
                 seen.upgrade |= t.eq_ignore_ascii_case(b"upgrade");
+                seen.settings_option |= t.eq_ignore_ascii_case(b"http2-settings");
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
             head.expect = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade_h2c = tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"h2c"));
         } else if name.eq_ignore_ascii_case(b"http2-settings") {
-            seen.settings = true;
+            seen.settings += 1;
         } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
             head.control = Some(h.value.to_vec());
         } else if name.eq_ignore_ascii_case(b"if-none-match") {
@@ -787,6 +792,15 @@ mod tests {
                 .1
                 .upgrade_h2c
         );
+        // RFC 7540 §3.2.1: `HTTP2-Settings` once, and named in `Connection`.
+        let once = "Connection: Upgrade\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n";
+        assert!(
+            !p(&format!("GET / HTTP/1.1\r\nHost: x\r\n{once}\r\n"))
+                .1
+                .upgrade_h2c
+        );
+        let twice = format!("{up}HTTP2-Settings: AAMAAABkAAQAAP__\r\n");
+        assert!(!p(&format!("GET / HTTP/1.1\r\n{twice}\r\n")).1.upgrade_h2c);
         let big = format!(
             "GET / HTTP/1.1\r\n{up}x: {}\r\ny: {}\r\n\r\n",
             "a".repeat(MAX_UPGRADE_HEAD / 2),

@@ -65,8 +65,9 @@ impl H2ConnError {
 }
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
-/// is what the client sent after the upgrading request, whose head becomes stream 1. Once the
-/// replayed bytes are read, it is handed over idle as any other (then served by `resume`).
+/// is what the client sent after the upgrading request, whose head becomes stream 1 and whose
+/// `HTTP2-Settings` the client's first settings. Once the replayed bytes are read, it is handed
+/// over idle as any other (then served by `resume`).
 pub(crate) async fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
@@ -76,10 +77,19 @@ pub(crate) async fn serve_upgraded<IO>(
 where
     IO: ByteStream + 'static,
 {
-    match upgrade::rewind(io, buffered, &head, cfg.timeout).await {
-        Some(io) => serve_connection(io, cfg, Vec::new()).await,
-        None => Ok(None),
-    }
+    let Some((block, settings)) = upgrade::upgrading(&head) else {
+        return Ok(None);
+    };
+    let Some(io) = upgrade::rewind(io, buffered, &block, cfg.timeout).await else {
+        return Ok(None);
+    };
+    let mut conn = Connection::new(Role::Server, local_settings(&cfg));
+    // Bad settings get what a SETTINGS frame with them would ("as it would any other SETTINGS
+    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps the error, its
+    // GOAWAY goes out first and the first read ends the connection with it (counted).
+    let _ = conn.upgrade_settings(settings);
+    let driver = Driver::new(cfg, conn, HpackDecoder::default(), Box::default(), 0);
+    driver.serve(io, None).await
 }
 
 /// What an idle connection must remember while parked (128 bytes): the codec's connection put

@@ -1,8 +1,9 @@
 //! `Upgrade: h2c` (RFC 7540 §3.2). After the `101`, the request that carried the upgrade is
-//! stream 1 of the new HTTP/2 connection. The `h2` crate has no upgrade API, so (sans-I/O) we
-//! encode that request as a HEADERS frame and insert it into the client's bytes right after its
-//! connection preface and first SETTINGS frame; the engine then sees an ordinary prior-knowledge
-//! connection whose first stream is already half-closed.
+//! stream 1 of the new HTTP/2 connection, and its `HTTP2-Settings` the client's first settings
+//! (`Connection::upgrade_settings`). So that the engine takes stream 1 as any other, we encode
+//! that request as a HEADERS frame and insert it into the client's bytes right after its
+//! connection preface and first SETTINGS frame; the engine then sees an ordinary
+//! prior-knowledge connection whose first stream is already half-closed.
 
 use crate::stream::prefixed::Prefixed;
 use loadterm_codec::h2::{flag, HEADERS, PREFACE, SETTINGS};
@@ -14,11 +15,11 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// client's first frames cannot have given yet.
 const DEFAULT_MAX_FRAME: usize = 16_384;
 
-/// Hop-by-hop fields that do not exist in HTTP/2 (RFC 9113 §8.2.2), plus `host` (→ `:authority`).
+/// Hop-by-hop fields that do not exist in HTTP/2 (RFC 9113 §8.2.2), plus `host` (→ `:authority`);
+/// `http2-settings` is taken out (`upgrading`).
 const DROPPED: &[&str] = &[
     "connection",
     "upgrade",
-    "http2-settings",
     "keep-alive",
     "proxy-connection",
     "transfer-encoding",
@@ -27,18 +28,16 @@ const DROPPED: &[&str] = &[
 ];
 
 /// After the `101`: wait for the client's preface and first SETTINGS (within `timeout`) and
-/// return the connection with stream 1, the upgrading request whose head is `head`, inserted.
-/// `None`: the client did not follow up with HTTP/2, or the head does not fit one frame (the
-/// HTTP/1 engine only upgrades heads that do).
+/// return the connection with stream 1, whose HPACK block is `block` (`upgrading`), inserted.
+/// `None`: the client did not follow up with HTTP/2.
 pub(crate) async fn rewind<IO: AsyncRead + Unpin>(
     mut io: IO,
     mut buffered: Vec<u8>,
-    head: &[u8],
+    block: &[u8],
     timeout: Duration,
 ) -> Option<Prefixed<IO>> {
-    let block = request_block(head)?;
     loop {
-        match insert_stream1(&buffered, &block) {
+        match insert_stream1(&buffered, block) {
             Preface::Ready(bytes) => return Some(Prefixed::new(bytes, io)),
             Preface::Invalid => return None,
             Preface::Partial => {
@@ -52,9 +51,10 @@ pub(crate) async fn rewind<IO: AsyncRead + Unpin>(
     }
 }
 
-/// The HPACK block of stream 1 for an upgrading request whose head is `head` (complete, parsed
-/// once already), or `None` if its fields do not fit one frame.
-fn request_block(head: &[u8]) -> Option<Vec<u8>> {
+/// The upgrading request whose head is `head` (complete, parsed once already): stream 1's HPACK
+/// block and its `HTTP2-Settings` value; `None` if its fields do not fit one frame (the HTTP/1
+/// engine only upgrades heads that do, with one `HTTP2-Settings`).
+pub(crate) fn upgrading(head: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     // More fields than the HTTP/1 engine accepts.
     let mut headers = [httparse::EMPTY_HEADER; 128];
     let mut req = httparse::Request::new(&mut headers);
@@ -71,12 +71,15 @@ fn request_block(head: &[u8]) -> Option<Vec<u8>> {
     {
         put_literal(&mut block, b":authority", host.value);
     }
+    let mut settings = None;
     for h in req.headers.iter() {
-        if !DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
+        if h.name.eq_ignore_ascii_case("http2-settings") {
+            settings = Some(h.value.trim_ascii());
+        } else if !DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
             put_literal(&mut block, h.name.to_ascii_lowercase().as_bytes(), h.value);
         }
     }
-    (block.len() <= DEFAULT_MAX_FRAME).then_some(block)
+    (block.len() <= DEFAULT_MAX_FRAME).then_some((block, settings?))
 }
 
 /// What the client has sent since the `101`, with stream 1 inserted.
@@ -156,7 +159,9 @@ mod tests {
 
     #[test]
     fn upgrade_request_becomes_pseudo_headers_without_hop_by_hop_fields() {
-        let fields = decode(&request_block(UPGRADE).unwrap());
+        let (block, settings) = upgrading(UPGRADE).unwrap();
+        assert_eq!(settings, b"AAMAAABkAAQAAP__");
+        let fields = decode(&block);
         let names: Vec<_> = fields.iter().map(|(n, v)| format!("{n}={v}")).collect();
         assert_eq!(
             names,
@@ -181,10 +186,10 @@ mod tests {
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        let block = request_block(&head).expect("fits");
+        let (block, _) = upgrading(&head).expect("fits");
         assert!(block.len() <= DEFAULT_MAX_FRAME);
         let huge = [&head[..head.len() - 2], &[b'a'; 1000][..], b"\r\n\r\n"].concat();
-        assert_eq!(request_block(&huge), None);
+        assert_eq!(upgrading(&huge), None);
     }
 
     #[test]
