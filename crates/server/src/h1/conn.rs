@@ -180,7 +180,8 @@ impl TlsInner for TcpStream {
     }
 }
 
-/// TLS's bytes are counted as TLS's (`Transport::Tls`), the stream made again or not.
+/// Metered as `workers::handshake` meters what TLS runs over: made again around a parked
+/// socket, it counts its bytes as TLS's too.
 impl<IO: TlsInner> TlsInner for Metered<IO> {
     fn socket(&self) -> Option<&TcpStream> {
         self.get_ref().socket()

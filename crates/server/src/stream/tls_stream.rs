@@ -538,8 +538,9 @@ impl Sealer {
 }
 
 /// An established connection's record protection: rustls's key schedule (`kernel`, for key
-/// updates), the current keys and sequence numbers. 640 bytes, a size class of its own: a
-/// parked HTTP/2 connection's session and `Resting` fit 768 (`workers::H2Idle`).
+/// updates), the current keys and sequence numbers. 640 bytes: parked with an HTTP/2
+/// connection's `Resting` (128), it fills jemalloc's 768-byte size class (`workers::H2Idle`),
+/// where a field more would move it to the 896-byte one.
 struct Traffic {
     kernel: KernelConnection<ServerConnectionData>,
     tx: Sealer,
@@ -615,8 +616,8 @@ enum ReadEnd {
 }
 
 /// A quiet stream put away while its connection is parked: the record protection, inline (one
-/// allocation for the whole parked session), and nothing else: its IO (a socket) is made again
-/// around the socket, and the parker knows which protocol ALPN chose.
+/// allocation for the whole parked session), and nothing else: what TLS runs over is made again
+/// around the socket (`TlsInner::attach`), and the parker knows which protocol ALPN chose.
 pub(crate) struct Parked<IO> {
     traffic: Traffic,
     io: PhantomData<fn() -> IO>,
