@@ -11,7 +11,6 @@
 //!
 //! Without `--ja4` none of this is on the path: the listeners take their usual route.
 
-use crate::stream::detachable::Detachable;
 use crate::stream::prefixed::Prefixed;
 use http::{HeaderName, HeaderValue};
 use loadterm_ja4::{quic::Reassembler, tcp, HelloTransport};
@@ -94,7 +93,7 @@ pub(crate) async fn sniff_tcp(
     mut sock: TcpStream,
     timeout: Duration,
     stats: &FingerprintCounts,
-) -> Result<(Prefixed<Detachable>, String), crate::plumbing::stats::HandshakeFailure> {
+) -> Result<(Prefixed<TcpStream>, String), crate::plumbing::stats::HandshakeFailure> {
     use crate::plumbing::stats::HandshakeFailure;
     let mut buf = Vec::with_capacity(2048);
     let read = tokio::time::timeout(timeout, async {
@@ -130,7 +129,7 @@ pub(crate) async fn sniff_tcp(
         Ok(Ok(ja4)) => {
             let fp = ja4.as_str().to_string();
             stats.count(&fp);
-            Ok((Prefixed::new(buf, Detachable::new(sock)), fp))
+            Ok((Prefixed::new(buf, sock), fp))
         }
         Ok(Err(None)) => Err(HandshakeFailure::Eof),
         Ok(Err(Some(description))) => {

@@ -16,9 +16,8 @@ use super::Upgrade;
 use crate::buffers;
 use crate::config::Config;
 use crate::plumbing::shutdown::Shutdown;
-use crate::plumbing::stats::{self, Metered, Proto};
+use crate::plumbing::stats::{self, Metered, Proto, Transport};
 use crate::stream::arrival;
-use crate::stream::detachable::Detachable;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
@@ -143,41 +142,46 @@ impl<IO: ByteStream> ByteStream for Prefixed<IO> {
 }
 
 /// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
-pub(crate) trait TlsInner {
+pub(crate) trait TlsInner: Sized {
     /// The socket, once reading the stream means reading it.
     fn socket(&self) -> Option<&TcpStream>;
 
     /// The socket can be taken out (`detach`) for the connection to be parked while idle,
-    /// rustls's state staying in its stream.
+    /// rustls's state kept apart (`tls_stream::Parked`).
     const PARKS: bool = false;
 
-    /// Take the socket out, to park the connection (`None` unless `PARKS`).
-    fn detach(&mut self) -> Option<TcpStream> {
+    /// Take the socket out, to park the connection: nothing else of this stream is kept,
+    /// `attach` makes it again (`None`, the stream dropped, unless `PARKS`).
+    fn detach(self) -> Option<TcpStream> {
         None
     }
 
-    /// Put back the socket `detach` took (a stream that does not park is never given one).
-    fn attach(&mut self, sock: TcpStream) {
+    /// The stream again around the socket `detach` took (a stream that does not park is never
+    /// given one).
+    fn attach(sock: TcpStream) -> Option<Self> {
         drop(sock);
+        None
     }
 }
 
-impl TlsInner for Detachable {
+impl TlsInner for TcpStream {
     fn socket(&self) -> Option<&TcpStream> {
-        self.get_ref()
+        Some(self)
     }
 
     const PARKS: bool = true;
 
-    fn detach(&mut self) -> Option<TcpStream> {
-        Detachable::detach(self)
+    fn detach(self) -> Option<TcpStream> {
+        Some(self)
     }
 
-    fn attach(&mut self, sock: TcpStream) {
-        Detachable::attach(self, sock);
+    fn attach(sock: TcpStream) -> Option<Self> {
+        Some(sock)
     }
 }
 
+/// Metered as `workers::handshake` meters what TLS runs over: made again around a parked
+/// socket, it counts its bytes as TLS's too.
 impl<IO: TlsInner> TlsInner for Metered<IO> {
     fn socket(&self) -> Option<&TcpStream> {
         self.get_ref().socket()
@@ -185,30 +189,31 @@ impl<IO: TlsInner> TlsInner for Metered<IO> {
 
     const PARKS: bool = IO::PARKS;
 
-    fn detach(&mut self) -> Option<TcpStream> {
+    fn detach(self) -> Option<TcpStream> {
         self.io.detach()
     }
 
-    fn attach(&mut self, sock: TcpStream) {
-        self.io.attach(sock);
+    fn attach(sock: TcpStream) -> Option<Self> {
+        Some(Metered::new(IO::attach(sock)?, Transport::Tls))
     }
 }
 
-/// Parked only once the ClientHello's replay is over (it is, by the first idle spell).
-impl TlsInner for Prefixed<Detachable> {
+/// Parked only once the ClientHello's replay is over (it is, by the first idle spell): nothing
+/// is left to replay when it is made again.
+impl TlsInner for Prefixed<TcpStream> {
     fn socket(&self) -> Option<&TcpStream> {
-        self.drained()?.get_ref()
+        self.drained()
     }
 
     const PARKS: bool = true;
 
-    fn detach(&mut self) -> Option<TcpStream> {
+    fn detach(self) -> Option<TcpStream> {
         self.drained()?;
-        self.io.detach()
+        Some(self.io)
     }
 
-    fn attach(&mut self, sock: TcpStream) {
-        self.io.attach(sock);
+    fn attach(sock: TcpStream) -> Option<Self> {
+        Some(Prefixed::new(Vec::new(), sock))
     }
 }
 

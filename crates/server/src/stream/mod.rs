@@ -1,11 +1,10 @@
 //! Stream layers: what a connection's bytes pass through between its socket and an engine. The
 //! one forwarding wrapper (`layer`) and the layers on it (`prefixed`), the TLS stream
-//! (`tls_stream`, its handshakes paced by `handshake_turns`) over a socket that can leave it
-//! while parked (`detachable`), and the lingering close every TCP connection ends with
-//! (`linger`), and the kernel's arrival stamps of TCP reads (`arrival`).
+//! (`tls_stream`, its handshakes paced by `handshake_turns`; its socket taken out while the
+//! connection is parked), and the lingering close every TCP connection ends with (`linger`),
+//! and the kernel's arrival stamps of TCP reads (`arrival`).
 
 pub(crate) mod arrival;
-pub(crate) mod detachable;
 pub(crate) mod handshake_turns;
 pub(crate) mod layer;
 pub(crate) mod linger;

@@ -23,6 +23,7 @@ use rustls::{
 };
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -370,14 +371,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Hs<IO> {
             tx_seq,
             rx: decrypter(suite, rx)?,
             rx_seq,
-            limit: match suite {
-                SupportedCipherSuite::Tls13(s) => &s.common,
-                SupportedCipherSuite::Tls12(s) => &s.common,
-            }
-            .confidentiality_limit
-            .saturating_sub(KEY_UPDATE_MARGIN),
-            update_due: false,
-            tls13,
+            limit: records_per_key(suite),
             kernel,
         };
         buffers::give(outgoing);
@@ -415,6 +409,17 @@ fn encode(
             Err(EncodeError::AlreadyEncoded) => return Ok((start, end)),
         }
     }
+}
+
+/// Records sealed under one key before ours moves on (TLS 1.3) or the connection fails (TLS
+/// 1.2), below the suite's confidentiality limit.
+fn records_per_key(suite: SupportedCipherSuite) -> u64 {
+    match suite {
+        SupportedCipherSuite::Tls13(s) => &s.common,
+        SupportedCipherSuite::Tls12(s) => &s.common,
+    }
+    .confidentiality_limit
+    .saturating_sub(KEY_UPDATE_MARGIN)
 }
 
 /// A traffic secret's key and IV.
@@ -533,18 +538,18 @@ impl Sealer {
 }
 
 /// An established connection's record protection: rustls's key schedule (`kernel`, for key
-/// updates), the current keys and sequence numbers.
+/// updates), the current keys and sequence numbers. 640 bytes: parked with an HTTP/2
+/// connection's `Resting` (128), it fills jemalloc's 768-byte size class (`workers::H2Idle`),
+/// where a field more would move it to the 896-byte one.
 struct Traffic {
     kernel: KernelConnection<ServerConnectionData>,
     tx: Sealer,
     tx_seq: u64,
     rx: Box<dyn MessageDecrypter>,
     rx_seq: u64,
-    /// Records under one key before a key update (TLS 1.3) or the end (TLS 1.2).
+    /// `tx_seq` at which our key moves on (TLS 1.3) or the connection fails (TLS 1.2):
+    /// `records_per_key`, or 0 once the peer asked for a key update (before our next record).
     limit: u64,
-    /// The peer asked for a key update: ours moves on before our next record.
-    update_due: bool,
-    tls13: bool,
 }
 
 impl Traffic {
@@ -557,8 +562,8 @@ impl Traffic {
         payload: OutboundChunks<'_>,
         out: &mut Vec<u8>,
     ) -> Result<(), rustls::Error> {
-        if self.update_due || self.tx_seq >= self.limit {
-            if !self.tls13 {
+        if self.tx_seq >= self.limit {
+            if !self.tx.tls13 {
                 return Err(rustls::Error::EncryptError);
             }
             // KeyUpdate, update_not_requested (RFC 8446 §4.6.3), under the old key.
@@ -568,7 +573,7 @@ impl Traffic {
             let (seq, secrets) = self.kernel.update_tx_secret()?;
             self.tx = sealer(secrets, true).map_err(|_| rustls::Error::EncryptError)?;
             self.tx_seq = seq;
-            self.update_due = false;
+            self.limit = records_per_key(self.kernel.negotiated_cipher_suite());
         }
         self.tx.seal(self.tx_seq, typ, &payload, out)?;
         self.tx_seq += 1;
@@ -611,22 +616,18 @@ enum ReadEnd {
 }
 
 /// A quiet stream put away while its connection is parked: the record protection, inline (one
-/// allocation for the whole parked session), and the stream's socket-less IO.
+/// allocation for the whole parked session), and nothing else: what TLS runs over is made again
+/// around the socket (`TlsInner::attach`), and the parker knows which protocol ALPN chose.
 pub(crate) struct Parked<IO> {
-    io: IO,
     traffic: Traffic,
-    h2: bool,
+    io: PhantomData<fn() -> IO>,
 }
 
 impl<IO> Parked<IO> {
-    pub(crate) fn get_mut(&mut self) -> &mut IO {
-        &mut self.io
-    }
-
-    /// The stream again, as it was put away.
-    pub(crate) fn resume(self) -> TlsStream<IO> {
+    /// The stream again, over `io` (its IO made again), `h2` if ALPN chose HTTP/2.
+    pub(crate) fn resume(self, io: IO, h2: bool) -> TlsStream<IO> {
         TlsStream {
-            io: self.io,
+            io,
             traffic: Box::new(self.traffic),
             incoming: Buf::default(),
             out: Vec::new(),
@@ -636,7 +637,7 @@ impl<IO> Parked<IO> {
             read_end: ReadEnd::Open,
             write_closed: false,
             failed: None,
-            h2: self.h2,
+            h2,
         }
     }
 }
@@ -673,18 +674,19 @@ impl<IO> TlsStream<IO> {
         }
     }
 
-    /// Put a quiet stream (`is_quiet`) away for its connection to be parked; `None` (the
-    /// stream dropped) if it is not.
-    pub(crate) fn park(mut self) -> Option<Parked<IO>> {
+    /// Put a quiet stream (`is_quiet`) away for its connection to be parked: its IO, to take
+    /// the socket out of, and the rest (`Parked`); `None` (the stream dropped) if it is not
+    /// quiet.
+    pub(crate) fn park(mut self) -> Option<(IO, Parked<IO>)> {
         if !self.is_quiet() {
             return None;
         }
         self.release();
-        Some(Parked {
-            io: self.io,
+        let parked = Parked {
             traffic: *self.traffic,
-            h2: self.h2,
-        })
+            io: PhantomData,
+        };
+        Some((self.io, parked))
     }
 
     /// The bytes of buffer this stream holds (the record protection aside).
@@ -775,7 +777,9 @@ impl<IO> TlsStream<IO> {
                 )),
                 // KeyUpdate (RFC 8446 §4.6.3): the peer's next records are under its next key;
                 // if it asks, ours move on too.
-                (ContentType::Handshake, &[24, 0, 0, 1, requested @ (0 | 1)]) if traffic.tls13 => {
+                (ContentType::Handshake, &[24, 0, 0, 1, requested @ (0 | 1)])
+                    if traffic.tx.tls13 =>
+                {
                     Ok(Some(requested == 1))
                 }
                 _ => Err((
@@ -805,7 +809,9 @@ impl<IO> TlsStream<IO> {
         traffic.rx = decrypter(suite, secrets).map_err(|_| rustls::Error::DecryptError)?;
         traffic.rx_seq = seq;
         // Answered before our next record (RFC 8446 §4.6.3): `seal` sends our KeyUpdate first.
-        traffic.update_due |= requested;
+        if requested {
+            traffic.limit = 0;
+        }
         Ok(())
     }
 }
@@ -1077,8 +1083,8 @@ mod tests {
         let (mut client, mut server) = pair().await;
         exchange(&mut client, &mut server).await;
         assert!(server.buffer_capacity() > 0, "the exchange used buffers");
-        let parked = server.park().expect("a quiet stream parks");
-        assert_eq!(parked.resume().buffer_capacity(), 0);
+        let (io, parked) = server.park().expect("a quiet stream parks");
+        assert_eq!(parked.resume(io, false).buffer_capacity(), 0);
     }
 
     /// A stream waiting for the peer (an HTTP/2 connection's, which does not park) holds no
@@ -1104,7 +1110,8 @@ mod tests {
     async fn a_parked_stream_serves_again_and_closes_cleanly() {
         let (mut client, mut server) = pair().await;
         exchange(&mut client, &mut server).await;
-        let mut server = server.park().expect("a quiet stream parks").resume();
+        let (io, parked) = server.park().expect("a quiet stream parks");
+        let mut server = parked.resume(io, false);
         exchange(&mut client, &mut server).await;
         server.shutdown().await.unwrap();
         let mut rest = Vec::new();
