@@ -18,9 +18,9 @@ pub(crate) fn bin() -> &'static str {
 /// A port free on 127.0.0.1 for both TCP and UDP right now, never handed out before in this
 /// process. The OS picks it; between its pick and the server's bind the port is free, and
 /// without the record a test running beside could be given it too. Both servers would then
-/// think the port theirs: the later one fails to bind it and exits, but `wait_tcp` succeeds on
-/// the other's listener (CI once saw a `--timeout 4s` test's connection closed by another
-/// test's `--timeout 1s` server).
+/// think the port theirs: the later one fails to bind it and exits, and a connection to the port
+/// reaches the other (CI once saw a `--timeout 4s` test's connection closed by another test's
+/// `--timeout 1s` server; servers are also waited for with `wait_listening`).
 pub(crate) fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
