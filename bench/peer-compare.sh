@@ -10,7 +10,8 @@
 # (default peer), BASE_CMD and BASE_NAME (an optional third server, e.g. an older build, in the
 # same rounds), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
 # ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
-# CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows).
+# CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows), WARMUP
+# (set: each server first serves the row's client run once, unmeasured).
 # PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
 # PERF_DIR/ROW.SERVER.ROUND.data, for bench/perf-groups.py; the sampling costs the server CPU,
 # so take the µs figures from a run without it.
@@ -88,6 +89,8 @@ measure() {
     perf=$!
     sleep 0.5
   fi
+  # WARMUP=1: the client's run once, unmeasured, first (handshakes, buffers, first touches).
+  if [ -n "${WARMUP:-}" ]; then taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" >/dev/null 2>&1 || true; fi
   before=$(ticks "$pid"); t0=$(date +%s.%N)
   out=$(taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" 2>&1) || true
   t1=$(date +%s.%N); after=$(ticks "$pid")
