@@ -257,14 +257,14 @@ async fn serve_h1_clear(
         };
         let idle = match h1::serve(sock, cfg.clone(), opts, until).await {
             None => return,
-            Some(h1::Handover::Idle { io, until }) => match io.into_inner().into_std() {
-                Ok(sock) => park::Idle {
+            Some(h1::Handover::Idle { io, until }) => match out_of_tokio(io.into_inner()) {
+                Some(sock) => park::Idle {
                     sock,
                     slot,
                     until,
                     session: None,
                 },
-                Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
+                None => return,
             },
             Some(h1::Handover::Upgrade(up)) => {
                 let serving = h2_engine::serve_upgraded(up.io, up.buffered, up.head, cfg.clone());
@@ -435,11 +435,7 @@ trait ParksH2: ByteStream + Sized + 'static {
 
 impl ParksH2 for Metered<TcpStream> {
     fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
-        let sock = self
-            .into_inner()
-            .into_std()
-            .inspect_err(|e| eprintln!("loadterm: cannot park an idle connection: {e}"))
-            .ok()?;
+        let sock = out_of_tokio(self.into_inner())?;
         Some((sock, Box::new(H2Idle { tls: (), rest })))
     }
 }
@@ -459,11 +455,7 @@ where
     fn put_away(self, rest: Resting) -> Option<(std::net::TcpStream, Box<dyn park::Resume>)> {
         // Handed over idle only when quiet and the socket can be taken out.
         let (io, parked) = self.park()?;
-        let sock = io
-            .detach()?
-            .into_std()
-            .inspect_err(|e| eprintln!("loadterm: cannot park an idle connection: {e}"))
-            .ok()?;
+        let sock = out_of_tokio(io.detach()?)?;
         Some((sock, Box::new(H2Idle { tls: parked, rest })))
     }
 }
@@ -557,12 +549,8 @@ fn park_tls<IO>(
     let Some((io, parked)) = stream.park() else {
         return;
     };
-    let Some(sock) = io.detach() else {
+    let Some(sock) = io.detach().and_then(out_of_tokio) else {
         return;
-    };
-    let sock = match sock.into_std() {
-        Ok(sock) => sock,
-        Err(e) => return eprintln!("loadterm: cannot park an idle connection: {e}"),
     };
     let idle = park::Idle {
         sock,
@@ -595,6 +583,14 @@ where
         let stream = parked.resume(io, false);
         tokio::task::spawn_local(serve_h1_tls(stream, cfg, extra, slot, Some(until)));
     }
+}
+
+/// An idle connection's socket out of tokio, to be parked; `None`, said, if tokio cannot give
+/// it back (the connection is then dropped).
+fn out_of_tokio(sock: TcpStream) -> Option<std::net::TcpStream> {
+    sock.into_std()
+        .inspect_err(|e| eprintln!("loadterm: cannot park an idle connection: {e}"))
+        .ok()
 }
 
 async fn timeout_opt<F: std::future::Future>(d: Duration, f: F) -> Option<F::Output> {
