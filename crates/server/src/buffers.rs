@@ -19,6 +19,10 @@ thread_local! {
 
 /// An empty buffer with room for at least `capacity` bytes.
 pub(crate) fn take(capacity: usize) -> Vec<u8> {
+    // Kept buffers hold at most `KEEP_SIZE`: one regrown would be copied, all of it.
+    if capacity > KEEP_SIZE {
+        return Vec::with_capacity(capacity);
+    }
     let mut buf = FREE.with_borrow_mut(Vec::pop).unwrap_or_default();
     buf.reserve(capacity);
     buf
