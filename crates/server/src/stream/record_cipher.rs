@@ -2,7 +2,8 @@
 //! record's plaintext pieces (frame headers, body slices where they lie, the TLS 1.3 content
 //! type) are encrypted straight into the outgoing buffer. aws-lc-rs's AEAD keys seal in place
 //! only, so each record's plaintext was first copied into the buffer: that copy was 6.5% of the
-//! server's CPU on HTTP/2 over TLS with 256 KiB responses (docs/PERFORMANCE.md, "Round 3").
+//! server's CPU on HTTP/2 over TLS with 256 KiB responses (docs/PERFORMANCE.md, "Round 3 (issue
+//! 41), closing").
 //!
 //! All the unsafe code of record sealing is here: the context is owned, used only through
 //! `&mut self`, and every call's lengths are checked before it is made.
@@ -32,8 +33,8 @@ pub(crate) struct SealError;
 /// A key ready to seal records, each under its own nonce.
 pub(crate) struct RecordCipher(NonNull<sys::EVP_CIPHER_CTX>);
 
-// SAFETY: the context is aws-lc's heap object, owned here and reached only through `&mut self`: it may
-// move between threads.
+// SAFETY: the context is aws-lc's heap object, owned here and reached only through `&mut self`:
+// it may move between threads.
 unsafe impl Send for RecordCipher {}
 
 impl Drop for RecordCipher {
@@ -97,7 +98,8 @@ impl RecordCipher {
         let mut at = 0;
         let mut n: c_int = 0;
         // SAFETY: the context is ours and keyed; each write goes to `spare[at..]`, whose room
-        // is checked first; an AEAD cipher's update writes exactly its input's length.
+        // is checked first; an AEAD cipher's update writes exactly its input's length (checked
+        // after), and its final call writes nothing (the tag's room follows all the same).
         unsafe {
             check(sys::EVP_EncryptInit_ex(
                 ctx,
@@ -125,6 +127,9 @@ impl RecordCipher {
                     piece.as_ptr(),
                     c_int::try_from(piece.len()).map_err(|_| SealError)?,
                 ))?;
+                if usize::try_from(n) != Ok(piece.len()) {
+                    return Err(SealError);
+                }
                 at += piece.len();
             }
             if at != len {
@@ -151,8 +156,9 @@ impl RecordCipher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_lc_rs::aead::CHACHA20_POLY1305;
-    use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM};
+    use aws_lc_rs::aead::{
+        Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+    };
 
     /// Sealed in pieces here, the record opens with aws-lc-rs's one-shot AEAD, for each suite's
     /// cipher and for pieces cut at every kind of place (empty, one byte, across blocks).

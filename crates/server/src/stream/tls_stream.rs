@@ -551,6 +551,7 @@ impl Sealer {
         })
     }
 
+    /// The cipher, made again from the key after `sleep`.
     fn cipher(&mut self) -> Result<&mut RecordCipher, record_cipher::SealError> {
         match self.cipher {
             Some(ref mut cipher) => Ok(cipher),
