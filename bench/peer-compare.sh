@@ -11,7 +11,9 @@
 # same rounds), LOADTERM_CMD (default: target/release/loadterm serve -t 1 -L ...), ROUNDS (5),
 # ROWS (subset of the row names below, space separated), SERVER_CPU (0), CLIENT_CPU (1),
 # CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows), WARMUP
-# (set: each server first serves the row's client run once, unmeasured).
+# (set: each server first serves the row's client run once, unmeasured), STEAL_MAX (2: a run
+# whose server and client cores lost more than this percentage of their time to the hypervisor
+# is run again, up to twice, as `loadterm ab` does; the steal is printed with every run).
 # PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
 # PERF_DIR/ROW.SERVER.ROUND.data, for bench/perf-groups.py; the sampling costs the server CPU,
 # so take the µs figures from a run without it.
@@ -76,7 +78,13 @@ wait_ready() {
   echo "server did not start" >&2; return 1
 }
 
-# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests user-µs/req system-µs/req"
+# Ticks of the server's and client's cores in /proc/stat: "steal all" (guest time is in user).
+core_ticks() {
+  awk -v a="cpu$SERVER_CPU" -v b="cpu$CLIENT_CPU" \
+    '$1 == a || $1 == b { for (i = 2; i <= 9; i++) all += $i; steal += $9 } END { print steal, all }' /proc/stat
+}
+
+# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests user-µs/req system-µs/req steal-%"
 measure() {
   setsid taskset -c "$SERVER_CPU" sh -c "exec $(fill "$1")" >/dev/null 2>&1 &
   local pid=$!
@@ -91,8 +99,10 @@ measure() {
   fi
   # WARMUP=1: the client's run once, unmeasured, first (handshakes, buffers, first touches).
   if [ -n "${WARMUP:-}" ]; then taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" >/dev/null 2>&1 || true; fi
-  before=$(ticks "$pid"); t0=$(date +%s.%N)
+  before=$(ticks "$pid"); t0=$(date +%s.%N); local cores0 cores1
+  cores0=$(core_ticks)
   out=$(taskset -c "$CLIENT_CPU" sh -c "$(fill "$2")" 2>&1) || true
+  cores1=$(core_ticks)
   t1=$(date +%s.%N); after=$(ticks "$pid")
   if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
@@ -100,10 +110,11 @@ measure() {
   local n
   # h2load and loadterm say "N succeeded", oha "[200] N responses".
   n=$(echo "$out" | grep -oE '[0-9]+ succeeded|\[200\] [0-9]+ responses' | head -1 | grep -oE '[0-9]+' | tail -1 || echo 0)
-  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0 nan nan"; return; fi
-  awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" \
+  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0 nan nan 0"; return; fi
+  awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" -v c0="$cores0" -v c1="$cores1" \
     'BEGIN { split(a, x, " "); split(b, y, " "); u = (x[1] - y[1]) / t * 1e6 / n; s = (x[2] - y[2]) / t * 1e6 / n
-             printf "%.2f %.0f %d %.2f %.2f\n", u + s, n / (w1 - w0), n, u, s }'
+             split(c0, p, " "); split(c1, q, " "); all = q[2] - p[2]
+             printf "%.2f %.0f %d %.2f %.2f %.1f\n", u + s, n / (w1 - w0), n, u, s, all > 0 ? 100 * (q[1] - p[1]) / all : 0 }'
 }
 
 stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
@@ -127,8 +138,12 @@ for row in $ROWS; do
   ratio=() rratio=() bratio=()
   for round in $(seq "$ROUNDS"); do
     for who in $(printf '%s\n' $WHO | shuf); do
-      read -r u r n uu ss <<<"$(measure "${CMD[$who]}" "$client")"
-      echo "  round $round ${NAME[$who]}: $u µs/req (user $uu, system $ss), $r req/s, $n requests"
+      for try in 1 2 3; do
+        read -r u r n uu ss st <<<"$(measure "${CMD[$who]}" "$client")"
+        awk -v s="$st" -v m="${STEAL_MAX:-2}" 'BEGIN { exit !(s > m) }' && [ "$try" -lt 3 ] || break
+        echo "  round $round ${NAME[$who]}: $u µs/req, steal $st% of the measured cores' time: run again"
+      done
+      echo "  round $round ${NAME[$who]}: $u µs/req (user $uu, system $ss), $r req/s, $n requests, steal $st%"
       us[$who]+="$u " rps[$who]+="$r " user[$who]+="$uu " sys[$who]+="$ss "
       last[$who]=$u lastr[$who]=$r
     done
