@@ -114,7 +114,7 @@ measure() {
   awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" -v c0="$cores0" -v c1="$cores1" \
     'BEGIN { split(a, x, " "); split(b, y, " "); u = (x[1] - y[1]) / t * 1e6 / n; s = (x[2] - y[2]) / t * 1e6 / n
              split(c0, p, " "); split(c1, q, " "); all = q[2] - p[2]
-             printf "%.2f %.0f %d %.2f %.2f %.1f\n", u + s, n / (w1 - w0), n, u, s, all > 0 ? 100 * (q[1] - p[1]) / all : 0 }'
+             printf "%.2f %.0f %d %.2f %.2f %.1f\n", u + s, n / (w1 - w0), n, u, s, (all > 0 ? 100 * (q[1] - p[1]) / all : 0) }'
 }
 
 stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
