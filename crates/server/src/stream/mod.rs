@@ -1,8 +1,9 @@
 //! Stream layers: what a connection's bytes pass through between its socket and an engine. The
 //! one forwarding wrapper (`layer`) and the layers on it (`prefixed`), the TLS stream
 //! (`tls_stream`, its handshakes paced by `handshake_turns`, its records sealed by
-//! `record_cipher`; its socket taken out while the connection is parked), and the lingering close every TCP connection ends with (`linger`),
-//! and the kernel's arrival stamps of TCP reads (`arrival`).
+//! `record_cipher`; its socket taken out while the connection is parked), the lingering close
+//! every TCP connection ends with (`linger`), and the kernel's arrival stamps of TCP reads
+//! (`arrival`).
 
 pub(crate) mod arrival;
 pub(crate) mod handshake_turns;
