@@ -14,6 +14,11 @@
 # (set: each server first serves the row's client run once, unmeasured), STEAL_MAX (2: a run
 # whose server and client cores lost more than this percentage of their time to the hypervisor
 # is run again, up to twice, as `loadterm ab` does; the steal is printed with every run).
+# Besides the server's own CPU (its process tree's user and system time), each run gives the
+# server core's busy time per request from /proc/stat, softirq and irq included: loopback's
+# network work runs in softirq on the sending core, and a kernel without
+# CONFIG_IRQ_TIME_ACCOUNTING charges only part of it, depending on timing, to the task it
+# interrupted. Nothing else should run on SERVER_CPU.
 # PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
 # PERF_DIR/ROW.SERVER.ROUND.data, for bench/perf-groups.py; the sampling costs the server CPU,
 # so take the µs figures from a run without it.
@@ -78,13 +83,16 @@ wait_ready() {
   echo "server did not start" >&2; return 1
 }
 
-# Ticks of the server's and client's cores in /proc/stat: "steal all" (guest time is in user).
+# Ticks of the server's and client's cores in /proc/stat: "steal all server-core-busy" (guest
+# time is in user; busy is user, nice, system, irq and softirq).
 core_ticks() {
   awk -v a="cpu$SERVER_CPU" -v b="cpu$CLIENT_CPU" \
-    '$1 == a || $1 == b { for (i = 2; i <= 9; i++) all += $i; steal += $9 } END { print steal, all }' /proc/stat
+    '$1 == a || $1 == b { for (i = 2; i <= 9; i++) all += $i; steal += $9 }
+     $1 == a { busy = $2 + $3 + $4 + $7 + $8 } END { print steal, all, busy }' /proc/stat
 }
 
-# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests user-µs/req system-µs/req steal-%"
+# measure SERVER_CMD CLIENT_CMD -> "µs/req req/s requests user-µs/req system-µs/req steal-%
+# core-µs/req"
 measure() {
   setsid taskset -c "$SERVER_CPU" sh -c "exec $(fill "$1")" >/dev/null 2>&1 &
   local pid=$!
@@ -110,11 +118,12 @@ measure() {
   local n
   # h2load and loadterm say "N succeeded", oha "[200] N responses".
   n=$(echo "$out" | grep -oE '[0-9]+ succeeded|\[200\] [0-9]+ responses' | head -1 | grep -oE '[0-9]+' | tail -1 || echo 0)
-  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0 nan nan 0"; return; fi
+  if [ "$n" -eq 0 ]; then echo "no successful request; client said:" >&2; echo "$out" | tail -5 >&2; echo "nan nan 0 nan nan 0 nan"; return; fi
   awk -v a="$after" -v b="$before" -v t="$tck" -v n="$n" -v w0="$t0" -v w1="$t1" -v c0="$cores0" -v c1="$cores1" \
     'BEGIN { split(a, x, " "); split(b, y, " "); u = (x[1] - y[1]) / t * 1e6 / n; s = (x[2] - y[2]) / t * 1e6 / n
              split(c0, p, " "); split(c1, q, " "); all = q[2] - p[2]
-             printf "%.2f %.0f %d %.2f %.2f %.1f\n", u + s, n / (w1 - w0), n, u, s, (all > 0 ? 100 * (q[1] - p[1]) / all : 0) }'
+             printf "%.2f %.0f %d %.2f %.2f %.1f %.2f\n", u + s, n / (w1 - w0), n, u, s,
+               (all > 0 ? 100 * (q[1] - p[1]) / all : 0), (q[3] - p[3]) / t * 1e6 / n }'
 }
 
 stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%s (%s–%s)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
@@ -134,17 +143,17 @@ for row in $ROWS; do
   client=${CLIENT[$row]:?unknown row $row}
   echo "== $row: $client"
   # Per server: space-separated values, one per round.
-  declare -A us=() rps=() user=() sys=() last=() lastr=()
+  declare -A us=() rps=() user=() sys=() core=() last=() lastr=()
   ratio=() rratio=() bratio=()
   for round in $(seq "$ROUNDS"); do
     for who in $(printf '%s\n' $WHO | shuf); do
       for try in 1 2 3; do
-        read -r u r n uu ss st <<<"$(measure "${CMD[$who]}" "$client")"
+        read -r u r n uu ss st co <<<"$(measure "${CMD[$who]}" "$client")"
         awk -v s="$st" -v m="${STEAL_MAX:-2}" 'BEGIN { exit !(s > m) }' && [ "$try" -lt 3 ] || break
         echo "  round $round ${NAME[$who]}: $u µs/req, steal $st% of the measured cores' time: run again"
       done
-      echo "  round $round ${NAME[$who]}: $u µs/req (user $uu, system $ss), $r req/s, $n requests, steal $st%"
-      us[$who]+="$u " rps[$who]+="$r " user[$who]+="$uu " sys[$who]+="$ss "
+      echo "  round $round ${NAME[$who]}: $u µs/req (user $uu, system $ss), $r req/s, $n requests, steal $st%, server core $co µs/req"
+      us[$who]+="$u " rps[$who]+="$r " user[$who]+="$uu " sys[$who]+="$ss " core[$who]+="$co "
       last[$who]=$u lastr[$who]=$r
     done
     ratio+=("$(ratio_of "${last[loadterm]}" "${last[peer]}")")
@@ -161,6 +170,9 @@ for row in $ROWS; do
   for who in $WHO; do line+=" ${NAME[$who]} $(col "${rps[$who]}" stats),"; done
   line+=" loadterm/${NAME[peer]} rounds $(printf '%s\n' "${rratio[@]}" | stats) | user/system medians"
   for who in $WHO; do line+=" ${NAME[$who]} $(col "${user[$who]}" median)/$(col "${sys[$who]}" median),"; done
+  line="${line%,} | server core busy µs/req (all its softirq in)"
+  for who in $WHO; do line+=" ${NAME[$who]} $(col "${core[$who]}" stats),"; done
+  line+=" ratio loadterm/${NAME[peer]} $(ratio_of "$(col "${core[loadterm]}" median)" "$(col "${core[peer]}" median)")"
   echo "${line%,}"
   summary+=("${line%,}")
 done
