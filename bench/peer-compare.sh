@@ -13,7 +13,8 @@
 # CLEAR_PORT (18888), TLS_PORT (18889), LOADTERM (client binary for the HTTP/3 rows), WARMUP
 # (set: each server first serves the row's client run once, unmeasured), STEAL_MAX (2: a run
 # whose server and client cores lost more than this percentage of their time to the hypervisor
-# is run again, up to twice, as `loadterm ab` does; the steal is printed with every run).
+# is run again, up to twice, as `loadterm ab` does; the steal is printed with every run), SCALE
+# (1: K runs each row's client for K times its requests).
 # Besides the server's own CPU (its process tree's user and system time), each run gives the
 # server core's busy time per request from /proc/stat, softirq and irq included: loopback's
 # network work runs in softirq on the sending core, and a kernel without
@@ -141,6 +142,11 @@ ratio_of() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 summary=()
 for row in $ROWS; do
   client=${CLIENT[$row]:?unknown row $row}
+  # SCALE=K: K times the row's requests, a longer run (the client's own -n).
+  if [ "${SCALE:-1}" != 1 ]; then
+    n0=$(grep -oE -- '-n [0-9]+' <<<"$client" | head -1 | cut -d' ' -f2)
+    client=${client/-n $n0 /-n $((n0 * SCALE)) }
+  fi
   echo "== $row: $client"
   # Per server: space-separated values, one per round.
   declare -A us=() rps=() user=() sys=() core=() last=() lastr=()
