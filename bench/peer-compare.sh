@@ -18,8 +18,8 @@
 # Besides the server's own CPU (its process tree's user and system time), each run gives the
 # server core's busy time per request from /proc/stat, softirq and irq included: loopback's
 # network work runs in softirq on the sending core, and a kernel without
-# CONFIG_IRQ_TIME_ACCOUNTING charges only part of it, depending on timing, to the task it
-# interrupted. Nothing else should run on SERVER_CPU.
+# CONFIG_IRQ_TIME_ACCOUNTING charges softirq to whichever task it interrupted, the server or
+# not. Nothing else should run on SERVER_CPU.
 # PERF_DIR: also record the server's samples in each run (perf, cpu-clock), as
 # PERF_DIR/ROW.SERVER.ROUND.data, for bench/perf-groups.py; the sampling costs the server CPU,
 # so take the µs figures from a run without it.
