@@ -461,8 +461,8 @@ where
 }
 
 /// A parked HTTP/2 connection: its TLS session (`()` on clear TCP) and its HTTP/2 state, in one
-/// allocation: over TLS, 768 bytes (`tls_stream::Parked` 640, `Resting` 128), jemalloc's size
-/// class of HTTP/1's `TlsIdle`.
+/// allocation: over TLS, 760 bytes (`tls_stream::Parked` 632, `Resting` 128), in jemalloc's
+/// 768-byte size class with HTTP/1's `TlsIdle`.
 struct H2Idle<T> {
     tls: T,
     rest: Resting,

@@ -83,13 +83,7 @@ where
     let Some(io) = upgrade::rewind(io, buffered, &block, cfg.timeout).await else {
         return Ok(None);
     };
-    let mut conn = Connection::new(Role::Server, local_settings(&cfg));
-    // Bad settings get what a SETTINGS frame with them would ("as it would any other SETTINGS
-    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps the error, its
-    // GOAWAY goes out first and the first read ends the connection with it (counted).
-    let _ = conn.upgrade_settings(settings);
-    let driver = Driver::new(cfg, conn, HpackDecoder::default(), Box::default(), 0);
-    driver.serve(io, None).await
+    serve_new(io, cfg, Box::default(), Some(settings)).await
 }
 
 /// What an idle connection must remember while parked (128 bytes): the codec's connection put
@@ -244,9 +238,29 @@ where
     for (name, value) in &extra {
         put_literal(&mut block, name.as_str().as_bytes(), value.as_bytes());
     }
-    let conn = Connection::new(Role::Server, local_settings(&cfg));
-    let driver = Driver::new(cfg, conn, HpackDecoder::default(), block.into(), 0);
-    driver.serve(io, None)
+    serve_new(io, cfg, block.into(), None)
+}
+
+/// A new connection served: `extra`, the fields' HPACK block added to every response;
+/// `http2_settings`, an upgrade's `HTTP2-Settings` value, the client's first settings.
+fn serve_new<IO>(
+    io: IO,
+    cfg: Arc<Config>,
+    extra: Box<[u8]>,
+    http2_settings: Option<&[u8]>,
+) -> impl Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>
+where
+    IO: ByteStream + 'static,
+{
+    let mut conn = Connection::new(Role::Server, local_settings(&cfg));
+    if let Some(settings) = http2_settings {
+        // Bad settings get what a SETTINGS frame with them would ("as it would any other
+        // SETTINGS frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps
+        // the error, its GOAWAY goes out first and the first read ends the connection with it
+        // (counted).
+        let _ = conn.upgrade_settings(settings);
+    }
+    Driver::new(cfg, conn, HpackDecoder::default(), extra, 0).serve(io, None)
 }
 
 /// Serve a connection parked idle (`rest`) again until it ends or is handed over idle once

@@ -447,7 +447,7 @@ fn sealer(secrets: ConnectionTrafficSecrets, tls13: bool) -> io::Result<Sealer> 
         ConnectionTrafficSecrets::Aes256Gcm { .. } => Algorithm::Aes256Gcm,
         _ => Algorithm::Chacha20Poly1305,
     };
-    let (key, iv, chacha) = key_iv(secrets)?;
+    let (key, iv, _) = key_iv(secrets)?;
     let cipher = RecordCipher::new(alg, key.as_ref())
         .map_err(|_| tls_error(rustls::Error::General("bad traffic key".into())))?;
     let mut nonce_base = [0u8; NONCE_LEN];
@@ -458,7 +458,6 @@ fn sealer(secrets: ConnectionTrafficSecrets, tls13: bool) -> io::Result<Sealer> 
         alg,
         iv: nonce_base,
         tls13,
-        explicit_nonce: !tls13 && !chacha,
     })
 }
 
@@ -486,7 +485,6 @@ struct Sealer {
     alg: Algorithm,
     iv: [u8; NONCE_LEN],
     tls13: bool,
-    explicit_nonce: bool,
 }
 
 /// The slices of `payload`, in order.
@@ -519,7 +517,8 @@ impl Sealer {
             *n ^= s;
         }
         let plain = payload.len() + usize::from(self.tls13);
-        let (outer, len) = match (self.tls13, self.explicit_nonce) {
+        let explicit_nonce = self.explicit_nonce();
+        let (outer, len) = match (self.tls13, explicit_nonce) {
             (true, _) => (ContentType::ApplicationData, plain + TAG_LEN),
             (false, true) => (typ, 8 + plain + TAG_LEN),
             (false, false) => (typ, plain + TAG_LEN),
@@ -528,7 +527,7 @@ impl Sealer {
         out.reserve(5 + len);
         let start = out.len();
         out.extend_from_slice(&header);
-        if self.explicit_nonce {
+        if explicit_nonce {
             out.extend_from_slice(&nonce[4..]);
         }
         let typ = [u8::from(typ)];
@@ -549,6 +548,11 @@ impl Sealer {
             out.truncate(start);
             rustls::Error::EncryptError
         })
+    }
+
+    /// TLS 1.2's AES-GCM sends the nonce's last 8 bytes before each record (RFC 5288).
+    fn explicit_nonce(&self) -> bool {
+        !self.tls13 && !matches!(self.alg, Algorithm::Chacha20Poly1305)
     }
 
     /// The cipher, made again from the key after `sleep`.
