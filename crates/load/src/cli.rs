@@ -3,7 +3,7 @@
 
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
-use crate::sched::Pace;
+use crate::sched::{Pace, Plan};
 use crate::setup::{ProtoChoice, Setup, SetupOptions};
 use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
@@ -87,8 +87,19 @@ pub struct LoadArgs {
     method: Option<String>,
     /// Open loop: requests per second across all connections, sent at scheduled times;
     /// latency is also reported from the intended send time (coordinated omission corrected).
-    #[arg(long, conflicts_with = "rate_per_conn")]
-    rate: Option<f64>,
+    /// A schedule: steps `1000,2000,4000` (each --step-duration long), a ramp `1000..8000`
+    /// (over -D), a mix (`500..2000,2000`), or `@FILE` of `TIME RATE` lines; each step is
+    /// reported apart.
+    #[arg(
+        long,
+        conflicts_with = "rate_per_conn",
+        value_name = "RATE|SCHEDULE|@FILE"
+    )]
+    rate: Option<String>,
+    /// With a --rate schedule: how long each step lasts (a ramp over -D: how long each piece
+    /// of it reported apart is; default a tenth of it).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    step_duration: Option<Duration>,
     /// Open loop: requests per second per connection (h2load's --rps).
     #[arg(long, visible_alias = "rps")]
     rate_per_conn: Option<f64>,
@@ -274,11 +285,11 @@ fn proto(a: &LoadArgs) -> Result<Option<ProtoChoice>> {
     })
 }
 
-/// Open loop when a rate is given: one send per connection every `1 / rate_per_conn` seconds.
-fn pace(rate_per_conn: Option<f64>, connections: usize) -> Pace {
-    match rate_per_conn {
-        Some(r) => Pace::Open {
-            interval: Duration::from_secs_f64(1.0 / r),
+/// Open loop when a rate plan is given, shared out over the run's connections.
+fn pace(plan: Option<&Arc<Plan>>, connections: usize) -> Pace {
+    match plan {
+        Some(plan) => Pace::Open {
+            plan: plan.clone(),
             connections: connections as u64,
         },
         None => Pace::Closed,
@@ -349,9 +360,14 @@ fn progress_line(elapsed: Duration, done: u64, last_s: u64, errors: u64, goal: G
 }
 
 pub fn run(mut a: LoadArgs) -> Result<()> {
-    let Checked { data, shard, offer } = checked(&mut a)?;
+    let Checked {
+        data,
+        shard,
+        offer,
+        plan,
+    } = checked(&mut a)?;
     let setup = Arc::new(setup(&a, data, offer)?);
-    let share = Share::new(&a, shard)?;
+    let share = Share::new(&a, shard, plan)?;
     let outputs = outputs(&a)?;
     let interactive = !a.quiet && std::io::stderr().is_terminal();
     let progress = interactive.then(|| Arc::new(Progress::default()));
@@ -359,6 +375,11 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
     let stop = signals()?;
     // The slots this process runs (its shard's, when sharded).
     let startup = Arc::new(Startup::new(share.slots.len()));
+    let step_plans = share.step_plans(a.connections);
+    let step_starts: Vec<Instant> = step_plans
+        .iter()
+        .map(|s| window.from + Duration::from_secs_f64(s.start_s))
+        .collect();
     let mut handles = Vec::new();
     for (i, (conns, requests)) in split(&share.slots, share.threads, share.requests)
         .into_iter()
@@ -370,11 +391,12 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
                 setup: setup.clone(),
                 conns,
                 share: requests,
-                pace: share.pace,
+                pace: share.pace.clone(),
                 t0: window.t0,
                 from: window.from,
                 until: window.until,
                 hdr_log: a.hdr_log.is_some(),
+                steps: step_starts.clone(),
                 progress: progress.clone(),
                 cpu: share.cpus.as_ref().map(|c| c[i % c.len()]),
                 send_grid: a.send_grid,
@@ -396,8 +418,8 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
     let total = total?;
     let interrupted = *stop.borrow();
     let info = run_info(&a, &setup, &share, &window, &total, interrupted);
-    let rate = share.rate_per_conn.map(|r| r * share.slots.len() as f64);
-    let rep = report::build(&total, info, rate);
+    let rate = share.mean_rate(a.connections, info.duration_s);
+    let rep = report::build(&total, info, rate, &step_plans);
     if let Some((mut file, path)) = outputs.hdr_log {
         use std::io::Write;
         file.write_all(&report::hdr_log(&total, wall_clock(window.now, window.t0))?)
@@ -443,13 +465,13 @@ struct Share {
     /// stay phased across shards.
     slots: Vec<u64>,
     threads: usize,
-    /// The open-loop rate per connection, if any.
-    rate_per_conn: Option<f64>,
+    /// The open-loop rate plan of the whole run (all shards), if any.
+    plan: Option<Arc<Plan>>,
     pace: Pace,
 }
 
 impl Share {
-    fn new(a: &LoadArgs, shard: Option<Shard>) -> Result<Share> {
+    fn new(a: &LoadArgs, shard: Option<Shard>, plan: Option<Arc<Plan>>) -> Result<Share> {
         let cpus = a
             .cpus
             .as_deref()
@@ -477,15 +499,47 @@ impl Share {
             .unwrap_or_else(|| cpus.as_ref().map_or(available, Vec::len))
             .min(slots.len())
             .max(1);
-        let rate_per_conn = a.rate_per_conn.or(a.rate.map(|r| r / a.connections as f64));
         Ok(Share {
             shard,
             cpus,
             requests,
             slots,
             threads,
-            rate_per_conn,
-            pace: pace(rate_per_conn, a.connections),
+            pace: pace(plan.as_ref(), a.connections),
+            plan,
+        })
+    }
+
+    /// This process's part of the run's connections, so of its sends.
+    fn fraction(&self, connections: usize) -> f64 {
+        self.slots.len() as f64 / connections as f64
+    }
+
+    /// The steps of the schedule, for this process's share (none at a constant rate).
+    fn step_plans(&self, connections: usize) -> Vec<report::StepPlan> {
+        let share = self.fraction(connections);
+        let Some(plan) = &self.plan else {
+            return Vec::new();
+        };
+        plan.steps()
+            .iter()
+            .map(|s| report::StepPlan {
+                start_s: s.start,
+                duration_s: s.len,
+                rate_from: s.from * share,
+                rate_to: s.to * share,
+                intended: (plan.count(s.start + s.len) - plan.count(s.start)) * share,
+            })
+            .collect()
+    }
+
+    /// This process's share of the sends the plan intended in the first `d` seconds of the
+    /// window, per second: the open-loop rate the report states.
+    fn mean_rate(&self, connections: usize, d: f64) -> Option<f64> {
+        let share = self.fraction(connections);
+        self.plan.as_ref().map(|p| match p.steps() {
+            [] => p.rate_at(0.0) * share,
+            _ => p.count(d) / d.max(1e-9) * share,
         })
     }
 }
@@ -582,6 +636,8 @@ struct Checked {
     shard: Option<Shard>,
     /// h2load's `-w`, `-W`, `-f`, `--header-table-size`.
     offer: crate::setup::Offer,
+    /// The open-loop rate plan (`--rate`, `--rate-per-conn`).
+    plan: Option<Arc<Plan>>,
 }
 
 /// The options checked against each other before anything starts.
@@ -607,12 +663,7 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
     if a.requests == Some(0) {
         return Err(usage_error("-n must be at least 1"));
     }
-    if a.rate
-        .or(a.rate_per_conn)
-        .is_some_and(|r| !(r > 0.0 && r.is_finite()))
-    {
-        return Err(usage_error("--rate must be a positive number"));
-    }
+    let plan = rate_plan(a).map_err(|e| usage_error(format!("{e:#}")))?;
     let data = match (&a.data, a.data_size) {
         (Some(_), Some(_)) => return Err(usage_error("use either -d or --data-size")),
         (Some(f), None) => bytes::Bytes::from(
@@ -634,7 +685,39 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
             "-c must be at least the shard count (each shard needs a connection)",
         ));
     }
-    Ok(Checked { data, shard, offer })
+    Ok(Checked {
+        data,
+        shard,
+        offer,
+        plan,
+    })
+}
+
+/// The open-loop plan of `--rate` (a schedule sets -D when none is given) or `--rate-per-conn`.
+fn rate_plan(a: &mut LoadArgs) -> Result<Option<Arc<Plan>>> {
+    let warm = a.warm_up_time.unwrap_or_default();
+    let plan = match (&a.rate, a.rate_per_conn) {
+        (Some(spec), _) => {
+            let (plan, length) =
+                Plan::parse(spec, a.step_duration, a.duration, warm).context("--rate")?;
+            if length.is_some() && a.requests.is_some() {
+                bail!(
+                    "a schedule runs for a time: use -D (or none: the schedule's length), not -n"
+                );
+            }
+            a.duration = a.duration.or(length);
+            plan
+        }
+        (None, Some(r)) if r > 0.0 && r.is_finite() => {
+            Plan::constant(r * a.connections as f64, warm)
+        }
+        (None, Some(_)) => bail!("--rate-per-conn must be a positive number"),
+        (None, None) if a.step_duration.is_some() => {
+            bail!("--step-duration needs a --rate schedule")
+        }
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(Arc::new(plan)))
 }
 
 /// Where the results go besides the summary: `--json`, and `--hdr-log` with its path.
@@ -925,14 +1008,20 @@ mod tests {
     #[test]
     fn rate_to_pace() {
         assert!(matches!(pace(None, 4), Pace::Closed));
-        let Pace::Open {
-            interval,
-            connections,
-        } = pace(Some(250.0), 4)
-        else {
+        let mut a = args(&["--rate-per-conn", "250", "-c", "4", "u"]).unwrap();
+        let plan = rate_plan(&mut a).unwrap();
+        let Pace::Open { plan, connections } = pace(plan.as_ref(), 4) else {
             panic!("open loop expected");
         };
-        assert_eq!((interval, connections), (Duration::from_millis(4), 4));
+        assert_eq!((plan.rate_at(0.0), connections), (1000.0, 4));
+        // A schedule sets the run's length, and is refused with -n.
+        let mut a = args(&["--rate", "10,20", "--step-duration", "3s", "u"]).unwrap();
+        rate_plan(&mut a).unwrap();
+        assert_eq!(a.duration, Some(Duration::from_secs(6)));
+        let mut a = args(&["--rate", "10,20", "--step-duration", "3s", "-n", "5", "u"]).unwrap();
+        assert!(rate_plan(&mut a).is_err());
+        let mut a = args(&["--step-duration", "3s", "u"]).unwrap();
+        assert!(rate_plan(&mut a).is_err());
     }
 
     #[derive(clap::Parser)]

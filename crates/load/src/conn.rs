@@ -12,7 +12,7 @@ use std::time::Duration;
 pub(crate) async fn run(w: WorkerRef, slot: u64) {
     let mut failures = 0u32;
     let mut first_attempt = true;
-    let mut scheds = Schedules::new(w.pace, w.start, slot, w.setup.streams as u64);
+    let mut scheds = Schedules::new(&w.pace, w.start, slot, w.setup.streams as u64);
     while w.more() {
         let end = match w.setup.proto {
             ProtoChoice::H3 => crate::h3::connection(&w, &mut scheds.streams).await,

@@ -155,7 +155,94 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
             ttfb_us: report::encode(&ttfb),
             latency_corrected_us: report::encode(&corrected),
         },
+        steps: merged_steps(runs)?,
     })
+}
+
+/// The steps of runs of the same schedule (shards), summed step by step: counts added,
+/// percentiles from the summed histograms. Runs whose steps differ have none merged.
+fn merged_steps(runs: &[(String, Report)]) -> Result<Vec<report::Step>> {
+    let (_, first) = &runs[0];
+    let same = |a: &report::Step, b: &report::Step| {
+        (a.plan.start_s, a.plan.duration_s) == (b.plan.start_s, b.plan.duration_s)
+    };
+    if runs.iter().any(|(_, r)| {
+        r.steps.len() != first.steps.len()
+            || r.steps.iter().zip(&first.steps).any(|(a, b)| !same(a, b))
+    }) {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for k in 0..first.steps.len() {
+        let mut latency = Histogram::<u64>::new(3).expect("valid histogram");
+        let mut corrected = latency.clone();
+        let mut step = report::Step {
+            plan: report::StepPlan {
+                intended: 0.0,
+                rate_from: 0.0,
+                rate_to: 0.0,
+                ..first.steps[k].plan
+            },
+            requests: report::Requests {
+                started: 0,
+                retried: 0,
+                completed: 0,
+                succeeded: 0,
+                failed: 0,
+            },
+            rps: 0.0,
+            open_loop: OpenLoop {
+                rate: 0.0,
+                sent: 0,
+                late: 0,
+                missed: 0,
+            },
+            latency_us: None,
+            latency_corrected_us: None,
+            histograms: report::StepHistograms {
+                latency_us: String::new(),
+                latency_corrected_us: String::new(),
+            },
+        };
+        for (name, r) in runs {
+            let s = &r.steps[k];
+            add(
+                &mut latency,
+                &decode(name, "step latency", &s.histograms.latency_us)?,
+                name,
+            )?;
+            add(
+                &mut corrected,
+                &decode(
+                    name,
+                    "step corrected latency",
+                    &s.histograms.latency_corrected_us,
+                )?,
+                name,
+            )?;
+            let (p, q, o) = (&mut step.plan, &mut step.requests, &mut step.open_loop);
+            p.intended += s.plan.intended;
+            p.rate_from += s.plan.rate_from;
+            p.rate_to += s.plan.rate_to;
+            q.started += s.requests.started;
+            q.completed += s.requests.completed;
+            q.succeeded += s.requests.succeeded;
+            q.failed += s.requests.failed;
+            step.rps += s.rps;
+            o.rate += s.open_loop.rate;
+            o.sent += s.open_loop.sent;
+            o.late += s.open_loop.late;
+            o.missed += s.open_loop.missed;
+        }
+        step.latency_us = Percentiles::of(&latency);
+        step.latency_corrected_us = Percentiles::of(&corrected);
+        step.histograms = report::StepHistograms {
+            latency_us: report::encode(&latency),
+            latency_corrected_us: report::encode(&corrected),
+        };
+        out.push(step);
+    }
+    Ok(out)
 }
 
 /// Every URL and every protocol of the runs, each once, in the order they first appear.
@@ -405,6 +492,7 @@ mod tests {
                 interrupted: false,
             },
             None,
+            &[],
         )
     }
 
@@ -569,7 +657,13 @@ mod tests {
     /// `origin`.
     fn log(origin: f64, hists: &[Histogram<u64>]) -> Vec<u8> {
         let mut r = Recorder::new(Instant::now(), Instant::now(), None, true);
-        r.intervals = Some(hists.to_vec());
+        r.intervals = Some(
+            hists
+                .iter()
+                .enumerate()
+                .map(|(s, h)| ((s, 0), h.clone()))
+                .collect(),
+        );
         report::hdr_log(&r, SystemTime::UNIX_EPOCH + Duration::from_secs_f64(origin)).unwrap()
     }
 

@@ -118,10 +118,59 @@ pub struct Recorder {
     pub last_done: Option<Instant>,
     /// Per second since t0: (requests completed, errors).
     pub series: Vec<(u64, u64)>,
-    /// Per-second latency histograms, when an interval log was asked for.
-    pub intervals: Option<Vec<Histogram<u64>>>,
+    /// Latency histograms per second and step (0 without a schedule), when an interval log
+    /// was asked for.
+    pub intervals: Option<BTreeMap<(usize, usize), Histogram<u64>>>,
+    /// When each step of a rate schedule starts (none without one).
+    step_starts: Vec<Instant>,
+    /// What each step's requests came to, by their intended send time.
+    pub steps: Vec<StepRecord>,
     /// With ALPN: the protocols servers picked, `ALPN_H1` and `ALPN_H2` bits.
     pub alpn: u8,
+}
+
+/// What the requests of one step of a rate schedule came to (by intended send time: a
+/// request due in a step counts in it, however late it went or came back).
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub latency: Histogram<u64>,
+    pub corrected: Histogram<u64>,
+    pub started: u64,
+    pub completed: u64,
+    /// Completed with a 2xx or 3xx status.
+    pub succeeded: u64,
+    /// Transport errors (by when they happened).
+    pub errors: u64,
+    pub late: u64,
+    pub on_schedule: u64,
+}
+
+impl Default for StepRecord {
+    fn default() -> StepRecord {
+        StepRecord {
+            latency: histogram(),
+            corrected: histogram(),
+            started: 0,
+            completed: 0,
+            succeeded: 0,
+            errors: 0,
+            late: 0,
+            on_schedule: 0,
+        }
+    }
+}
+
+impl StepRecord {
+    fn add(&mut self, o: &StepRecord) {
+        self.latency.add(&o.latency).expect("same bounds");
+        self.corrected.add(&o.corrected).expect("same bounds");
+        self.started += o.started;
+        self.completed += o.completed;
+        self.succeeded += o.succeeded;
+        self.errors += o.errors;
+        self.late += o.late;
+        self.on_schedule += o.on_schedule;
+    }
 }
 
 pub const ALPN_H1: u8 = 1;
@@ -154,9 +203,27 @@ impl Recorder {
             first_done: None,
             last_done: None,
             series: Vec::new(),
-            intervals: intervals.then(Vec::new),
+            intervals: intervals.then(BTreeMap::new),
+            step_starts: Vec::new(),
+            steps: Vec::new(),
             alpn: 0,
         }
+    }
+
+    /// Record the steps of a rate schedule apart, each starting at its instant.
+    pub fn with_steps(mut self, starts: Vec<Instant>) -> Recorder {
+        self.steps = vec![StepRecord::default(); starts.len()];
+        self.step_starts = starts;
+        self
+    }
+
+    /// The step a request intended (or sent, or failing) at `t` belongs to.
+    fn step_of(&self, t: Instant) -> Option<usize> {
+        (!self.steps.is_empty()).then(|| {
+            self.step_starts
+                .partition_point(|s| *s <= t)
+                .saturating_sub(1)
+        })
     }
 
     fn in_window(&self, t: Instant) -> bool {
@@ -172,15 +239,18 @@ impl Recorder {
     }
 
     pub fn sent(&mut self, intended: Option<Instant>, at: Instant) {
-        if intended.is_some_and(|i| self.in_window(i)) {
-            self.on_schedule += 1;
-        }
-        if !self.in_window(at) {
-            return;
-        }
-        self.started += 1;
-        if intended.is_some_and(|i| at.saturating_duration_since(i) > Duration::from_millis(1)) {
-            self.late += 1;
+        let due_in_window = intended.is_some_and(|i| self.in_window(i));
+        let started = self.in_window(at);
+        let late = started
+            && intended.is_some_and(|i| at.saturating_duration_since(i) > Duration::from_millis(1));
+        self.on_schedule += u64::from(due_in_window);
+        self.started += u64::from(started);
+        self.late += u64::from(late);
+        if let Some(k) = self.step_of(intended.unwrap_or(at)) {
+            let s = &mut self.steps[k];
+            s.on_schedule += u64::from(due_in_window);
+            s.started += u64::from(started);
+            s.late += u64::from(late);
         }
     }
 
@@ -196,19 +266,28 @@ impl Recorder {
         self.latency.saturating_record(lat);
         self.ttfb
             .saturating_record(us(s.first_byte.saturating_duration_since(s.sent)));
-        if let Some(i) = s.intended {
-            self.corrected
-                .saturating_record(us(s.done.saturating_duration_since(i)));
+        let corrected = s.intended.map(|i| us(s.done.saturating_duration_since(i)));
+        if let Some(c) = corrected {
+            self.corrected.saturating_record(c);
+        }
+        let step = self.step_of(s.intended.unwrap_or(s.sent));
+        if let Some(k) = step {
+            let st = &mut self.steps[k];
+            st.completed += 1;
+            st.succeeded += u64::from((200..400).contains(&s.status));
+            st.latency.saturating_record(lat);
+            if let Some(c) = corrected {
+                st.corrected.saturating_record(c);
+            }
         }
         self.first_done.get_or_insert(s.done);
         self.last_done = Some(s.done);
         let sec = self.second(s.done);
         self.series[sec].0 += 1;
         if let Some(iv) = self.intervals.as_mut() {
-            while iv.len() <= sec {
-                iv.push(histogram());
-            }
-            iv[sec].saturating_record(lat);
+            iv.entry((sec, step.unwrap_or(0)))
+                .or_insert_with(histogram)
+                .saturating_record(lat);
         }
     }
 
@@ -234,6 +313,9 @@ impl Recorder {
             ErrorKind::Timeout => self.errors.timeout += 1,
             ErrorKind::Reset => self.errors.reset += 1,
             ErrorKind::Protocol => self.errors.protocol += 1,
+        }
+        if let Some(k) = self.step_of(at) {
+            self.steps[k].errors += 1;
         }
         let sec = self.second(at);
         self.series[sec].1 += 1;
@@ -284,12 +366,15 @@ impl Recorder {
             a.1 += b.1;
         }
         if let (Some(mine), Some(theirs)) = (self.intervals.as_mut(), o.intervals.as_ref()) {
-            while mine.len() < theirs.len() {
-                mine.push(histogram());
+            for (k, h) in theirs {
+                mine.entry(*k)
+                    .or_insert_with(histogram)
+                    .add(h)
+                    .expect("same bounds");
             }
-            for (a, b) in mine.iter_mut().zip(theirs) {
-                a.add(b).expect("same bounds");
-            }
+        }
+        for (a, b) in self.steps.iter_mut().zip(&o.steps) {
+            a.add(b);
         }
     }
 }

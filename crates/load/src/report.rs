@@ -110,6 +110,82 @@ pub struct Report {
     pub runs: usize,
     /// The histograms behind the percentiles, so that runs can be merged without loss.
     pub histograms: Histograms,
+    /// With a `--rate` schedule: each step apart (none at a constant rate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Step>,
+}
+
+/// One step of a rate schedule (or piece of a ramp) as planned, for this process's share.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepPlan {
+    /// Seconds from the start of the measured window.
+    pub start_s: f64,
+    pub duration_s: f64,
+    /// The intended rate at its start and end (equal but in a ramp).
+    pub rate_from: f64,
+    pub rate_to: f64,
+    /// The sends it intended.
+    pub intended: f64,
+}
+
+/// What one step came to: its requests are those whose intended send time fell in it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Step {
+    #[serde(flatten)]
+    pub plan: StepPlan,
+    pub requests: Requests,
+    /// Completed per second of the step.
+    pub rps: f64,
+    pub open_loop: OpenLoop,
+    pub latency_us: Option<Percentiles>,
+    pub latency_corrected_us: Option<Percentiles>,
+    pub histograms: StepHistograms,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StepHistograms {
+    pub latency_us: String,
+    pub latency_corrected_us: String,
+}
+
+/// The steps of a run: each plan's figures from its record (`duration_s` cuts the last ones
+/// short when the run was interrupted).
+fn steps(r: &Recorder, plans: &[StepPlan], duration_s: f64) -> Vec<Step> {
+    plans
+        .iter()
+        .zip(&r.steps)
+        .map(|(p, st)| {
+            let d = (duration_s - p.start_s).clamp(0.0, p.duration_s);
+            let intended = if p.duration_s > 0.0 {
+                p.intended * d / p.duration_s
+            } else {
+                0.0
+            };
+            Step {
+                plan: *p,
+                requests: Requests {
+                    started: st.started,
+                    retried: 0,
+                    completed: st.completed,
+                    succeeded: st.succeeded,
+                    failed: st.completed - st.succeeded + st.errors,
+                },
+                rps: st.completed as f64 / d.max(1e-9),
+                open_loop: OpenLoop {
+                    rate: p.intended / p.duration_s.max(1e-9),
+                    sent: st.started,
+                    late: st.late,
+                    missed: (intended.round() as u64).saturating_sub(st.on_schedule),
+                },
+                latency_us: Percentiles::of(&st.latency),
+                latency_corrected_us: Percentiles::of(&st.corrected),
+                histograms: StepHistograms {
+                    latency_us: encode(&st.latency),
+                    latency_corrected_us: encode(&st.corrected),
+                },
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,8 +261,9 @@ pub struct RunInfo {
     pub clock: Clock,
 }
 
-/// The report of a run: `rate` is the open loop's total rate (none in a closed loop).
-pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>) -> Report {
+/// The report of a run: `rate` is the open loop's total rate (none in a closed loop), `plans`
+/// the steps of its schedule (none at a constant rate).
+pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>, plans: &[StepPlan]) -> Report {
     let ok = r
         .status
         .iter()
@@ -206,6 +283,7 @@ pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>) -> Report {
             missed: expected.saturating_sub(r.on_schedule),
         }
     });
+    let steps = steps(r, plans, run.duration_s);
     Report {
         tool: "loadterm".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -259,6 +337,7 @@ pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>) -> Report {
             ttfb_us: encode(&r.ttfb),
             latency_corrected_us: encode(&r.corrected),
         },
+        steps,
     }
 }
 
@@ -403,28 +482,67 @@ pub fn text(r: &Report) -> String {
         ("time to 1st byte", &r.ttfb_us),
     ] {
         if let Some(p) = p {
-            s += &row(
-                name,
-                [
-                    ms(p.min as f64),
-                    ms(p.mean),
-                    ms(p.stdev),
-                    ms(p.max as f64),
-                    ms(p.p50 as f64),
-                    ms(p.p90 as f64),
-                    ms(p.p99 as f64),
-                    ms(p.p99_9 as f64),
-                ],
-            );
+            s += &latency_row(name, p);
+        }
+    }
+    for (k, st) in r.steps.iter().enumerate() {
+        s += &step_text(k, r.steps.len(), st);
+    }
+    s
+}
+
+/// One step's table: what it intended and got, its latencies.
+fn step_text(k: usize, of: usize, st: &Step) -> String {
+    let p = &st.plan;
+    let rate = if p.rate_from == p.rate_to {
+        format!("{:.0} req/s", p.rate_from)
+    } else {
+        format!("{:.0}..{:.0} req/s", p.rate_from, p.rate_to)
+    };
+    let o = &st.open_loop;
+    let mut s = format!(
+        "\nstep {}/{of}: {rate} from {:.1}s for {:.1}s: {:.1} req/s done, {} succeeded, {} failed, {} late, {} missed\n",
+        k + 1,
+        p.start_s,
+        p.duration_s,
+        st.rps,
+        st.requests.succeeded,
+        st.requests.failed,
+        o.late,
+        o.missed,
+    );
+    s += &row("", COLUMNS.map(|(name, _)| name.to_owned()));
+    for (name, p) in [
+        ("time for request", &st.latency_us),
+        ("  corrected (CO)", &st.latency_corrected_us),
+    ] {
+        if let Some(p) = p {
+            s += &latency_row(name, p);
         }
     }
     s
 }
 
+fn latency_row(name: &str, p: &Percentiles) -> String {
+    row(
+        name,
+        [
+            ms(p.min as f64),
+            ms(p.mean),
+            ms(p.stdev),
+            ms(p.max as f64),
+            ms(p.p50 as f64),
+            ms(p.p90 as f64),
+            ms(p.p99 as f64),
+            ms(p.p99_9 as f64),
+        ],
+    )
+}
+
 /// HdrHistogram interval log (one interval per second, request latency in microseconds);
 /// `start` is the wall-clock time of second 0, so that logs of several runs can be aligned.
 pub fn hdr_log(r: &Recorder, start: std::time::SystemTime) -> anyhow::Result<Vec<u8>> {
-    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
     use hdrhistogram::serialization::V2DeflateSerializer;
     let mut out = Vec::new();
     let mut ser = V2DeflateSerializer::new();
@@ -434,12 +552,16 @@ pub fn hdr_log(r: &Recorder, start: std::time::SystemTime) -> anyhow::Result<Vec
         .add_comment("loadterm request latency, microseconds")
         .begin_log_with(&mut out, &mut ser)
         .map_err(|e| anyhow::anyhow!("interval log: {e:?}"))?;
-    for (i, h) in r.intervals.iter().flatten().enumerate() {
+    // A schedule's steps are told apart by tag (`step1`, ...), as HdrHistogram's tools read
+    // tagged intervals as separate series.
+    let tags: Vec<String> = (1..=r.steps.len()).map(|k| format!("step{k}")).collect();
+    for ((sec, step), h) in r.intervals.iter().flatten() {
+        let tag = tags.get(*step).and_then(|t| Tag::new(t));
         w.write_histogram(
             h,
-            std::time::Duration::from_secs(i as u64),
+            std::time::Duration::from_secs(*sec as u64),
             std::time::Duration::from_secs(1),
-            None,
+            tag,
         )
         .map_err(|e| anyhow::anyhow!("interval log: {e:?}"))?;
     }
@@ -506,7 +628,7 @@ mod tests {
 
     #[test]
     fn counts_and_open_loop() {
-        let rep = build(&recorder(), info(), Some(10.0));
+        let rep = build(&recorder(), info(), Some(10.0), &[]);
         let q = &rep.requests;
         assert_eq!(
             (q.started, q.completed, q.succeeded, q.failed),
@@ -546,15 +668,15 @@ mod tests {
             "{text}"
         );
         let none = Recorder::new(Instant::now(), Instant::now(), None, false);
-        assert!(!super::text(&build(&none, info(), None)).contains("interim"));
+        assert!(!super::text(&build(&none, info(), None, &[])).contains("interim"));
         // Sending more than the rate asked for is not a negative miss.
-        let rep = build(&recorder(), info(), Some(5.0));
+        let rep = build(&recorder(), info(), Some(5.0), &[]);
         assert_eq!(rep.open_loop.unwrap().missed, 0);
     }
 
     #[test]
     fn summary_starts_with_what_was_run_and_lines_up() {
-        let text = text(&build(&recorder(), info(), None));
+        let text = text(&build(&recorder(), info(), None, &[]));
         let mut lines = text.lines();
         assert_eq!(
             lines.next(),
@@ -586,13 +708,90 @@ mod tests {
 
     #[test]
     fn closed_loop_has_no_open_loop_figures() {
-        let rep = build(&recorder(), info(), None);
+        let rep = build(&recorder(), info(), None, &[]);
         assert!(rep.open_loop.is_none() && rep.latency_corrected_us.is_none());
         let text = text(&rep);
         assert!(
             !text.contains("open loop") && !text.contains("corrected"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn steps_are_reported_apart_by_intended_time() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut r = Recorder::new(t0, t0, None, true).with_steps(vec![t0, at(1000)]);
+        // Step 1 at 10/s, 5 ms answers; step 2 at 20/s, 50 ms: one due at 990 ms but sent
+        // late, at 1010 ms, counts in step 1 (it was due then), corrected from 990 ms.
+        let mut send = |due: u64, sent: u64, lat: u64| {
+            r.sent(Some(at(due)), at(sent));
+            r.done(&Sample {
+                intended: Some(at(due)),
+                sent: at(sent),
+                first_byte: at(sent + lat),
+                done: at(sent + lat),
+                status: 200,
+                head_bytes: 0,
+                body_bytes: 0,
+            });
+        };
+        for k in 0..9 {
+            send(k * 100, k * 100, 5);
+        }
+        send(990, 1010, 5);
+        for k in 0..19 {
+            send(1000 + k * 50, 1000 + k * 50, 50);
+        }
+        let plans = [
+            StepPlan {
+                start_s: 0.0,
+                duration_s: 1.0,
+                rate_from: 10.0,
+                rate_to: 10.0,
+                intended: 10.0,
+            },
+            StepPlan {
+                start_s: 1.0,
+                duration_s: 1.0,
+                rate_from: 20.0,
+                rate_to: 20.0,
+                intended: 20.0,
+            },
+        ];
+        let rep = build(&r, info(), Some(15.0), &plans);
+        let [one, two] = &rep.steps[..] else {
+            panic!("two steps expected: {:?}", rep.steps);
+        };
+        assert_eq!(
+            (
+                one.requests.completed,
+                one.open_loop.late,
+                one.open_loop.missed
+            ),
+            (10, 1, 0)
+        );
+        assert_eq!((two.requests.completed, two.open_loop.missed), (19, 1));
+        assert_eq!(one.latency_us.as_ref().unwrap().max / 1000, 5);
+        assert_eq!(one.latency_corrected_us.as_ref().unwrap().max / 1000, 25);
+        assert_eq!(two.latency_us.as_ref().unwrap().p50 / 1000, 50);
+        let text = text(&rep);
+        assert!(
+            text.contains("\nstep 2/2: 20 req/s from 1.0s for 1.0s: 19.0 req/s done"),
+            "{text}"
+        );
+        // The interval log tags each step's intervals.
+        let log = String::from_utf8(hdr_log(&r, std::time::SystemTime::now()).unwrap()).unwrap();
+        assert!(
+            log.contains("Tag=step1,") && log.contains("Tag=step2,"),
+            "{log}"
+        );
+        let json = serde_json::to_value(&rep).unwrap();
+        assert_eq!(json["steps"][1]["rate_from"], 20.0);
+        assert!(serde_json::to_value(build(&r, info(), None, &[]))
+            .unwrap()
+            .get("steps")
+            .is_none());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! each, `conn::run`), with its own recorder, returned when its work is done.
 
 use crate::record::Recorder;
-use crate::sched::Pace;
+use crate::sched::{Pace, Plan};
 use crate::setup::{ProtoChoice, Setup};
 use crate::shared::{Progress, Startup, Worker};
 use anyhow::{Context, Result};
@@ -26,6 +26,8 @@ pub(crate) struct Job {
     pub until: Option<Instant>,
     /// Keep per-second histograms for `--hdr-log`.
     pub hdr_log: bool,
+    /// When each step of a rate schedule starts, to record them apart (none at a constant rate).
+    pub steps: Vec<Instant>,
     pub progress: Option<Arc<Progress>>,
     /// Pin the thread to this CPU.
     pub cpu: Option<usize>,
@@ -60,7 +62,7 @@ async fn run(job: Job) -> Result<Recorder> {
     } else {
         None
     };
-    let rec = Recorder::new(job.t0, job.from, job.until, job.hdr_log);
+    let rec = Recorder::new(job.t0, job.from, job.until, job.hdr_log).with_steps(job.steps);
     let w = Rc::new(Worker {
         setup,
         rec: RefCell::new(rec),
@@ -74,12 +76,8 @@ async fn run(job: Job) -> Result<Recorder> {
         startup: job.startup,
         retries: RefCell::default(),
     });
-    if let Pace::Open {
-        interval,
-        connections,
-    } = job.pace
-    {
-        tokio::task::spawn_local(check_rate(w.clone(), job.from, interval, connections));
+    if let Pace::Open { plan, connections } = &w.pace {
+        tokio::task::spawn_local(check_rate(w.clone(), job.from, plan.clone(), *connections));
     }
     let all = async {
         tokio::time::sleep_until(job.t0.into()).await;
@@ -114,9 +112,9 @@ async fn run(job: Job) -> Result<Recorder> {
 /// connection cannot carry its share of the rate at the latency seen: `-m` requests in flight
 /// for `latency` each give at most `-m / latency` per second, and the rest would be sent late
 /// and counted missed. Read from this worker's recorder, off the request path.
-async fn check_rate(w: Rc<Worker>, from: Instant, interval: Duration, connections: u64) {
+async fn check_rate(w: Rc<Worker>, from: Instant, plan: Arc<Plan>, connections: u64) {
     let mut at = from;
-    for _ in 0..10 {
+    for k in 1..=10 {
         at += Duration::from_secs(1);
         tokio::time::sleep_until(at.into()).await;
         let (completed, mean_us) = {
@@ -128,7 +126,7 @@ async fn check_rate(w: Rc<Worker>, from: Instant, interval: Duration, connection
         }
         let streams = w.setup.streams as f64;
         let latency = mean_us / 1e6;
-        let wanted = 1.0 / interval.as_secs_f64();
+        let wanted = plan.rate_at(k as f64) / connections as f64;
         let carried = streams / latency;
         if wanted > carried && w.startup.first_rate_warning() {
             let needed = (wanted * connections as f64 * latency / streams).ceil();
