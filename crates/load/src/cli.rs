@@ -4,6 +4,7 @@
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
 use crate::sched::{Pace, Plan};
+use crate::search::{self, Search, Slo, Trial};
 use crate::setup::{ProtoChoice, Setup, SetupOptions};
 use crate::shared::{Progress, Startup};
 use crate::worker::{self, Job};
@@ -136,8 +137,98 @@ pub struct LoadArgs {
     /// before it, so that shards on several machines measure the same window.
     #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
     start_at: Option<SystemTime>,
+    /// Search for the highest rate meeting every --slo: trials at a constant rate (each its
+    /// warm-up, default 1s, then --step-duration, default 5s) from --rate (default 100),
+    /// doubling while they pass, then bisecting between the last passing and first failing.
+    #[arg(long, requires = "slo")]
+    find_max_rate: bool,
+    /// With --find-max-rate: an objective on the corrected latency or the errors, e.g.
+    /// `p99<=10ms`, `p99.9<=50ms`, `mean<=2ms`, `errors<=0.1%` (repeatable; all must hold).
+    #[arg(long, requires = "find_max_rate", value_name = "OBJECTIVE")]
+    slo: Vec<String>,
+    /// With --find-max-rate: the highest rate to try.
+    #[arg(
+        long,
+        requires = "find_max_rate",
+        default_value_t = 1e6,
+        value_name = "RATE"
+    )]
+    max_rate: f64,
+    /// With --find-max-rate: stop bisecting when the failing rate is within this share of
+    /// the passing one (e.g. 5%).
+    #[arg(
+        long,
+        requires = "find_max_rate",
+        default_value = "5%",
+        value_name = "PERCENT"
+    )]
+    precision: String,
+    /// With --find-max-rate: write the latency curve here (percentiles against the offered
+    /// rate): an SVG if the name ends in .svg, else an HTML page with the trials' table.
+    #[arg(long, requires = "find_max_rate", value_name = "FILE")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     h2load: crate::h2load::H2loadFlags,
+}
+
+/// `--find-max-rate`'s settings, checked.
+struct Find {
+    slos: Vec<Slo>,
+    start: f64,
+    max: f64,
+    precision: f64,
+    plot: Option<PathBuf>,
+}
+
+impl Find {
+    /// The search's settings; -D and --step-duration become each trial's length.
+    fn checked(a: &mut LoadArgs) -> Result<Option<Find>> {
+        if !a.find_max_rate {
+            return Ok(None);
+        }
+        if a.requests.is_some() || a.duration.is_some() || a.rate_per_conn.is_some() {
+            bail!("--find-max-rate runs trials of --step-duration each: not with -n, -D or --rate-per-conn");
+        }
+        if a.shard.is_some() || a.shard_from_env.is_some() || a.hdr_log.is_some() {
+            bail!("--find-max-rate runs in one process, with no --shard or --hdr-log");
+        }
+        let start: f64 = match &a.rate {
+            None => 100.0,
+            Some(r) => r
+                .parse()
+                .ok()
+                .filter(|r: &f64| *r >= 1.0 && r.is_finite())
+                .context("--rate with --find-max-rate: the first rate to try, 1 or more")?,
+        };
+        if !(a.max_rate >= start && a.max_rate.is_finite()) {
+            bail!("--max-rate must be at least the first rate ({start})");
+        }
+        let precision = a
+            .precision
+            .trim()
+            .trim_end_matches('%')
+            .parse::<f64>()
+            .ok()
+            .filter(|p| *p > 0.0 && *p < 100.0)
+            .context("--precision: a percentage between 0 and 100, e.g. 5%")?
+            / 100.0;
+        let slos = a
+            .slo
+            .iter()
+            .map(|s| Slo::parse(s))
+            .collect::<Result<Vec<_>>>()
+            .context("--slo")?;
+        a.rate = None;
+        a.duration = Some(a.step_duration.take().unwrap_or(Duration::from_secs(5)));
+        a.warm_up_time = Some(a.warm_up_time.unwrap_or(Duration::from_secs(1)));
+        Ok(Some(Find {
+            slos,
+            start,
+            max: a.max_rate,
+            precision,
+            plot: a.plot.clone(),
+        }))
+    }
 }
 
 /// One shard of a run: `index` in `0..count`.
@@ -365,14 +456,52 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
         shard,
         offer,
         plan,
+        find,
     } = checked(&mut a)?;
     let setup = Arc::new(setup(&a, data, offer)?);
     let share = Share::new(&a, shard, plan)?;
     let outputs = outputs(&a)?;
-    let interactive = !a.quiet && std::io::stderr().is_terminal();
-    let progress = interactive.then(|| Arc::new(Progress::default()));
-    let window = Window::start(&a);
     let stop = signals()?;
+    if let Some(find) = find {
+        return find_max_rate(&a, &setup, &share, &find, outputs, &stop);
+    }
+    let m = measure(&a, &setup, &share, &stop, !a.quiet)?;
+    if let Some((mut file, path)) = outputs.hdr_log {
+        use std::io::Write;
+        file.write_all(&report::hdr_log(
+            &m.total,
+            wall_clock(m.window.now, m.window.t0),
+        )?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    emit(&m.rep, outputs.json, a.quiet)?;
+    if m.interrupted.is_some() {
+        return Err(Interrupted.into());
+    }
+    all_failed(&m.total, &m.startup, setup.addr)
+}
+
+/// What one run measured.
+struct Measured {
+    total: Recorder,
+    rep: report::Report,
+    window: Window,
+    interrupted: Option<Instant>,
+    startup: Arc<Startup>,
+}
+
+/// One run: the workers started, their results joined and reported; the progress line on a
+/// terminal when `progress`.
+fn measure(
+    a: &LoadArgs,
+    setup: &Arc<Setup>,
+    share: &Share,
+    stop: &tokio::sync::watch::Receiver<Option<Instant>>,
+    progress: bool,
+) -> Result<Measured> {
+    let interactive = progress && std::io::stderr().is_terminal();
+    let progress = interactive.then(|| Arc::new(Progress::default()));
+    let window = Window::start(a);
     // The slots this process runs (its shard's, when sharded).
     let startup = Arc::new(Startup::new(share.slots.len()));
     let step_plans = share.step_plans(a.connections);
@@ -417,19 +546,99 @@ pub fn run(mut a: LoadArgs) -> Result<()> {
     }
     let total = total?;
     let interrupted = *stop.borrow();
-    let info = run_info(&a, &setup, &share, &window, &total, interrupted);
+    let info = run_info(a, setup, share, &window, &total, interrupted);
     let rate = share.mean_rate(a.connections, info.duration_s);
     let rep = report::build(&total, info, rate, &step_plans);
-    if let Some((mut file, path)) = outputs.hdr_log {
-        use std::io::Write;
-        file.write_all(&report::hdr_log(&total, wall_clock(window.now, window.t0))?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Measured {
+        total,
+        rep,
+        window,
+        interrupted,
+        startup,
+    })
+}
+
+/// `--find-max-rate`: trials at the rates the search asks for, each a run of its own (fresh
+/// connections, warm-up, `--step-duration` measured), until it is over; then the table, the
+/// JSON and the plot.
+fn find_max_rate(
+    a: &LoadArgs,
+    setup: &Arc<Setup>,
+    share: &Share,
+    find: &Find,
+    outputs: Outputs<'_>,
+    stop: &tokio::sync::watch::Receiver<Option<Instant>>,
+) -> Result<()> {
+    let mut search = Search::new(find.start, find.max, find.precision);
+    let mut trials = Vec::new();
+    let warm = a.warm_up_time.unwrap_or_default();
+    while let Some(rate) = search.next() {
+        let trial_share = share.at_rate(rate, warm);
+        let (cpu0, wall0) = (process_cpu_s(), Instant::now());
+        let m = measure(a, setup, &trial_share, stop, false)?;
+        if m.interrupted.is_some() {
+            break;
+        }
+        all_failed(&m.total, &m.startup, setup.addr)?;
+        let busy = (process_cpu_s() - cpu0)
+            / (wall0.elapsed().as_secs_f64() * share.threads as f64).max(1e-9);
+        let slots = a.connections * a.streams;
+        let trial = Trial::judge(rate, &m.rep, &m.total.corrected, busy, slots, &find.slos);
+        if !a.quiet {
+            eprintln!("loadterm: {}", search::trial_line(trials.len() + 1, &trial));
+        }
+        search.record(rate, trial.passed());
+        trials.push(trial);
     }
-    emit(&rep, outputs.json, a.quiet)?;
-    if interrupted.is_some() {
+    let outcome = search::Outcome::new(
+        Some(shell_line(std::env::args_os().skip(1))),
+        &find.slos,
+        &search,
+        trials,
+    );
+    if let Some(path) = &find.plot {
+        let doc = if path.extension().is_some_and(|e| e == "svg") {
+            outcome.svg(&find.slos)?
+        } else {
+            outcome.html(&find.slos)?
+        };
+        std::fs::write(path, doc).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let to_stdout = matches!(outputs.json, Some(JsonOut::Stdout));
+    if !(a.quiet || to_stdout) {
+        stdout(&outcome.text())?;
+    }
+    if let Some(json) = outputs.json {
+        let doc = serde_json::to_string_pretty(&outcome)? + "\n";
+        match json {
+            JsonOut::Stdout => stdout(&doc)?,
+            JsonOut::File(mut f, path) => {
+                use std::io::Write;
+                f.write_all(doc.as_bytes())
+                    .with_context(|| format!("cannot write {path}"))?
+            }
+        }
+    }
+    if stop.borrow().is_some() {
         return Err(Interrupted.into());
     }
-    all_failed(&total, &startup, setup.addr)
+    if outcome.max_rate.is_none() {
+        bail!("no rate met every objective (down to 1 req/s)");
+    }
+    Ok(())
+}
+
+/// This process's CPU time so far (user + system, every thread), in seconds.
+#[allow(unsafe_code)] // getrusage
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(ru.ru_utime) + s(ru.ru_stime)
 }
 
 /// The protocol chosen and every request prepared: a target or option that cannot work is a
@@ -454,6 +663,7 @@ fn setup(a: &LoadArgs, data: bytes::Bytes, offer: crate::setup::Offer) -> Result
 }
 
 /// This process's part of the run and how it spreads over its worker threads.
+#[derive(Clone)]
 struct Share {
     /// This process's shard (from `--shard` or `--shard-from-env`).
     shard: Option<Shard>,
@@ -508,6 +718,17 @@ impl Share {
             pace: pace(plan.as_ref(), a.connections),
             plan,
         })
+    }
+
+    /// The same share at a constant `rate` (a trial of `--find-max-rate`).
+    fn at_rate(&self, rate: f64, warm: Duration) -> Share {
+        let plan = Arc::new(Plan::constant(rate, warm));
+        Share {
+            // No shards with --find-max-rate: these are all the run's connections.
+            pace: pace(Some(&plan), self.slots.len()),
+            plan: Some(plan),
+            ..self.clone()
+        }
     }
 
     /// This process's part of the run's connections, so of its sends.
@@ -638,6 +859,8 @@ struct Checked {
     offer: crate::setup::Offer,
     /// The open-loop rate plan (`--rate`, `--rate-per-conn`).
     plan: Option<Arc<Plan>>,
+    /// `--find-max-rate`.
+    find: Option<Find>,
 }
 
 /// The options checked against each other before anything starts.
@@ -663,6 +886,7 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
     if a.requests == Some(0) {
         return Err(usage_error("-n must be at least 1"));
     }
+    let find = Find::checked(a).map_err(|e| usage_error(format!("{e:#}")))?;
     let plan = rate_plan(a).map_err(|e| usage_error(format!("{e:#}")))?;
     let data = match (&a.data, a.data_size) {
         (Some(_), Some(_)) => return Err(usage_error("use either -d or --data-size")),
@@ -690,6 +914,7 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
         shard,
         offer,
         plan,
+        find,
     })
 }
 

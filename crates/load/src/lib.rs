@@ -8,6 +8,7 @@
 //! `merge_cmd` is its command line; `h2load` the h2load flags `cli` refuses or takes as is.
 pub mod cli;
 mod conn;
+mod curve;
 mod h1;
 mod h2;
 mod h2load;
@@ -19,6 +20,7 @@ pub mod record;
 pub mod report;
 mod request;
 mod sched;
+pub mod search;
 mod setup;
 mod shared;
 mod tls;
