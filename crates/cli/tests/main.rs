@@ -11,6 +11,7 @@ mod common;
 mod deploy;
 mod load;
 mod load_habits;
+mod load_handshakes;
 mod load_schedules;
 mod seed_000;
 mod serve_bind;

@@ -110,6 +110,18 @@ pub struct LoadArgs {
     /// time to the microsecond.
     #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
     send_grid: Duration,
+    /// Resume TLS sessions (TLS 1.3 tickets, TLS 1.2 session IDs; QUIC too): `always` (once
+    /// the first connection brought a ticket), `never` (every handshake a full one), or a
+    /// fraction of the connections (0.5), spread evenly.
+    #[arg(long, default_value = "always", value_name = "never|always|FRACTION")]
+    tls_resume: crate::tls::Resume,
+    /// Close each connection once it has started this many requests, and open a new one: new
+    /// connections at the request rate / N, to measure handshakes.
+    #[arg(long, value_name = "N")]
+    requests_per_conn: Option<u64>,
+    /// HTTP/3: send the first requests of a resumed connection as 0-RTT early data.
+    #[arg(long = "0rtt")]
+    zero_rtt: bool,
     /// Give up on a request (or connection attempt) after this long.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     timeout: Duration,
@@ -658,6 +670,9 @@ fn setup(a: &LoadArgs, data: bytes::Bytes, offer: crate::setup::Offer) -> Result
         streams: a.streams,
         timeout: a.timeout,
         offer,
+        resume: a.tls_resume,
+        requests_per_conn: a.requests_per_conn,
+        zero_rtt: a.zero_rtt,
     })
     .map_err(|e| usage_error(format!("{e:#}")))
 }
@@ -883,8 +898,11 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
     if a.connections == 0 || a.streams == 0 || a.threads == Some(0) {
         return Err(usage_error("-c, -m and -t must be at least 1"));
     }
-    if a.requests == Some(0) {
-        return Err(usage_error("-n must be at least 1"));
+    if a.requests == Some(0) || a.requests_per_conn == Some(0) {
+        return Err(usage_error("-n and --requests-per-conn must be at least 1"));
+    }
+    if a.zero_rtt && !(a.h3 || a.alpn_list.as_deref().is_some_and(|l| l.starts_with("h3"))) {
+        return Err(usage_error("--0rtt is for HTTP/3 (--h3)"));
     }
     let find = Find::checked(a).map_err(|e| usage_error(format!("{e:#}")))?;
     let plan = rate_plan(a).map_err(|e| usage_error(format!("{e:#}")))?;

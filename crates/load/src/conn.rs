@@ -5,7 +5,7 @@ use crate::inflight::End;
 use crate::record::{ConnectFailure, ErrorKind, ALPN_H1, ALPN_H2};
 use crate::sched::Schedules;
 use crate::setup::ProtoChoice;
-use crate::shared::WorkerRef;
+use crate::shared::{Budget, WorkerRef};
 use std::time::Duration;
 
 /// Run one connection slot until the worker runs out of work, reconnecting as needed.
@@ -14,12 +14,15 @@ pub(crate) async fn run(w: WorkerRef, slot: u64) {
     let mut first_attempt = true;
     let mut scheds = Schedules::new(&w.pace, w.start, slot, w.setup.streams as u64);
     while w.more() {
+        let budget = Budget::new(w.setup.requests_per_conn);
         let end = match w.setup.proto {
-            ProtoChoice::H3 => crate::h3::connection(&w, &mut scheds.streams).await,
-            _ => tcp_connection(&w, &mut scheds).await,
+            ProtoChoice::H3 => crate::h3::connection(&w, &mut scheds.streams, &budget).await,
+            _ => tcp_connection(&w, &mut scheds, &budget).await,
         };
         let first = std::mem::replace(&mut first_attempt, false);
         match end {
+            // A connection that started all it may (--requests-per-conn) makes way for a new one.
+            Ok(End::Finished) if budget.spent() => failures = 0,
             Ok(End::Finished) => return,
             Ok(End::Reconnect) => failures = 0,
             Err(f) => {
@@ -35,7 +38,11 @@ pub(crate) async fn run(w: WorkerRef, slot: u64) {
     }
 }
 
-async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, ConnectFailure> {
+async fn tcp_connection(
+    w: &WorkerRef,
+    scheds: &mut Schedules,
+    budget: &Budget,
+) -> Result<End, ConnectFailure> {
     let setup = &w.setup;
     let connect_failed = |why: &dyn std::fmt::Display| {
         ConnectFailure::new(ErrorKind::Connect, format!("{}: {why}", setup.addr))
@@ -48,14 +55,14 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Co
     match &setup.tls_config {
         None if setup.proto == ProtoChoice::H2c => {
             w.startup.connected();
-            Ok(crate::h2::connection(w, tcp, &mut scheds.streams).await)
+            Ok(crate::h2::connection(w, tcp, &mut scheds.streams, budget).await)
         }
         None => {
             w.startup.connected();
-            Ok(crate::h1::connection(w, tcp, &mut scheds.h1).await)
+            Ok(crate::h1::connection(w, tcp, &mut scheds.h1, budget).await)
         }
-        Some(cfg) => {
-            let connector = tokio_rustls::TlsConnector::from(cfg.clone());
+        Some(configs) => {
+            let connector = tokio_rustls::TlsConnector::from(configs.pick(w.resume_next()).clone());
             let name = setup.server_name.to_str();
             let tls = tokio::time::timeout(
                 setup.timeout,
@@ -64,13 +71,17 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Co
             .await
             .map_err(|_| crate::tls::failure(&name, "handshake timed out"))?
             .map_err(|e| crate::tls::failure(&name, &e.to_string()))?;
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            let session = tls.get_ref().1;
+            w.rec
+                .borrow_mut()
+                .handshake(session.handshake_kind() == Some(rustls::HandshakeKind::Resumed));
+            let h2 = session.alpn_protocol() == Some(b"h2");
             if setup.proto == ProtoChoice::Alpn {
                 w.rec.borrow_mut().alpn |= if h2 { ALPN_H2 } else { ALPN_H1 };
             }
             if h2 {
                 w.startup.connected();
-                Ok(crate::h2::connection(w, tls, &mut scheds.streams).await)
+                Ok(crate::h2::connection(w, tls, &mut scheds.streams, budget).await)
             } else if setup.proto == ProtoChoice::H2 {
                 Err(crate::tls::failure(
                     &name,
@@ -78,7 +89,7 @@ async fn tcp_connection(w: &WorkerRef, scheds: &mut Schedules) -> Result<End, Co
                 ))
             } else {
                 w.startup.connected();
-                Ok(crate::h1::connection(w, tls, &mut scheds.h1).await)
+                Ok(crate::h1::connection(w, tls, &mut scheds.h1, budget).await)
             }
         }
     }

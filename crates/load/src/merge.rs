@@ -155,6 +155,10 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
             ttfb_us: report::encode(&ttfb),
             latency_corrected_us: report::encode(&corrected),
         },
+        handshakes: all().fold(Default::default(), |mut h: crate::record::Handshakes, r| {
+            h.add(&r.handshakes);
+            h
+        }),
         steps: merged_steps(runs)?,
     })
 }

@@ -127,6 +127,7 @@ pub struct Recorder {
     pub steps: Vec<StepRecord>,
     /// With ALPN: the protocols servers picked, `ALPN_H1` and `ALPN_H2` bits.
     pub alpn: u8,
+    pub handshakes: Handshakes,
 }
 
 /// What the requests of one step of a rate schedule came to (by intended send time: a
@@ -173,6 +174,32 @@ impl StepRecord {
     }
 }
 
+/// TLS handshakes made, whole run (warm-up included, as the server counts them): full ones,
+/// ones that resumed a session, and of those the ones whose 0-RTT data the server accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Handshakes {
+    pub full: u64,
+    pub resumed: u64,
+    #[serde(rename = "0rtt")]
+    pub early_data: u64,
+}
+
+impl Handshakes {
+    pub(crate) fn add(&mut self, o: &Handshakes) {
+        self.full += o.full;
+        self.resumed += o.resumed;
+        self.early_data += o.early_data;
+    }
+
+    /// QUIC's handshakes, all counted full so far, split by the certificates verified: a
+    /// resumed handshake verifies none.
+    pub(crate) fn settle_quic(&mut self, verified: u64) {
+        let all = self.full + self.resumed;
+        self.full = verified.min(all);
+        self.resumed = all - self.full;
+    }
+}
+
 pub const ALPN_H1: u8 = 1;
 pub const ALPN_H2: u8 = 2;
 
@@ -207,6 +234,7 @@ impl Recorder {
             step_starts: Vec::new(),
             steps: Vec::new(),
             alpn: 0,
+            handshakes: Handshakes::default(),
         }
     }
 
@@ -321,6 +349,15 @@ impl Recorder {
         self.series[sec].1 += 1;
     }
 
+    /// A TLS handshake done: resumed or full.
+    pub fn handshake(&mut self, resumed: bool) {
+        if resumed {
+            self.handshakes.resumed += 1;
+        } else {
+            self.handshakes.full += 1;
+        }
+    }
+
     /// Keep `f`'s reason if it is the first of its kind.
     pub fn reason(&mut self, f: &ConnectFailure, at: Instant) {
         self.first_reasons
@@ -337,6 +374,7 @@ impl Recorder {
         }
         self.interim += o.interim;
         self.alpn |= o.alpn;
+        self.handshakes.add(&o.handshakes);
         self.errors.add(&o.errors);
         for (kind, (at, reason)) in &o.first_reasons {
             match self.first_reasons.get(kind) {

@@ -110,6 +110,9 @@ pub struct Report {
     pub runs: usize,
     /// The histograms behind the percentiles, so that runs can be merged without loss.
     pub histograms: Histograms,
+    /// TLS handshakes of the whole run (warm-up included): full, resumed, 0-RTT accepted.
+    #[serde(default)]
+    pub handshakes: crate::record::Handshakes,
     /// With a `--rate` schedule: each step apart (none at a constant rate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
@@ -337,6 +340,7 @@ pub fn build(r: &Recorder, run: RunInfo, rate: Option<f64>, plans: &[StepPlan]) 
             ttfb_us: encode(&r.ttfb),
             latency_corrected_us: encode(&r.corrected),
         },
+        handshakes: r.handshakes,
         steps,
     }
 }
@@ -462,6 +466,13 @@ pub fn text(r: &Report) -> String {
     );
     for reason in r.errors.first.values() {
         s += &format!("  first {reason}\n");
+    }
+    let h = &r.handshakes;
+    if h.full + h.resumed > 0 {
+        s += &format!(
+            "TLS handshakes: {} full, {} resumed, {} with 0-RTT data accepted\n",
+            h.full, h.resumed, h.early_data
+        );
     }
     s += &format!(
         "traffic: {} total, {} headers, {} data\n",

@@ -2,6 +2,7 @@
 //! client configs, prebuilt requests.
 
 use crate::request;
+use crate::tls::{Configs, Resume};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use rustls::pki_types::ServerName;
@@ -65,8 +66,14 @@ pub(crate) struct Setup {
     /// Concurrent requests per connection (pipelining depth on HTTP/1.1).
     pub streams: usize,
     pub timeout: Duration,
-    pub tls_config: Option<Arc<rustls::ClientConfig>>,
-    pub quic_config: Option<quinn::ClientConfig>,
+    pub tls_config: Option<Configs<Arc<rustls::ClientConfig>>>,
+    pub quic_config: Option<Configs<quinn::ClientConfig>>,
+    /// `--tls-resume`.
+    pub resume: Resume,
+    /// `--requests-per-conn`.
+    pub requests_per_conn: Option<u64>,
+    /// `--0rtt` (HTTP/3): requests sent as 0-RTT data on resumed connections.
+    pub zero_rtt: bool,
     pub offer: Offer,
 }
 
@@ -130,6 +137,9 @@ pub(crate) struct SetupOptions<'a> {
     pub streams: usize,
     pub timeout: Duration,
     pub offer: Offer,
+    pub resume: Resume,
+    pub requests_per_conn: Option<u64>,
+    pub zero_rtt: bool,
 }
 
 /// The scheme, host and port every URL of a run shares, and the URLs.
@@ -334,13 +344,21 @@ impl Setup {
             ProtoChoice::H2c => &[],
         };
         let rustls_cfg = if tls {
-            Some(crate::tls::client_config(o.insecure, o.cacert, alpn)?)
+            Some(crate::tls::client_configs(
+                o.insecure, o.cacert, alpn, o.zero_rtt,
+            )?)
         } else {
             None
         };
         let quic_config = match (&rustls_cfg, proto) {
             (Some(cfg), ProtoChoice::H3) => {
-                Some(crate::tls::quic_config(cfg.clone(), o.offer.h3_windows())?)
+                let quic = |c: &rustls::ClientConfig| {
+                    crate::tls::quic_config(c.clone(), o.offer.h3_windows())
+                };
+                Some(Configs {
+                    resuming: quic(&cfg.resuming)?,
+                    fresh: quic(&cfg.fresh)?,
+                })
             }
             _ => None,
         };
@@ -355,8 +373,14 @@ impl Setup {
             timeout: o.timeout,
             tls_config: rustls_cfg
                 .filter(|_| proto != ProtoChoice::H3)
-                .map(Arc::new),
+                .map(|c| Configs {
+                    resuming: Arc::new(c.resuming),
+                    fresh: Arc::new(c.fresh),
+                }),
             quic_config,
+            resume: o.resume,
+            requests_per_conn: o.requests_per_conn,
+            zero_rtt: o.zero_rtt,
             offer: o.offer,
         })
     }
@@ -388,6 +412,9 @@ mod tests {
             streams: 1,
             timeout: Duration::from_secs(1),
             offer: Offer::default(),
+            resume: Resume::Always,
+            requests_per_conn: None,
+            zero_rtt: false,
         };
         f(&mut o);
         Setup::new(&o)

@@ -90,9 +90,26 @@ pub(crate) struct Worker {
     /// Requests to send again, with their index and intended time: ones the server did not
     /// process (`inflight::unprocessed`).
     pub retries: RefCell<VecDeque<(u64, Option<Instant>)>>,
+    /// `--tls-resume FRACTION`: the fraction's running sum, so that the share of connections
+    /// that resume is exact, evenly spread.
+    pub resumed_share: Cell<f64>,
 }
 
 impl Worker {
+    /// Whether the next connection resumes a TLS session (`--tls-resume`).
+    pub(crate) fn resume_next(&self) -> bool {
+        match self.setup.resume {
+            crate::tls::Resume::Never => false,
+            crate::tls::Resume::Always => true,
+            crate::tls::Resume::Fraction(f) => {
+                let sum = self.resumed_share.get() + f;
+                let resume = sum >= 1.0;
+                self.resumed_share.set(if resume { sum - 1.0 } else { sum });
+                resume
+            }
+        }
+    }
+
     /// Whether more requests may start now: new ones, or ones given back.
     pub(crate) fn more(&self) -> bool {
         self.fresh() || (self.running() && !self.retries.borrow().is_empty())
@@ -184,6 +201,37 @@ impl Worker {
 
 pub(crate) type WorkerRef = Rc<Worker>;
 
+/// What one connection may still start (`--requests-per-conn`; unlimited without it): once
+/// spent, the connection ends when its requests are answered and a new one is made.
+pub(crate) struct Budget(Cell<u64>);
+
+impl Budget {
+    pub(crate) fn new(requests: Option<u64>) -> Budget {
+        Budget(Cell::new(requests.unwrap_or(u64::MAX)))
+    }
+
+    pub(crate) fn spent(&self) -> bool {
+        self.0.get() == 0
+    }
+}
+
+impl Worker {
+    /// As `more`, on a connection with budget `b`.
+    pub(crate) fn more_on(&self, b: &Budget) -> bool {
+        !b.spent() && self.more()
+    }
+
+    /// As `take`, spending one of the connection's budget `b`.
+    pub(crate) fn take_on(&self, b: &Budget) -> Option<u64> {
+        if b.spent() {
+            return None;
+        }
+        let i = self.take()?;
+        b.0.set(b.0.get() - 1);
+        Some(i)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +252,9 @@ mod tests {
             streams: 1,
             timeout: Duration::from_secs(1),
             offer: Default::default(),
+            resume: crate::tls::Resume::Always,
+            requests_per_conn: None,
+            zero_rtt: false,
         })
         .unwrap();
         let now = Instant::now();
@@ -219,6 +270,7 @@ mod tests {
             counter: Cell::new(0),
             startup: Arc::new(Startup::new(2)),
             retries: RefCell::default(),
+            resumed_share: Cell::new(0.0),
         }
     }
 

@@ -383,7 +383,185 @@ fn validity(der: &[u8]) -> Option<(u64, u64)> {
     Some((time(t1, v1)?, time(t2, v2)?))
 }
 
-pub(crate) fn client_config(
+/// When a connection resumes a TLS session (`--tls-resume`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Resume {
+    Never,
+    Always,
+    /// This share of the connections, spread evenly.
+    Fraction(f64),
+}
+
+impl std::str::FromStr for Resume {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Resume, String> {
+        match s {
+            "never" => Ok(Resume::Never),
+            "always" => Ok(Resume::Always),
+            f => match f.parse::<f64>() {
+                Ok(v) if (0.0..=1.0).contains(&v) => Ok(Resume::Fraction(v)),
+                _ => Err(format!(
+                    "'{s}': never, always, or a fraction of the connections (0.5)"
+                )),
+            },
+        }
+    }
+}
+
+/// A protocol's client configs: one that resumes sessions (tickets and session IDs kept in
+/// one store for every connection of the run), and one that never does.
+#[derive(Clone)]
+pub(crate) struct Configs<T> {
+    pub resuming: T,
+    pub fresh: T,
+}
+
+impl<T> Configs<T> {
+    pub(crate) fn pick(&self, resume: bool) -> &T {
+        if resume {
+            &self.resuming
+        } else {
+            &self.fresh
+        }
+    }
+}
+
+/// TLS 1.3 tickets kept per server name: enough for every connection of a run to find one
+/// (rustls's in-memory store keeps 8, and a ticket is used once).
+const TICKETS_PER_SERVER: usize = 4096;
+
+/// The run's session store: TLS 1.3 tickets (each used once, as RFC 8446 §C.4 advises) and a
+/// TLS 1.2 session per server name, shared by every connection.
+#[derive(Debug, Default)]
+struct Sessions(std::sync::Mutex<SessionMap>);
+
+#[derive(Debug, Default)]
+struct SessionMap {
+    tls12: std::collections::HashMap<ServerName<'static>, rustls::client::Tls12ClientSessionValue>,
+    tls13: std::collections::HashMap<
+        ServerName<'static>,
+        std::collections::VecDeque<rustls::client::Tls13ClientSessionValue>,
+    >,
+    kx_hint: std::collections::HashMap<ServerName<'static>, rustls::NamedGroup>,
+}
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, SessionMap> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl rustls::client::ClientSessionStore for Sessions {
+    fn set_kx_hint(&self, name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.map().kx_hint.insert(name, group);
+    }
+    fn kx_hint(&self, name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.map().kx_hint.get(name).copied()
+    }
+    fn set_tls12_session(
+        &self,
+        name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.map().tls12.insert(name, value);
+    }
+    fn tls12_session(
+        &self,
+        name: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.map().tls12.get(name).cloned()
+    }
+    fn remove_tls12_session(&self, name: &ServerName<'static>) {
+        self.map().tls12.remove(name);
+    }
+    fn insert_tls13_ticket(
+        &self,
+        name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        let mut map = self.map();
+        let tickets = map.tls13.entry(name).or_default();
+        if tickets.len() == TICKETS_PER_SERVER {
+            tickets.pop_front();
+        }
+        tickets.push_back(value);
+    }
+    fn take_tls13_ticket(
+        &self,
+        name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.map().tls13.get_mut(name)?.pop_back()
+    }
+}
+
+thread_local! {
+    /// Server certificates verified on this thread: a handshake that verified none resumed a
+    /// session (QUIC's handshakes are counted so: quinn does not say how each went).
+    static VERIFIED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Server certificates verified on this thread so far.
+pub(crate) fn verified() -> u64 {
+    VERIFIED.with(|v| v.get())
+}
+
+/// A verifier that counts what it verified (`verified`).
+#[derive(Debug)]
+struct Counting(Arc<dyn ServerCertVerifier>);
+
+impl ServerCertVerifier for Counting {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ok = self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;
+        VERIFIED.with(|v| v.set(v.get() + 1));
+        Ok(ok)
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// The client's configs: resuming through one session store, and not; with early data
+/// (0-RTT, for QUIC) when `early_data`.
+pub(crate) fn client_configs(
+    insecure: bool,
+    cacert: Option<&Path>,
+    alpn: &[&[u8]],
+    early_data: bool,
+) -> Result<Configs<rustls::ClientConfig>> {
+    let mut resuming = client_config(insecure, cacert, alpn)?;
+    let mut fresh = resuming.clone();
+    resuming.resumption = rustls::client::Resumption::store(Arc::new(Sessions::default()));
+    resuming.enable_early_data = early_data;
+    fresh.resumption = rustls::client::Resumption::disabled();
+    Ok(Configs { resuming, fresh })
+}
+
+fn client_config(
     insecure: bool,
     cacert: Option<&Path>,
     alpn: &[&[u8]],
@@ -393,7 +571,7 @@ pub(crate) fn client_config(
     let mut cfg = if insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Insecure(provider())))
+            .with_custom_certificate_verifier(Arc::new(Counting(Arc::new(Insecure(provider())))))
             .with_no_client_auth()
     } else {
         let sources = trust_sources(
@@ -410,10 +588,10 @@ pub(crate) fn client_config(
         .context("certificate verifier")?;
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Verifier {
+            .with_custom_certificate_verifier(Arc::new(Counting(Arc::new(Verifier {
                 webpki,
                 trusted: roots.certs,
-            }))
+            }))))
             .with_no_client_auth()
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

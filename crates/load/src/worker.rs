@@ -75,6 +75,7 @@ async fn run(job: Job) -> Result<Recorder> {
         counter: Cell::new(0),
         startup: job.startup,
         retries: RefCell::default(),
+        resumed_share: Cell::new(0.0),
     });
     if let Pace::Open { plan, connections } = &w.pace {
         tokio::task::spawn_local(check_rate(w.clone(), job.from, plan.clone(), *connections));
@@ -104,7 +105,12 @@ async fn run(job: Job) -> Result<Recorder> {
     if let Some(e) = &w.endpoint {
         e.close(0u32.into(), b"done");
     }
-    let rec = w.rec.borrow().clone();
+    let mut rec = w.rec.borrow().clone();
+    if w.setup.proto == ProtoChoice::H3 {
+        // quinn does not say how each handshake went: those that verified no certificate
+        // resumed a session.
+        rec.handshakes.settle_quic(crate::tls::verified());
+    }
     Ok(rec)
 }
 

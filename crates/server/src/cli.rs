@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// browsers and other clients that discover HTTP/3 this way find it.
     #[arg(long)]
     alt_svc: bool,
+    /// Accept 0-RTT early data on resumed HTTP/3 connections (off by default: early data can
+    /// be replayed by an attacker, RFC 8446 §8, RFC 9001 §9.2; TLS over TCP never takes it).
+    #[arg(long = "0rtt")]
+    zero_rtt: bool,
     /// Compute each TLS and QUIC client's JA4 fingerprint (FoxIO's JA4 of its ClientHello):
     /// returned as `x-ja4` on every response of the connection, the most frequent printed at
     /// shutdown.
@@ -302,6 +306,7 @@ fn config(a: &ServeArgs, shutdown: Shutdown) -> Result<(Config, Lines)> {
         splice: !a.no_splice,
         pipe_size: crate::config::PIPE_SIZE,
         alt_svc: a.alt_svc,
+        zero_rtt: a.zero_rtt,
         grace: a.grace,
         lenient: a.lenient,
         date: !a.no_date,
@@ -421,6 +426,7 @@ fn describe(
     rows.push(("grace", format!("{:?}", cfg.grace)));
     rows.push(("quic", on(cfg.quic).to_owned()));
     rows.push(("alt-svc", on(cfg.alt_svc).to_owned()));
+    rows.push(("0rtt", on(cfg.zero_rtt).to_owned()));
     rows.push(("splice", on(cfg.splice).to_owned()));
     rows.push(("tune.pipesize", cfg.pipe_size.to_string()));
     rows.push(("lenient", on(cfg.lenient).to_owned()));

@@ -6,7 +6,7 @@ mod response;
 use crate::inflight::{finish, lose, unprocessed, End, InFlight};
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
-use crate::shared::WorkerRef;
+use crate::shared::{Budget, WorkerRef};
 use loadterm_runtime::within;
 use response::{ParseProgress, Parser};
 use std::collections::VecDeque;
@@ -46,6 +46,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
     w: &WorkerRef,
     mut io: IO,
     sched: &mut Schedule,
+    budget: &Budget,
 ) -> End {
     let setup = w.setup.clone();
     let mut parser = Parser::default();
@@ -63,7 +64,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
     let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
     loop {
         let now = Instant::now();
-        p.top_up(w, sched, now);
+        p.top_up(w, sched, budget, now);
         if !p.queued.is_empty() {
             let write = async {
                 if p.copy_body {
@@ -90,7 +91,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
         }
         if p.inflight.is_empty() {
             match sched.peek() {
-                Some(next) if w.more() => {
+                Some(next) if w.more_on(budget) => {
                     crate::timer::sleep_until(next).await;
                     continue;
                 }
@@ -99,7 +100,7 @@ pub(crate) async fn connection<IO: AsyncRead + AsyncWrite + Unpin>(
         }
         // Read, but wake up for the next open-loop send if the pipeline has room.
         let room = p.inflight.len() < setup.streams;
-        let due = sched.peek().filter(|_| room && w.more());
+        let due = sched.peek().filter(|_| room && w.more_on(budget));
         if due != wake.as_ref().map(crate::timer::Sleep::deadline) {
             wake = due.map(crate::timer::sleep_until);
         }
@@ -137,7 +138,7 @@ struct Pipeline {
 impl Pipeline {
     /// Top up the pipeline: closed loop to `-m`, open loop with what is due; requests given
     /// back go first, with their intended time.
-    fn top_up(&mut self, w: &WorkerRef, sched: &mut Schedule, now: Instant) {
+    fn top_up(&mut self, w: &WorkerRef, sched: &mut Schedule, budget: &Budget, now: Instant) {
         while self.inflight.len() + self.queued.len() < w.setup.streams {
             let (i, intended, again) = match w.take_retry() {
                 Some((i, intended)) => (i, intended, true),
@@ -147,7 +148,7 @@ impl Pipeline {
                         Some(_) => sched.advance(),
                         None => None,
                     };
-                    let Some(i) = w.take() else { break };
+                    let Some(i) = w.take_on(budget) else { break };
                     (i, intended, false)
                 }
             };

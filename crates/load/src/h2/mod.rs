@@ -11,7 +11,7 @@ mod client;
 use crate::inflight::{finish, lose, unprocessed, End, InFlight};
 use crate::record::ErrorKind;
 use crate::sched::Schedule;
-use crate::shared::WorkerRef;
+use crate::shared::{Budget, WorkerRef};
 use crate::timer;
 use client::{Client, RequestEvent};
 use std::future::Future;
@@ -32,7 +32,12 @@ enum Wakeup {
 }
 
 /// Run one HTTP/2 connection; `scheds` holds one schedule per concurrent stream slot.
-pub(crate) async fn connection<IO>(w: &WorkerRef, mut io: IO, scheds: &mut [Schedule]) -> End
+pub(crate) async fn connection<IO>(
+    w: &WorkerRef,
+    mut io: IO,
+    scheds: &mut [Schedule],
+    budget: &Budget,
+) -> End
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -51,19 +56,19 @@ where
     let mut progressed = false;
     loop {
         let now = Instant::now();
-        let due = slots.start(w, &mut c, scheds, now);
+        let due = slots.start(w, &mut c, scheds, budget, now);
         if slots.in_flight() && !check_armed {
             check.as_mut().reset((now + setup.timeout).into());
             check_armed = true;
         }
-        if c.in_flight() == 0 && (!w.more() || c.going_away()) {
+        if c.in_flight() == 0 && (!w.more_on(budget) || c.going_away()) {
             return if w.more() {
                 End::Reconnect
             } else {
                 End::Finished
             };
         }
-        let due = due.filter(|_| w.more());
+        let due = due.filter(|_| w.more_on(budget));
         if due != wake.as_ref().map(timer::Sleep::deadline) {
             wake = due.map(timer::sleep_until);
         }
@@ -134,6 +139,7 @@ impl Slots {
         w: &WorkerRef,
         c: &mut Client,
         scheds: &mut [Schedule],
+        budget: &Budget,
         now: Instant,
     ) -> Option<Instant> {
         let mut due: Option<Instant> = None;
@@ -152,7 +158,7 @@ impl Slots {
                         Some(_) => scheds[slot].advance(),
                         None => None,
                     };
-                    let Some(i) = w.take() else { break };
+                    let Some(i) = w.take_on(budget) else { break };
                     w.rec.borrow_mut().sent(intended, now);
                     (i, intended)
                 }

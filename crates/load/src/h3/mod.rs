@@ -8,7 +8,7 @@ mod stream;
 use crate::inflight::End;
 use crate::record::{ConnectFailure, ErrorKind};
 use crate::sched::Schedule;
-use crate::shared::WorkerRef;
+use crate::shared::{Budget, WorkerRef};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::reader::Reader;
 use std::cell::Cell;
@@ -18,13 +18,16 @@ use std::rc::Rc;
 pub(crate) async fn connection(
     w: &WorkerRef,
     scheds: &mut [Schedule],
+    budget: &Budget,
 ) -> Result<End, ConnectFailure> {
     let setup = w.setup.clone();
     let endpoint = w.endpoint.as_ref().expect("H3 workers have an endpoint");
     let config = setup
         .quic_config
-        .clone()
-        .expect("H3 setup has a QUIC config");
+        .as_ref()
+        .expect("H3 setup has a QUIC config")
+        .pick(w.resume_next())
+        .clone();
     let name = setup.server_name.to_str();
     let connect_failed = |why: &dyn std::fmt::Display| {
         ConnectFailure::new(ErrorKind::Connect, format!("QUIC {}: {why}", setup.addr))
@@ -32,6 +35,26 @@ pub(crate) async fn connection(
     let connecting = endpoint
         .connect_with(config, setup.addr, &name)
         .map_err(|e| connect_failed(&e))?;
+    // --0rtt: with a ticket, requests go out at once as early data; whether the server took
+    // it is known once the handshake is over.
+    let connecting = if setup.zero_rtt {
+        match connecting.into_0rtt() {
+            Ok((conn, accepted)) => {
+                w.startup.connected();
+                w.rec.borrow_mut().handshake(false);
+                let rec = w.clone();
+                tokio::task::spawn_local(async move {
+                    if accepted.await {
+                        rec.rec.borrow_mut().handshakes.early_data += 1;
+                    }
+                });
+                return serve(w, conn, scheds, budget).await;
+            }
+            Err(connecting) => connecting,
+        }
+    } else {
+        connecting
+    };
     let handshake = tokio::time::timeout(setup.timeout, connecting);
     // Until a connection was made, a UDP port nothing listens on (a server without QUIC) is
     // told by the ICMP port unreachable it answers with; quinn ignores it and would wait for
@@ -60,6 +83,21 @@ pub(crate) async fn connection(
             e => connect_failed(&e),
         })?;
     w.startup.connected();
+    // Counted full here; `Handshakes::settle_quic` tells the resumed ones apart at the end.
+    w.rec.borrow_mut().handshake(false);
+    serve(w, conn, scheds, budget).await
+}
+
+/// Requests on an established (or 0-RTT) connection until the slots are done.
+async fn serve(
+    w: &WorkerRef,
+    conn: quinn::Connection,
+    scheds: &mut [Schedule],
+    budget: &Budget,
+) -> Result<End, ConnectFailure> {
+    let connect_failed = |why: &dyn std::fmt::Display| {
+        ConnectFailure::new(ErrorKind::Connect, format!("QUIC {}: {why}", w.setup.addr))
+    };
     // Our control stream, with empty SETTINGS; open as long as the connection.
     let mut hello = vec![frame::STREAM_CONTROL as u8];
     frame::put_frame(&mut hello, frame::SETTINGS, &[]);
@@ -75,7 +113,7 @@ pub(crate) async fn connection(
     let progressed = Cell::new(false);
     let loops = scheds
         .iter_mut()
-        .map(|sched| stream::stream_loop(w, &conn, sched, &goaway, &progressed));
+        .map(|sched| stream::stream_loop(w, &conn, sched, &goaway, &progressed, budget));
     let ends = futures::future::join_all(loops).await;
     peer.abort();
     conn.close(code::NO_ERROR.into(), b"done");

@@ -4,7 +4,7 @@
 use crate::inflight::{unprocessed, End, InFlight};
 use crate::record::{ErrorKind, Sample};
 use crate::sched::Schedule;
-use crate::shared::WorkerRef;
+use crate::shared::{Budget, WorkerRef};
 use loadterm_h3::fields::{BodyLength, ResponseFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::qpack;
@@ -55,6 +55,7 @@ pub(super) async fn stream_loop(
     sched: &mut Schedule,
     goaway: &Cell<Option<u64>>,
     progressed: &Cell<bool>,
+    budget: &Budget,
 ) -> End {
     let setup = w.setup.clone();
     let mut decoder = qpack::QpackDecoder::default();
@@ -76,7 +77,7 @@ pub(super) async fn stream_loop(
                     }
                 }
                 let intended = sched.advance();
-                let Some(i) = w.take() else {
+                let Some(i) = w.take_on(budget) else {
                     return End::Finished;
                 };
                 (i, intended, false)

@@ -38,6 +38,8 @@ pub(crate) struct Config {
     pub pipe_size: usize,
     /// Advertise HTTP/3 (`alt-svc: h3=":port"`) on responses over TLS/TCP.
     pub alt_svc: bool,
+    /// `--0rtt`: accept 0-RTT early data on resumed QUIC connections.
+    pub zero_rtt: bool,
     /// How long in-flight requests may take to finish after SIGINT/SIGTERM.
     pub grace: Duration,
     /// Accept HTTP/1.x requests that break RFC 9112 rules haterm does not enforce (Host,
@@ -148,6 +150,7 @@ pub(crate) fn for_tests(timeout: Duration) -> (crate::plumbing::shutdown::Trigge
         splice: false,
         pipe_size: PIPE_SIZE,
         alt_svc: false,
+        zero_rtt: false,
         grace: Duration::from_secs(1),
         lenient: false,
         date: false,

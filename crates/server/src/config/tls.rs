@@ -3,6 +3,7 @@
 //! directory of them served by SNI), and the rustls server configs built from it (aws-lc-rs
 //! provider, chosen explicitly, restricted by haterm's `ssl-default-bind-*` lines).
 
+use crate::plumbing::stats::{self, Transport};
 use anyhow::{bail, Context, Result};
 use rustls::crypto::aws_lc_rs;
 use rustls::crypto::cipher::{
@@ -290,7 +291,8 @@ impl Identity {
     }
 
     /// A rustls server config presenting this identity with the given ALPN protocols; TLS 1.2
-    /// and 1.3, or for QUIC 1.3 only, its suites made by [`quic_suites`].
+    /// and 1.3, or for QUIC 1.3 only, its suites made by [`quic_suites`]. Sessions resume
+    /// (TLS 1.3 tickets and TLS 1.2 session IDs, from one store per config); 0-RTT is off.
     pub(crate) fn rustls_config(&self, alpn: &[&[u8]], quic: bool) -> Result<rustls::ServerConfig> {
         let versions: &[&rustls::SupportedProtocolVersion] = if quic {
             &[&rustls::version::TLS13]
@@ -310,9 +312,57 @@ impl Identity {
             .with_cert_resolver(Arc::new(Resolver(self.keys.clone())));
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         cfg.ignore_client_order = true;
-        // No 0-RTT (quinn accepts 0 or u32::MAX).
+        // No 0-RTT unless asked for (`allow_early_data`; quinn accepts 0 or u32::MAX).
         cfg.max_early_data_size = 0;
+        // Stateful: rustls offers 0-RTT with stored sessions only (RFC 8446 §8.1).
+        cfg.session_storage = Arc::new(Sessions {
+            store: rustls::server::ServerSessionMemoryCache::new(SESSIONS),
+            transport: if quic {
+                Transport::Quic
+            } else {
+                Transport::Tls
+            },
+        });
         Ok(cfg)
+    }
+}
+
+/// Sessions a listener keeps for resumption: each full TLS 1.3 handshake stores two tickets
+/// (rustls's default), each used once; at some 200 bytes each, 64 Ki of them are ~13 MB, room
+/// for tens of thousands of clients resuming (rustls's default, 256, is for a few).
+const SESSIONS: usize = 65536;
+
+/// A session store that counts the sessions it gives back: each is a resumed handshake
+/// (a TLS 1.3 ticket taken, a TLS 1.2 session ID found), on the handshake's own thread.
+#[derive(Debug)]
+struct Sessions {
+    store: Arc<rustls::server::ServerSessionMemoryCache>,
+    transport: Transport,
+}
+
+impl rustls::server::StoresServerSessions for Sessions {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.store.put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let found = self.store.get(key);
+        if found.is_some() {
+            stats::handshake_resumed(self.transport);
+        }
+        found
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let found = self.store.take(key);
+        if found.is_some() {
+            stats::handshake_resumed(self.transport);
+        }
+        found
+    }
+
+    fn can_cache(&self) -> bool {
+        true
     }
 }
 

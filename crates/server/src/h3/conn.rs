@@ -169,6 +169,9 @@ impl H3Conn {
             return;
         };
         stats::handshake_ok(Transport::Quic);
+        if self.quic.has_0rtt() {
+            stats::early_data_accepted(Transport::Quic);
+        }
         // Asked once the handshake is done, not at the first Initial: the rest of a
         // ClientHello spread over several Initials may still be on its way then. Every
         // datagram the ClientHello came in went through the sniffing socket.

@@ -23,7 +23,11 @@ fn server_config(
     identity: &crate::config::tls::Identity,
     cfg: &crate::config::Config,
 ) -> Result<quinn::ServerConfig> {
-    let tls = identity.rustls_config(&[b"h3"], true)?;
+    let mut tls = identity.rustls_config(&[b"h3"], true)?;
+    if cfg.zero_rtt {
+        // --0rtt: early data on resumed connections (quinn takes 0 or u32::MAX).
+        tls.max_early_data_size = u32::MAX;
+    }
     let crypto =
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));

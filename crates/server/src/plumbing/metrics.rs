@@ -255,6 +255,21 @@ impl Collector for SummedCounters {
             Counter,
             handshakes,
         )?;
+        let resumed = secure.iter().flat_map(|&x| {
+            let i = x as usize;
+            [("resumed", t.resumed[i]), ("0rtt", t.early_data[i])].map(|(k, n)| {
+                let labels = vec![("transport", x.label().to_string()), ("kind", k.into())];
+                (labels, n)
+            })
+        });
+        family(
+            &mut enc,
+            "loadterm_tls_handshakes_resumed",
+            "TLS handshakes (QUIC included, among the ok ones) that resumed a session, and of \
+             those the ones whose 0-RTT data was accepted.",
+            Counter,
+            resumed,
+        )?;
         family(
             &mut enc,
             "loadterm_tls_handshake_failures",

@@ -217,6 +217,9 @@ struct Block {
     closed: [C; 3],
     handshakes_ok: [C; 3],
     handshakes_failed: [C; 3],
+    /// Handshakes that resumed a session, and those whose 0-RTT data was accepted.
+    resumed: [C; 3],
+    early_data: [C; 3],
     failures: [C; FAILURES],
     requests: [[C; 5]; 3],
     interim: [C; 3],
@@ -237,6 +240,8 @@ impl Block {
             closed: zeros(),
             handshakes_ok: zeros(),
             handshakes_failed: zeros(),
+            resumed: zeros(),
+            early_data: zeros(),
             failures: zeros(),
             requests: std::array::from_fn(|_| zeros()),
             interim: zeros(),
@@ -277,6 +282,16 @@ pub(crate) fn closed(t: Transport) {
 
 pub(crate) fn handshake_ok(t: Transport) {
     mine(|b| b.handshakes_ok[t as usize].add(1));
+}
+
+/// A handshake resumed a session: its ticket or session ID was found in the session store.
+pub(crate) fn handshake_resumed(t: Transport) {
+    mine(|b| b.resumed[t as usize].add(1));
+}
+
+/// A handshake's 0-RTT data was accepted (QUIC, `--0rtt`).
+pub(crate) fn early_data_accepted(t: Transport) {
+    mine(|b| b.early_data[t as usize].add(1));
 }
 
 pub(crate) fn handshake_failed(t: Transport, why: HandshakeFailure) {
@@ -381,6 +396,8 @@ pub(crate) struct Totals {
     pub closed: [u64; 3],
     pub handshakes_ok: [u64; 3],
     pub handshakes_failed: [u64; 3],
+    pub resumed: [u64; 3],
+    pub early_data: [u64; 3],
     /// Handshake failures by reason, those that occurred.
     pub failures: Vec<(HandshakeFailure, u64)>,
     pub requests: [[u64; 5]; 3],
@@ -410,6 +427,8 @@ impl Totals {
             sum(&mut t.closed, &b.closed);
             sum(&mut t.handshakes_ok, &b.handshakes_ok);
             sum(&mut t.handshakes_failed, &b.handshakes_failed);
+            sum(&mut t.resumed, &b.resumed);
+            sum(&mut t.early_data, &b.early_data);
             sum(&mut failures, &b.failures);
             for (into, from) in t.requests.iter_mut().zip(&b.requests) {
                 sum(into, from);
@@ -477,6 +496,8 @@ impl Totals {
                 let i = t as usize;
                 [
                     (format!("{} ok", t.label()), self.handshakes_ok[i]),
+                    (format!("{} resumed", t.label()), self.resumed[i]),
+                    (format!("{} 0-rtt", t.label()), self.early_data[i]),
                     (format!("{} failed", t.label()), self.handshakes_failed[i]),
                 ]
             })
