@@ -5,7 +5,9 @@
 //! `h1`, `h2`, `h3` → `inflight` (requests in flight and their outcomes), with `shared` (a
 //! worker's state), `sched` (pacing), `record`, `timer` and `setup` (with `request`, `tls`)
 //! beneath. `merge` (sans-I/O) combines the reports and interval logs of several runs;
-//! `merge_cmd` is its command line; `h2load` the h2load flags `cli` refuses or takes as is.
+//! `merge_cmd` is its command line; `h2load` the h2load flags `cli` refuses or takes as is;
+//! `search` (sans-I/O) judges `--find-max-rate`'s trials and picks the next rate, `curve` draws
+//! them.
 pub mod cli;
 mod conn;
 mod curve;

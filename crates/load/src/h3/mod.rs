@@ -29,9 +29,7 @@ pub(crate) async fn connection(
         .pick(w.resume_next())
         .clone();
     let name = setup.server_name.to_str();
-    let connect_failed = |why: &dyn std::fmt::Display| {
-        ConnectFailure::new(ErrorKind::Connect, format!("QUIC {}: {why}", setup.addr))
-    };
+    let connect_failed = |why: &dyn std::fmt::Display| connect_failed(setup.addr, why);
     let connecting = endpoint
         .connect_with(config, setup.addr, &name)
         .map_err(|e| connect_failed(&e))?;
@@ -42,10 +40,10 @@ pub(crate) async fn connection(
             Ok((conn, accepted)) => {
                 w.startup.connected();
                 w.rec.borrow_mut().handshake(false);
-                let rec = w.clone();
+                let worker = w.clone();
                 tokio::task::spawn_local(async move {
                     if accepted.await {
-                        rec.rec.borrow_mut().handshakes.early_data += 1;
+                        worker.rec.borrow_mut().handshakes.early_data += 1;
                     }
                 });
                 return serve(w, conn, scheds, budget).await;
@@ -88,6 +86,10 @@ pub(crate) async fn connection(
     serve(w, conn, scheds, budget).await
 }
 
+fn connect_failed(addr: std::net::SocketAddr, why: &dyn std::fmt::Display) -> ConnectFailure {
+    ConnectFailure::new(ErrorKind::Connect, format!("QUIC {addr}: {why}"))
+}
+
 /// Requests on an established (or 0-RTT) connection until the slots are done.
 async fn serve(
     w: &WorkerRef,
@@ -95,9 +97,7 @@ async fn serve(
     scheds: &mut [Schedule],
     budget: &Budget,
 ) -> Result<End, ConnectFailure> {
-    let connect_failed = |why: &dyn std::fmt::Display| {
-        ConnectFailure::new(ErrorKind::Connect, format!("QUIC {}: {why}", w.setup.addr))
-    };
+    let connect_failed = |why: &dyn std::fmt::Display| connect_failed(w.setup.addr, why);
     // Our control stream, with empty SETTINGS; open as long as the connection.
     let mut hello = vec![frame::STREAM_CONTROL as u8];
     frame::put_frame(&mut hello, frame::SETTINGS, &[]);
