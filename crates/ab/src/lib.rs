@@ -1,11 +1,13 @@
 //! See the crate description.
 pub mod agent;
+pub mod bisect;
 mod cell;
 mod cgroup;
 pub mod cli;
 mod compare;
 mod contam;
 mod env;
+mod export;
 mod fixture;
 mod host;
 mod measure;
@@ -15,3 +17,4 @@ mod report;
 pub mod sequential;
 mod station;
 pub mod stats;
+mod threshold;

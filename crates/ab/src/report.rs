@@ -16,6 +16,9 @@ pub(crate) struct Cell {
     pub runs: Vec<Run>,
     pub aa_runs: Vec<Run>,
     pub comparisons: Vec<Comparison>,
+    /// A series (`--series`): each variant against the one before it, from the same rounds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Comparison>,
     /// The load regime every verdict of this cell is about.
     pub regime: String,
     /// Measured rounds (planned from a pilot with `--target-effect`).
@@ -152,6 +155,38 @@ fn checks_table(c: &Cell) -> String {
     s
 }
 
+/// A series' steps in the headline metric, each against the one before, and how they add up:
+/// the product of the steps' ratios beside the last variant's own comparison with the base.
+pub(crate) fn series_lines(c: &Cell) -> Vec<String> {
+    let headline = if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
+        "cpu_us_per_req"
+    } else {
+        "rps"
+    };
+    let steps: Vec<&Comparison> = c.steps.iter().filter(|k| k.metric == headline).collect();
+    if steps.is_empty() {
+        return Vec::new();
+    }
+    let mut lines: Vec<String> = steps.iter().map(|k| k.verdict.clone()).collect();
+    let product = steps.iter().map(|k| k.ratio).product::<f64>();
+    if let Some(last) = c.comparisons.iter().rfind(|k| k.metric == headline) {
+        lines.push(format!(
+            "the {} steps' changes multiply to {}; {} against {} directly: {}{}",
+            steps.len(),
+            crate::compare::signed_pct((product - 1.0) * 100.0),
+            last.variant,
+            c.variants[0].name,
+            crate::compare::signed_pct(last.change_pct),
+            last.ci_pct.map_or(String::new(), |(lo, hi)| format!(
+                " (95% CI {} to {})",
+                crate::compare::signed_pct(lo),
+                crate::compare::signed_pct(hi)
+            ))
+        ));
+    }
+    lines
+}
+
 fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
@@ -202,6 +237,13 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
         );
         for cmp in &c.comparisons {
             s += &format!("  {}\n", cmp.verdict);
+        }
+        let series = series_lines(c);
+        if !series.is_empty() {
+            s += "series steps (each against the one before, in the same rounds):\n";
+            for l in series {
+                s += &format!("  {l}\n");
+            }
         }
         for n in &c.notes {
             s += &format!("  {n}\n");
@@ -276,6 +318,14 @@ fn markdown_cell(r: &MatrixReport, c: &Cell) -> String {
                 .map_or("n/a".into(), |p| format!("{p:.4}")),
             noise,
         );
+    }
+    let series = series_lines(c);
+    if !series.is_empty() {
+        s += "\nSeries steps (each against the one before, in the same rounds):\n\n";
+        for l in series {
+            s += &format!("- **{l}**\n");
+        }
+        s += "\n";
     }
     for n in &c.notes {
         s += &format!("- {n}\n");
@@ -366,6 +416,14 @@ pub(crate) fn html(
             s += &format!("<li>{}</li>\n", escape(n));
         }
         s += "</ul>\n";
+        let series = series_lines(c);
+        if !series.is_empty() {
+            s += "<p>Series steps (each against the one before, in the same rounds):</p>\n<ul>\n";
+            for l in series {
+                s += &format!("<li>{}</li>\n", escape(&l));
+            }
+            s += "</ul>\n";
+        }
         let flags = flag_lines(c);
         if flags.is_empty() {
             s += "<p>Contamination checks: no run flagged.</p>\n";
@@ -456,6 +514,7 @@ pub(crate) mod tests {
                 runs,
                 aa_runs,
                 comparisons,
+                steps: Vec::new(),
                 regime: "open loop at 5000 req/s".into(),
                 rounds: 12,
                 notes: vec!["servers kept".into()],
