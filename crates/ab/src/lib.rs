@@ -9,6 +9,7 @@ mod env;
 mod fixture;
 mod host;
 mod measure;
+mod metric;
 mod plot;
 mod procs;
 mod report;
