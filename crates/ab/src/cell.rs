@@ -5,7 +5,8 @@
 use crate::compare;
 use crate::contam;
 use crate::host::Backends;
-use crate::measure::{self, Run, RunSpec, Started, METRICS};
+use crate::measure::{self, Run, RunSpec, Started};
+use crate::metric::Metric;
 use crate::procs;
 use crate::report::{Cell, Variant};
 use crate::sequential::{self, Moments};
@@ -217,7 +218,8 @@ pub(crate) struct CellPlan<'a> {
     pub deadline: Option<Instant>,
     /// Kept servers are started again after this many measured rounds.
     pub restart_every: usize,
-    pub headline: &'static str,
+    /// The metric whose interval decides when to stop.
+    pub headline: Metric,
     /// Kept servers measured all in the same window (else one after another).
     pub together: bool,
     /// The variants are steps of a series: each is also compared with the one before, and
@@ -281,7 +283,7 @@ impl CellPlan<'_> {
         let base = self.names[0].clone();
         let twin = self.twin.then(|| self.names[self.names.len() - 1].clone());
         let precision = self.rounds.is_none().then_some(self.precision_pct);
-        let floor = |metric: &str| {
+        let floor = |metric: Metric| {
             let t = twin.as_deref()?;
             let c = if metric == self.headline {
                 compare::headline(metric, &base, t, &runs, None, None)?
@@ -296,11 +298,11 @@ impl CellPlan<'_> {
             .iter()
             .filter(|v| Some(v.as_str()) != twin.as_deref())
         {
-            for metric in METRICS {
+            for metric in Metric::COMPARED {
                 let noise = floor(metric);
-                comparisons.extend(if let (true, Some(r)) = (*metric == "rps", rate) {
+                comparisons.extend(if let (Metric::Rps, Some(r)) = (metric, rate) {
                     compare::rate_held(&base, v, &runs, r)
-                } else if *metric == self.headline {
+                } else if metric == self.headline {
                     compare::headline(metric, &base, v, &runs, noise, precision)
                 } else {
                     compare::compare(metric, &base, v, &runs, noise)
@@ -555,7 +557,7 @@ impl CellPlan<'_> {
             let value = |k: usize| {
                 this.iter()
                     .find(|r| r.variant == self.names[k])
-                    .map(|r| r.metric(self.headline))
+                    .and_then(|r| self.headline.of(r))
             };
             for (&(i, k), m) in contrasts.iter().zip(&mut moments) {
                 if let (Some(a), Some(b)) = (value(i), value(k)) {

@@ -7,6 +7,7 @@ use crate::contam;
 use crate::fixture::Vars;
 use crate::host::{Backends, ClientHost, ServerHost};
 use crate::measure::{RunSpec, VariantServer};
+use crate::metric::Metric;
 use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
 use crate::threshold::Threshold;
@@ -171,6 +172,10 @@ pub struct AbArgs {
     /// change of that size comes out significant in nearly every run.
     #[arg(long, value_name = "PCT", value_parser = parse_pct, default_value = "3%")]
     target_effect: f64,
+    /// The metric whose interval --target-effect applies to, and which gets the headline's
+    /// geometric-mean estimate [default: cpu_us_per_req, or rps in endpoint mode].
+    #[arg(long, value_enum, value_name = "METRIC")]
+    stop_on: Option<Metric>,
     /// Time budget of the whole comparison; rounds stop when it ends, interval resolved or
     /// not.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
@@ -588,7 +593,7 @@ struct Bench {
     /// Every run's spec but the protocol (set per cell) and the variant's own parts.
     base: RunSpec,
     regime: Regime,
-    headline: &'static str,
+    headline: Metric,
     /// A fresh server process for every run (always in endpoint mode: none is started).
     fresh: bool,
     backends: Backends,
@@ -672,10 +677,10 @@ impl Bench {
         Ok(Bench {
             base,
             regime: regime(a, endpoint_mode),
-            headline: if endpoint_mode {
-                "rps"
-            } else {
-                "cpu_us_per_req"
+            headline: match a.stop_on {
+                Some(m) => m,
+                None if endpoint_mode => Metric::Rps,
+                None => Metric::CpuUsPerReq,
             },
             fresh,
             backends,
@@ -873,6 +878,11 @@ fn validate(a: &AbArgs) -> Result<()> {
     if a.restart_every == 0 {
         return Err(usage_error("--restart-every must be at least 1"));
     }
+    if a.a_endpoint.is_some() && a.stop_on.is_some_and(Metric::server_side) {
+        return Err(usage_error(
+            "--stop-on: endpoint mode measures nothing on the server side",
+        ));
+    }
     if a.max_time.is_zero() {
         return Err(usage_error("--max-time must be more than 0"));
     }
@@ -895,7 +905,7 @@ fn calibration_notes(comparisons: &[Comparison], base: &str, levels: &[f64]) -> 
             let name = format!("{base}+burn{level}%");
             let c = comparisons
                 .iter()
-                .find(|c| c.variant == name && c.metric == "cpu_us_per_req")?;
+                .find(|c| c.variant == name && c.metric == Metric::CpuUsPerReq)?;
             let (lo, hi) = c.ci_pct?;
             Some(format!(
                 "calibration: injected +{level}% CPU per request, measured {} (95% CI {} to {}), {}, {}",

@@ -11,6 +11,7 @@ mod export;
 mod fixture;
 mod host;
 mod measure;
+mod metric;
 mod plot;
 mod procs;
 mod report;

@@ -3,6 +3,7 @@
 //! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
+use crate::metric::Metric;
 use crate::report::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{
@@ -163,11 +164,11 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
 
 /// The headline metric: server CPU per request, or req/s when no server CPU was measured.
-fn headline(c: &Cell) -> (&'static str, &'static str) {
+fn headline(c: &Cell) -> (Metric, &'static str) {
     if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-        ("cpu_us_per_req", "server CPU µs per request")
+        (Metric::CpuUsPerReq, "server CPU µs per request")
     } else {
-        ("rps", "requests per second")
+        (Metric::Rps, "requests per second")
     }
 }
 
@@ -176,7 +177,7 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
     let values: Vec<f64> = c
         .runs
         .iter()
-        .map(|r| r.metric(metric))
+        .map(|r| metric.value(r))
         .filter(|v| v.is_finite())
         .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -230,7 +231,7 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
                     .runs
                     .iter()
                     .find(|r| r.round == round && r.variant == v.name)?;
-                let y = r.metric(metric);
+                let y = metric.value(r);
                 y.is_finite().then_some((round as f64 + offset(vi), y))
             })
             .collect();
@@ -241,10 +242,10 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
         chart.draw_series(
             c.runs
                 .iter()
-                .filter(|r| r.variant == v.name && r.metric(metric).is_finite())
+                .filter(|r| r.variant == v.name && metric.value(r).is_finite())
                 .map(|r| {
                     Circle::new(
-                        (r.round as f64 + offset(vi), r.metric(metric)),
+                        (r.round as f64 + offset(vi), metric.value(r)),
                         4,
                         color.filled(),
                     )
@@ -327,17 +328,6 @@ fn three_digits(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-fn short(metric: &str) -> &'static str {
-    match metric {
-        "cpu_us_per_req" => "CPU/req",
-        "rps" => "req/s",
-        "p99_ms" => "p99",
-        "mean_ms" => "mean lat.",
-        "bytes_per_req" => "bytes/req",
-        _ => "peak anon RSS",
-    }
-}
-
 fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     let rows: Vec<&Comparison> = c.comparisons.iter().collect();
     let noise = |k: &Comparison| k.noise_pct.map(|n| (1.0 - n / 100.0, 1.0 + n / 100.0));
@@ -359,7 +349,7 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     let (lo, hi) = (lo / 1.03, hi * 1.03);
     let labels: Vec<String> = rows
         .iter()
-        .map(|k| format!("{} · {}", k.variant, short(&k.metric)))
+        .map(|k| format!("{} · {}", k.variant, k.metric.short()))
         .collect();
     let n = rows.len().max(1) as i32;
     // The caption names only what is drawn: no CI without enough rounds, no band without --aa.

@@ -4,6 +4,7 @@
 use crate::compare::Comparison;
 use crate::env::Environment;
 use crate::measure::Run;
+use crate::metric::Metric;
 use crate::stats::median;
 use serde::Serialize;
 
@@ -75,7 +76,7 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
                 }
             };
             let rps = stat(&c.runs, &v.name, |r| r.rps).0;
-            let util = stat(&c.runs, &v.name, |r| r.metric("server_cpu_util")).0;
+            let util = stat(&c.runs, &v.name, |r| r.server_cpu_util.unwrap_or(f64::NAN)).0;
             [
                 v.name.clone(),
                 s(|r| r.rps, 0),
@@ -83,13 +84,13 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
                 s(|r| r.mean_ms, 2),
                 s(|r| r.p95_ms, 2),
                 s(|r| r.p99_ms, 2),
-                s(|r| r.metric("cpu_us_per_req"), 2),
+                s(|r| Metric::CpuUsPerReq.value(r), 2),
                 if util.is_finite() {
                     format!("{:.0}%", util * 100.0)
                 } else {
                     "n/a".to_owned()
                 },
-                s(|r| r.metric("rss_peak_mib"), 1),
+                s(|r| Metric::RssPeakMib.value(r), 1),
             ]
         })
         .collect()
@@ -451,7 +452,6 @@ pub(crate) fn html(
 pub(crate) mod tests {
     use super::*;
     use crate::compare::{self, tests::run};
-    use crate::measure::METRICS;
 
     /// A report as ab writes it: 12 rounds of A, B (about 8% less CPU) and the A/A twin A'
     /// (`--aa`), the first `flagged` runs flagged by the contamination checks.
@@ -473,12 +473,12 @@ pub(crate) mod tests {
                 5.0 + n as f64
             ));
         }
-        let noise = |m: &str| {
+        let noise = |m: Metric| {
             let (lo, hi) = compare::compare(m, "A", "A'", &runs, None)?.ci_pct?;
             Some(lo.abs().max(hi.abs()))
         };
-        let comparisons = METRICS
-            .iter()
+        let comparisons = Metric::COMPARED
+            .into_iter()
             .filter_map(|m| compare::compare(m, "A", "B", &runs, noise(m)))
             .collect();
         let aa_runs = runs.iter().filter(|r| r.variant != "B").cloned().collect();
@@ -658,8 +658,9 @@ pub(crate) mod tests {
                     .unwrap_or_else(|| panic!("{key} in {probe}"))
                     .to_owned()
             };
-            // One chart, 1000×360 as drawn, its 24 points and 2 legend dots and 6 estimates.
-            assert_eq!(field("svgs="), "1000x360/32", "{probe}");
+            // One chart, 1000×360 as drawn, its 24 points and 2 legend dots and 8 estimates
+            // (CPU, user, system, req/s, p99, mean, bytes, memory; no softirq on shared cores).
+            assert_eq!(field("svgs="), "1000x360/34", "{probe}");
             assert_eq!(
                 field("folded="),
                 if flagged > 0 { "1" } else { "0" },
