@@ -6,6 +6,7 @@
 
 use crate::cli::AbArgs;
 use crate::compare::{signed_pct, Comparison};
+use crate::metric::Metric;
 use crate::threshold::Threshold;
 use anyhow::{bail, Context, Result};
 use loadterm_plan::exit::{usage_error, Interrupted, Verdict};
@@ -68,7 +69,7 @@ impl StepVerdict {
 /// A measured change of the headline metric.
 #[derive(Debug, Clone, Serialize)]
 struct Change {
-    metric: String,
+    metric: Metric,
     change_pct: f64,
     ci_pct: Option<(f64, f64)>,
     rounds: usize,
@@ -77,7 +78,7 @@ struct Change {
 impl Change {
     fn of(c: &Comparison) -> Change {
         Change {
-            metric: c.metric.clone(),
+            metric: c.metric,
             change_pct: c.change_pct,
             ci_pct: c.ci_pct,
             rounds: c.rounds,
@@ -247,16 +248,12 @@ impl Bisect<'_> {
         // Changed: the whole interval beyond ±precision (half the target effect), so that an
         // A/A pair would need an estimate two half-widths out; no change: the whole interval
         // within ±the target effect. Between them, measured again to half the interval.
-        let bound = |above: bool, pct: f64, metric: &str| Threshold {
-            metric: metric.to_owned(),
-            above,
-            pct,
-        };
+        let bound = |above: bool, pct: f64, metric: Metric| Threshold { metric, above, pct };
         let (mut p, mut r, mut n) = (precision, rounds, 0);
         let (c, ends) = loop {
             let c = self.question(good, &good_cmd, bad, &bad_cmd, p, r)?;
             n += 1;
-            let m = c.metric.as_str();
+            let m = c.metric;
             let changed = bound(true, precision, m).judge(&c) == Verdict::Beyond
                 || bound(false, -precision, m).judge(&c) == Verdict::Beyond;
             let same = bound(true, 2.0 * precision, m).judge(&c) == Verdict::Within
@@ -308,7 +305,7 @@ impl Bisect<'_> {
         // A commit is "changed" when its whole interval is past half the change, "same" when it
         // is wholly on good's side: halfway, each side is two of good → bad's half-widths away.
         let threshold = Threshold {
-            metric: c.metric.clone(),
+            metric: c.metric,
             above: c.change_pct > 0.0,
             pct: c.change_pct / 2.0,
         };
@@ -474,13 +471,13 @@ impl Bisect<'_> {
             return Err(Interrupted.into());
         }
         let cell = report.cells.first().context("no cell was measured")?;
-        // The headline, which the rounds were measured to: servers started by ab always have
-        // their CPU measured.
+        // The headline, which the rounds were measured to.
+        let headline = self.args.ab.stop_metric();
         cell.comparisons
             .iter()
-            .find(|c| c.metric == "cpu_us_per_req")
+            .find(|c| c.metric == headline)
             .cloned()
-            .context("no comparison of CPU per request was measured")
+            .with_context(|| format!("no comparison of {headline} was measured"))
     }
 
     fn dir(&self, commit: &str) -> PathBuf {

@@ -640,17 +640,17 @@ impl CellPlan<'_> {
 fn series_steps(
     names: &[String],
     runs: &[Run],
-    headline: &str,
+    headline: Metric,
     rate: Option<f64>,
     precision: Option<f64>,
 ) -> Vec<compare::Comparison> {
     let mut steps = Vec::new();
     for (k, pair) in names.windows(2).enumerate() {
         let (before, v) = (&pair[0], &pair[1]);
-        for metric in METRICS {
-            let c = if let (true, Some(r)) = (*metric == "rps", rate) {
+        for metric in Metric::COMPARED {
+            let c = if let (Metric::Rps, Some(r)) = (metric, rate) {
                 compare::rate_held(before, v, runs, r)
-            } else if *metric == headline {
+            } else if metric == headline {
                 compare::headline(metric, before, v, runs, None, precision)
             } else {
                 compare::compare(metric, before, v, runs, None)
@@ -866,10 +866,10 @@ mod tests {
                 ));
             }
         }
-        let steps = series_steps(&names, &runs, "cpu_us_per_req", None, Some(1.5));
+        let steps = series_steps(&names, &runs, Metric::CpuUsPerReq, None, Some(1.5));
         let cpu: Vec<&compare::Comparison> = steps
             .iter()
-            .filter(|c| c.metric == "cpu_us_per_req")
+            .filter(|c| c.metric == Metric::CpuUsPerReq)
             .collect();
         assert_eq!(cpu.len(), 3);
         assert!(

@@ -471,6 +471,12 @@ impl AbArgs {
         (self.target_effect * 100.0 / 2.0, self.rounds)
     }
 
+    /// The metric the rounds are measured to (--stop-on; servers started by ab always have
+    /// their CPU measured).
+    pub(crate) fn stop_metric(&self) -> Metric {
+        self.stop_on.unwrap_or(Metric::CpuUsPerReq)
+    }
+
     /// --json: where a driver writes its report.
     pub(crate) fn json_path(&self) -> Option<&std::path::Path> {
         self.json.as_deref()

@@ -3,7 +3,7 @@
 //! interval) that change-point tools read. Both hold the same points: every variant's median
 //! of each metric, and every candidate's change against the baseline.
 
-use crate::measure::METRICS;
+use crate::metric::Metric;
 use crate::report::{Cell, MatrixReport};
 use crate::stats;
 use anyhow::{Context, Result};
@@ -61,12 +61,12 @@ fn points(cells: &[Cell]) -> Vec<Point> {
             ci,
         };
         for v in &c.variants {
-            for metric in METRICS {
+            for metric in Metric::COMPARED {
                 let values: Vec<f64> = c
                     .runs
                     .iter()
                     .filter(|r| r.variant == v.name)
-                    .map(|r| r.metric(metric))
+                    .filter_map(|r| metric.of(r))
                     .filter(|x| x.is_finite())
                     .collect();
                 if values.is_empty() {
@@ -75,7 +75,7 @@ fn points(cells: &[Cell]) -> Vec<Point> {
                 let m = stats::median(&values);
                 out.push(point(
                     &v.name,
-                    (*metric).to_owned(),
+                    metric.name().to_owned(),
                     m,
                     stats::median_ci(&values),
                 ));

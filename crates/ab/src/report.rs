@@ -160,9 +160,9 @@ fn checks_table(c: &Cell) -> String {
 /// the product of the steps' ratios beside the last variant's own comparison with the base.
 pub(crate) fn series_lines(c: &Cell) -> Vec<String> {
     let headline = if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-        "cpu_us_per_req"
+        crate::metric::Metric::CpuUsPerReq
     } else {
-        "rps"
+        crate::metric::Metric::Rps
     };
     let steps: Vec<&Comparison> = c.steps.iter().filter(|k| k.metric == headline).collect();
     if steps.is_empty() {

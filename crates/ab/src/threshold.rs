@@ -2,6 +2,7 @@
 //! on the point estimate, so that a verdict says what the measurement supports.
 
 use crate::compare::{signed_pct, Comparison};
+use crate::metric::Metric;
 use crate::report::Cell;
 use loadterm_plan::exit::Verdict;
 
@@ -9,7 +10,7 @@ use loadterm_plan::exit::Verdict;
 /// `above`, else below it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Threshold {
-    pub metric: String,
+    pub metric: Metric,
     pub above: bool,
     pub pct: f64,
 }
@@ -22,24 +23,21 @@ impl std::str::FromStr for Threshold {
             (None, Some((m, v))) => (m, false, v),
             _ => return Err(format!("'{s}': expected METRIC > +PCT% or METRIC < -PCT%")),
         };
-        let metric = metric.trim();
-        if !crate::measure::METRICS.contains(&metric) {
-            return Err(format!(
-                "'{metric}' is not a metric ab compares ({})",
-                crate::measure::METRICS.join(", ")
-            ));
-        }
+        let name = metric.trim();
+        let metric = <Metric as clap::ValueEnum>::from_str(name, false).map_err(|_| {
+            let names: Vec<&str> = Metric::COMPARED.iter().map(|m| m.name()).collect();
+            format!(
+                "'{name}' is not a metric ab compares ({})",
+                names.join(", ")
+            )
+        })?;
         let v = value.trim().trim_end_matches('%');
         let pct: f64 = v
             .parse()
             .ok()
             .filter(|p: &f64| p.is_finite())
             .ok_or_else(|| format!("'{}' is not a change in percent (+2%, -5%)", value.trim()))?;
-        Ok(Threshold {
-            metric: metric.to_owned(),
-            above,
-            pct,
-        })
+        Ok(Threshold { metric, above, pct })
     }
 }
 
@@ -128,7 +126,7 @@ mod tests {
         assert_eq!(
             t,
             Threshold {
-                metric: "cpu_us_per_req".into(),
+                metric: Metric::CpuUsPerReq,
                 above: true,
                 pct: 2.0
             }

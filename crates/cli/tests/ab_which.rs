@@ -218,11 +218,12 @@ fn bisect(src: &Path, good: &str, bad: &str, json: &Path) -> Output {
         run,
         "--json",
         json.to_str().unwrap(),
-        // ±20 points: a cost doubled stands out whatever else the machine runs.
+        // ±20 points, 6 rounds per question: a cost doubled stands out whatever else the
+        // machine runs.
         "--target-effect",
         "40%",
-        "--max-time",
-        "60s",
+        "--rounds",
+        "6",
     ];
     args.extend(FAST);
     loadterm(&args)
