@@ -9,7 +9,7 @@ use crate::compare::{signed_pct, Comparison};
 use crate::metric::Metric;
 use crate::threshold::Threshold;
 use anyhow::{bail, Context, Result};
-use loadterm_plan::exit::{usage_error, Interrupted, Verdict};
+use loadterm_plan::exit::{usage_error, Interrupted, Judgement};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -106,7 +106,7 @@ impl Change {
 }
 
 #[derive(Debug, Serialize)]
-struct Step {
+struct BisectStep {
     commit: String,
     subject: String,
     verdict: StepVerdict,
@@ -120,7 +120,7 @@ struct Step {
 
 /// The report `--json` receives.
 #[derive(Debug, Serialize)]
-struct Report {
+struct BisectReport {
     repo: String,
     good: String,
     bad: String,
@@ -134,7 +134,7 @@ struct Report {
     candidates: Vec<String>,
     /// The threshold each step was judged against: half of good → bad.
     threshold_pct: Option<f64>,
-    steps: Vec<Step>,
+    steps: Vec<BisectStep>,
     builds: usize,
     seconds: f64,
 }
@@ -150,7 +150,7 @@ struct Bisect<'a> {
 }
 
 /// `loadterm bisect`, reported on stdout and in --json.
-pub fn run(args: BisectArgs) -> Result<Option<Verdict>> {
+pub fn run(args: BisectArgs) -> Result<Option<Judgement>> {
     args.ab.check_for_driver("bisect")?;
     let t0 = Instant::now();
     let repo = args
@@ -203,7 +203,7 @@ pub fn run(args: BisectArgs) -> Result<Option<Verdict>> {
         cpus: allowed_cpus(),
         builds: 0,
     };
-    let mut report = Report {
+    let mut report = BisectReport {
         repo: b.repo.display().to_string(),
         good: good.clone(),
         bad: bad.clone(),
@@ -227,52 +227,35 @@ pub fn run(args: BisectArgs) -> Result<Option<Verdict>> {
 }
 
 impl Bisect<'_> {
-    fn bisect(&mut self, good: &str, bad: &str, report: &mut Report) -> Result<Option<Verdict>> {
+    fn bisect(
+        &mut self,
+        good: &str,
+        bad: &str,
+        report: &mut BisectReport,
+    ) -> Result<Option<Judgement>> {
         let say = |s: String| println!("bisect: {s}");
         let (precision, rounds) = self.args.ab.precision();
         // Both ends first: a pair ab cannot tell apart is refused before anything else is built.
-        let good_cmd = self.server(good)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "the build of good ({}) failed: see {}",
-                short(good),
-                self.dir(good).join("build.log").display()
-            )
-        })?;
-        let bad_cmd = self.server(bad)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "the build of bad ({}) failed: see {}",
-                short(bad),
-                self.dir(bad).join("build.log").display()
-            )
-        })?;
+        let good_cmd = self.end(good, "good")?;
+        let bad_cmd = self.end(bad, "bad")?;
         // Changed: the whole interval beyond ±precision (half the target effect), so that an
         // A/A pair would need an estimate two half-widths out; no change: the whole interval
         // within ±the target effect. Between them, measured again to half the interval.
         let bound = |above: bool, pct: f64, metric: Metric| Threshold { metric, above, pct };
-        let (mut p, mut r, mut n) = (precision, rounds, 0);
-        let (c, ends) = loop {
-            let c = self.question(good, &good_cmd, bad, &bad_cmd, p, r)?;
-            n += 1;
+        let judge = |c: &Comparison| {
             let m = c.metric;
-            let changed = bound(true, precision, m).judge(&c) == Verdict::Beyond
-                || bound(false, -precision, m).judge(&c) == Verdict::Beyond;
-            let same = bound(true, 2.0 * precision, m).judge(&c) == Verdict::Within
-                && bound(false, -2.0 * precision, m).judge(&c) == Verdict::Within;
-            let ends = match (changed, same) {
+            let changed = bound(true, precision, m).judge(c) == Judgement::Beyond
+                || bound(false, -precision, m).judge(c) == Judgement::Beyond;
+            let same = bound(true, 2.0 * precision, m).judge(c) == Judgement::Within
+                && bound(false, -2.0 * precision, m).judge(c) == Judgement::Within;
+            match (changed, same) {
                 (true, _) => StepVerdict::Changed,
                 (_, true) => StepVerdict::Same,
                 _ => StepVerdict::Unknown,
-            };
-            if ends != StepVerdict::Unknown || n > self.args.retries {
-                break (c, ends);
             }
-            say(format!(
-                "good → bad cannot tell yet ({}): measured again to half the interval",
-                Change::of(&c).text()
-            ));
-            p /= 2.0;
-            r = r.map(|r| r * 2);
         };
+        let (c, ends, _) =
+            self.ask((good, &good_cmd), (bad, &bad_cmd), precision, rounds, judge)?;
         let change = Change::of(&c);
         report.good_to_bad = Some(change.clone());
         match ends {
@@ -292,7 +275,7 @@ impl Bisect<'_> {
                     2.0 * precision
                 ));
                 report.outcome = "cannot tell good from bad".into();
-                return Ok(Some(Verdict::CannotTell));
+                return Ok(Some(Judgement::CannotTell));
             }
             StepVerdict::Changed => {}
         }
@@ -351,7 +334,7 @@ impl Bisect<'_> {
             let subject = git(&self.repo, &["log", "-1", "--format=%s", &m])?;
             let cached = self.built(&m).is_some();
             let step = match self.server(&m)? {
-                None => Step {
+                None => BisectStep {
                     commit: m.clone(),
                     subject,
                     verdict: StepVerdict::BuildFailed,
@@ -361,27 +344,15 @@ impl Bisect<'_> {
                     seconds: t.elapsed().as_secs_f64(),
                 },
                 Some(cmd) => {
-                    let (mut p, mut r, mut n) = (step_precision, rounds, 0);
-                    let (verdict, change) = loop {
-                        let c = self.question(good, &good_cmd, &m, &cmd, p, r)?;
-                        n += 1;
-                        let v = match threshold.judge(&c) {
-                            Verdict::Within => StepVerdict::Same,
-                            Verdict::Beyond => StepVerdict::Changed,
-                            Verdict::CannotTell => StepVerdict::Unknown,
-                        };
-                        if v != StepVerdict::Unknown || n > self.args.retries {
-                            break (v, Change::of(&c));
-                        }
-                        say(format!(
-                            "{} cannot tell yet ({}): measured again to half the interval",
-                            short(&m),
-                            Change::of(&c).text()
-                        ));
-                        p /= 2.0;
-                        r = r.map(|r| r * 2);
+                    let judge = |c: &Comparison| match threshold.judge(c) {
+                        Judgement::Within => StepVerdict::Same,
+                        Judgement::Beyond => StepVerdict::Changed,
+                        Judgement::CannotTell => StepVerdict::Unknown,
                     };
-                    Step {
+                    let (c, verdict, n) =
+                        self.ask((good, &good_cmd), (&m, &cmd), step_precision, rounds, judge)?;
+                    let change = Change::of(&c);
+                    BisectStep {
                         commit: m.clone(),
                         subject,
                         verdict,
@@ -422,7 +393,7 @@ impl Bisect<'_> {
             &["worktree", "remove", "--force", path(&control)?],
         );
         match done {
-            Some(Done::Found(first)) => {
+            Some(Ended::Found(first)) => {
                 let subject = git(&self.repo, &["log", "-1", "--format=%s", &first])?;
                 let change = report
                     .steps
@@ -438,16 +409,56 @@ impl Bisect<'_> {
                 report.first_changed = Some(first);
                 Ok(None)
             }
-            Some(Done::Skipped(candidates)) => {
+            Some(Ended::Skipped(candidates)) => {
                 say(format!(
                     "only skipped commits are left: the first changed commit is one of {}",
                     candidates.join(", ")
                 ));
                 report.outcome = "only skipped commits left".into();
                 report.candidates = candidates;
-                Ok(Some(Verdict::CannotTell))
+                Ok(Some(Judgement::CannotTell))
             }
             None => bail!("git bisect ended without a first changed commit"),
+        }
+    }
+
+    /// The server command of good or bad, which must build.
+    fn end(&mut self, commit: &str, which: &str) -> Result<String> {
+        self.server(commit)?.with_context(|| {
+            format!(
+                "the build of {which} ({}) failed: see {}",
+                short(commit),
+                self.dir(commit).join("build.log").display()
+            )
+        })
+    }
+
+    /// `m` against `good` (commit, server command), judged by `judge`; an unknown answer is
+    /// measured again to half the interval (twice the rounds), `--retries` times. The last
+    /// comparison, its verdict, and how many measurements it took.
+    fn ask(
+        &self,
+        good: (&str, &str),
+        m: (&str, &str),
+        precision: f64,
+        rounds: Option<usize>,
+        judge: impl Fn(&Comparison) -> StepVerdict,
+    ) -> Result<(Comparison, StepVerdict, usize)> {
+        let (mut p, mut r, mut n) = (precision, rounds, 0);
+        loop {
+            n += 1;
+            let c = self.question(good.0, good.1, m.0, m.1, p, r)?;
+            let v = judge(&c);
+            if v != StepVerdict::Unknown || n > self.args.retries {
+                return Ok((c, v, n));
+            }
+            println!(
+                "bisect: {} cannot tell yet ({}): measured again to half the interval",
+                short(m.0),
+                Change::of(&c).text()
+            );
+            p /= 2.0;
+            r = r.map(|r| r * 2);
         }
     }
 
@@ -552,12 +563,12 @@ impl Bisect<'_> {
 }
 
 /// How a `git bisect` command's output says the bisect ended, if it did.
-enum Done {
+enum Ended {
     Found(String),
     Skipped(Vec<String>),
 }
 
-fn finished(out: &str) -> Option<Done> {
+fn finished(out: &str) -> Option<Ended> {
     if let Some(line) = out
         .lines()
         .find(|l| l.ends_with("is the first changed commit"))
@@ -565,7 +576,7 @@ fn finished(out: &str) -> Option<Done> {
         return line
             .split_whitespace()
             .next()
-            .map(|h| Done::Found(h.to_owned()));
+            .map(|h| Ended::Found(h.to_owned()));
     }
     if out.contains("only 'skip'ped commits left") {
         let candidates = out
@@ -576,7 +587,7 @@ fn finished(out: &str) -> Option<Done> {
             .filter(|h| h.len() >= 7 && h.chars().all(|c| c.is_ascii_hexdigit()))
             .map(str::to_owned)
             .collect();
-        return Some(Done::Skipped(candidates));
+        return Some(Ended::Skipped(candidates));
     }
     None
 }
@@ -653,10 +664,10 @@ mod tests {
     fn gits_endings_are_read() {
         let found =
             "3e5a1b2c4d5e6f708192a3b4c5d6e7f809112233 is the first changed commit\ncommit 3e5a…\n";
-        assert!(matches!(finished(found), Some(Done::Found(h)) if h.starts_with("3e5a1b2c")));
+        assert!(matches!(finished(found), Some(Ended::Found(h)) if h.starts_with("3e5a1b2c")));
         let skipped = "There are only 'skip'ped commits left to test.\nThe first changed commit could be any of:\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\nWe cannot bisect more!\n";
         match finished(skipped) {
-            Some(Done::Skipped(c)) => assert_eq!(c.len(), 2),
+            Some(Ended::Skipped(c)) => assert_eq!(c.len(), 2),
             _ => panic!("skipped"),
         }
         assert!(

@@ -12,7 +12,7 @@ use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
 use crate::threshold::Threshold;
 use anyhow::{bail, Context, Result};
-use loadterm_plan::exit::{usage_error, Codes, Interrupted, Verdict};
+use loadterm_plan::exit::{usage_error, Codes, Interrupted, Judgement};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
 use std::path::PathBuf;
@@ -364,7 +364,7 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
 }
 
 /// The comparison, reported; its verdict when --fail-if asked for one.
-pub fn run(a: AbArgs) -> Result<Option<Verdict>> {
+pub fn run(a: AbArgs) -> Result<Option<Judgement>> {
     let report = compare(&a)?;
     print!("{}", report::terminal(&report));
     write_reports(&a, &report)?;

@@ -4,7 +4,7 @@
 use crate::compare::{signed_pct, Comparison};
 use crate::metric::Metric;
 use crate::report::Cell;
-use loadterm_plan::exit::Verdict;
+use loadterm_plan::exit::Judgement;
 
 /// A change of `metric` (variant / baseline − 1) that must not be passed: above `pct` when
 /// `above`, else below it.
@@ -50,29 +50,29 @@ impl std::fmt::Display for Threshold {
 
 impl Threshold {
     /// Where the interval `(lo, hi)` of a change (percent) lies against the threshold.
-    pub(crate) fn judge_interval(&self, (lo, hi): (f64, f64)) -> Verdict {
+    pub(crate) fn judge_interval(&self, (lo, hi): (f64, f64)) -> Judgement {
         let (beyond, within) = if self.above {
             (lo > self.pct, hi <= self.pct)
         } else {
             (hi < self.pct, lo >= self.pct)
         };
         match (beyond, within) {
-            (true, _) => Verdict::Beyond,
-            (_, true) => Verdict::Within,
-            _ => Verdict::CannotTell,
+            (true, _) => Judgement::Beyond,
+            (_, true) => Judgement::Within,
+            _ => Judgement::CannotTell,
         }
     }
 
     /// A comparison without an interval (too few rounds, a rate the client set) cannot tell.
-    pub(crate) fn judge(&self, c: &Comparison) -> Verdict {
+    pub(crate) fn judge(&self, c: &Comparison) -> Judgement {
         c.ci_pct
-            .map_or(Verdict::CannotTell, |ci| self.judge_interval(ci))
+            .map_or(Judgement::CannotTell, |ci| self.judge_interval(ci))
     }
 }
 
 /// Every threshold against every comparison of its metric, in every cell: the verdict of the
 /// whole run, and one line per judgement for the terminal.
-pub(crate) fn judge_cells(cells: &[Cell], rules: &[Threshold]) -> (Option<Verdict>, Vec<String>) {
+pub(crate) fn judge_cells(cells: &[Cell], rules: &[Threshold]) -> (Option<Judgement>, Vec<String>) {
     let mut lines = Vec::new();
     let mut verdicts = Vec::new();
     for rule in rules {
@@ -99,18 +99,18 @@ pub(crate) fn judge_cells(cells: &[Cell], rules: &[Threshold]) -> (Option<Verdic
             lines.push(format!(
                 "fail-if {rule}: no comparison measured it: cannot tell"
             ));
-            verdicts.push(Verdict::CannotTell);
+            verdicts.push(Judgement::CannotTell);
         }
     }
-    (Verdict::combine(verdicts), lines)
+    (Judgement::combine(verdicts), lines)
 }
 
 /// A verdict in words, as the terminal says it.
-pub(crate) fn words(v: Verdict) -> &'static str {
+pub(crate) fn words(v: Judgement) -> &'static str {
     match v {
-        Verdict::Within => "within (the whole interval is on the right side)",
-        Verdict::Beyond => "BEYOND (the whole interval is past the threshold)",
-        Verdict::CannotTell => {
+        Judgement::Within => "within (the whole interval is on the right side)",
+        Judgement::Beyond => "BEYOND (the whole interval is past the threshold)",
+        Judgement::CannotTell => {
             "cannot tell (the interval straddles the threshold, or there is none)"
         }
     }
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn the_interval_decides_not_the_estimate() {
-        use Verdict::*;
+        use Judgement::*;
         let up: Threshold = "cpu_us_per_req > +2%".parse().unwrap();
         assert_eq!(up.judge_interval((2.1, 5.0)), Beyond);
         assert_eq!(up.judge_interval((-1.0, 1.9)), Within);

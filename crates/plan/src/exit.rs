@@ -38,7 +38,7 @@ impl std::error::Error for Interrupted {}
 /// What a command that judges its measurement against a threshold found (`loadterm ab
 /// --fail-if`, `loadterm bisect`): the one source of every such command's exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Judgement {
     /// The whole interval lies within the threshold.
     Within,
     /// The whole interval lies beyond it.
@@ -47,14 +47,16 @@ pub enum Verdict {
     CannotTell,
 }
 
-impl Verdict {
+impl Judgement {
     /// Several judgements as one: beyond if any is, else cannot tell if any cannot, else within.
-    pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Option<Verdict> {
+    pub fn combine(verdicts: impl IntoIterator<Item = Judgement>) -> Option<Judgement> {
         verdicts.into_iter().fold(None, |acc, v| {
             Some(match (acc, v) {
-                (Some(Verdict::Beyond), _) | (_, Verdict::Beyond) => Verdict::Beyond,
-                (Some(Verdict::CannotTell), _) | (_, Verdict::CannotTell) => Verdict::CannotTell,
-                _ => Verdict::Within,
+                (Some(Judgement::Beyond), _) | (_, Judgement::Beyond) => Judgement::Beyond,
+                (Some(Judgement::CannotTell), _) | (_, Judgement::CannotTell) => {
+                    Judgement::CannotTell
+                }
+                _ => Judgement::Within,
             })
         })
     }
@@ -85,12 +87,12 @@ impl std::str::FromStr for Codes {
 
 /// The exit status of a command's result: its verdict (none: a command without one that
 /// succeeded), or its failure.
-pub fn status(result: &anyhow::Result<Option<Verdict>>, codes: Codes) -> u8 {
+pub fn status(result: &anyhow::Result<Option<Judgement>>, codes: Codes) -> u8 {
     match (result, codes) {
-        (Ok(None | Some(Verdict::Within)), _) => 0,
-        (Ok(Some(Verdict::Beyond)), _) => 1,
-        (Ok(Some(Verdict::CannotTell)), Codes::Plain) => 3,
-        (Ok(Some(Verdict::CannotTell)), Codes::GitBisect) => 125,
+        (Ok(None | Some(Judgement::Within)), _) => 0,
+        (Ok(Some(Judgement::Beyond)), _) => 1,
+        (Ok(Some(Judgement::CannotTell)), Codes::Plain) => 3,
+        (Ok(Some(Judgement::CannotTell)), Codes::GitBisect) => 125,
         (Err(e), _) if e.is::<Interrupted>() => 130,
         // Any status from 1 to 127 but 125 would mark the commit bad.
         (Err(_), Codes::GitBisect) => 128,
@@ -105,7 +107,7 @@ mod tests {
 
     #[test]
     fn every_outcome_has_its_status() {
-        use Verdict::*;
+        use Judgement::*;
         let ok = |v| status(&Ok(v), Codes::Plain);
         let bisect = |v| status(&Ok(v), Codes::GitBisect);
         assert_eq!((ok(None), ok(Some(Within)), ok(Some(Beyond))), (0, 0, 1));
@@ -120,10 +122,13 @@ mod tests {
 
     #[test]
     fn one_beyond_outweighs_the_rest() {
-        use Verdict::*;
-        assert_eq!(Verdict::combine([Within, CannotTell, Beyond]), Some(Beyond));
-        assert_eq!(Verdict::combine([Within, CannotTell]), Some(CannotTell));
-        assert_eq!(Verdict::combine([Within, Within]), Some(Within));
-        assert_eq!(Verdict::combine([]), None);
+        use Judgement::*;
+        assert_eq!(
+            Judgement::combine([Within, CannotTell, Beyond]),
+            Some(Beyond)
+        );
+        assert_eq!(Judgement::combine([Within, CannotTell]), Some(CannotTell));
+        assert_eq!(Judgement::combine([Within, Within]), Some(Within));
+        assert_eq!(Judgement::combine([]), None);
     }
 }
