@@ -233,13 +233,6 @@ fn parse_codes(s: &str) -> Result<Codes, String> {
     s.parse()
 }
 
-impl AbArgs {
-    /// The exit statuses the binary gives this command's result.
-    pub fn exit_codes(&self) -> Codes {
-        self.exit_codes
-    }
-}
-
 /// "3%" or "3" → 0.03.
 fn parse_pct(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -418,6 +411,11 @@ pub(crate) fn compare(a: &AbArgs) -> Result<MatrixReport> {
 }
 
 impl AbArgs {
+    /// The exit statuses the binary gives this command's result.
+    pub fn exit_codes(&self) -> Codes {
+        self.exit_codes
+    }
+
     /// These options with `variants` (`NAME=CMD`, the baseline first) in place of the ones
     /// given, measured to ±`precision_pct` (or `rounds`, when the options fix them), without
     /// reports of their own: one question of a driver.
