@@ -442,6 +442,28 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
 mod tests {
     use super::*;
 
+    /// A series' cell gets a waterfall: a bar per step and one for the base against the last
+    /// variant measured directly, each with its interval; a cell without steps has none.
+    #[test]
+    fn a_series_is_drawn_as_a_waterfall() {
+        let mut r = crate::report::tests::sample(0);
+        let c = &mut r.cells[0];
+        assert!(!cell_svg(c).unwrap().contains("series: each step"));
+        c.steps = c.comparisons.clone();
+        let svg = cell_svg(c).unwrap();
+        assert!(svg.contains("series: each step"), "the waterfall's caption");
+        assert_eq!(
+            svg.matches("stroke-width=\"28\"").count(),
+            2,
+            "a step and the direct bar"
+        );
+        let with_ci = c
+            .steps
+            .iter()
+            .filter(|k| k.metric == Metric::CpuUsPerReq && k.ci.is_some());
+        assert_eq!(with_ci.count(), 1);
+    }
+
     fn forest_caption(svg: &str) -> &str {
         let at = svg
             .find("variant / baseline")
