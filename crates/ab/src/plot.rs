@@ -163,12 +163,11 @@ fn waterfall_chart(area: &Area, c: &Cell) -> DrawResult {
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
 
-/// The headline metric: server CPU per request, or req/s when no server CPU was measured.
+/// The headline metric (`Cell::headline`) and its label on the charts.
 fn headline(c: &Cell) -> (Metric, &'static str) {
-    if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-        (Metric::CpuUsPerReq, "server CPU µs per request")
-    } else {
-        (Metric::Rps, "requests per second")
+    match c.headline() {
+        Metric::CpuUsPerReq => (Metric::CpuUsPerReq, "server CPU µs per request"),
+        m => (m, "requests per second"),
     }
 }
 

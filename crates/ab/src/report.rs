@@ -28,6 +28,17 @@ pub(crate) struct Cell {
     pub notes: Vec<String>,
 }
 
+impl Cell {
+    /// The headline metric: server CPU per request, or req/s when no server CPU was measured.
+    pub(crate) fn headline(&self) -> crate::metric::Metric {
+        if self.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
+            crate::metric::Metric::CpuUsPerReq
+        } else {
+            crate::metric::Metric::Rps
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Variant {
     pub name: String,
@@ -159,11 +170,7 @@ fn checks_table(c: &Cell) -> String {
 /// A series' steps in the headline metric, each against the one before, and how they add up:
 /// the product of the steps' ratios beside the last variant's own comparison with the base.
 pub(crate) fn series_lines(c: &Cell) -> Vec<String> {
-    let headline = if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-        crate::metric::Metric::CpuUsPerReq
-    } else {
-        crate::metric::Metric::Rps
-    };
+    let headline = c.headline();
     let steps: Vec<&Comparison> = c.steps.iter().filter(|k| k.metric == headline).collect();
     if steps.is_empty() {
         return Vec::new();
