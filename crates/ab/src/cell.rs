@@ -5,7 +5,8 @@
 use crate::compare;
 use crate::contam;
 use crate::host::Backends;
-use crate::measure::{self, Run, RunSpec, Started, METRICS};
+use crate::measure::{self, Run, RunSpec, Started};
+use crate::metric::Metric;
 use crate::procs;
 use crate::report::{Cell, Variant};
 use crate::sequential::{self, Moments};
@@ -217,9 +218,13 @@ pub(crate) struct CellPlan<'a> {
     pub deadline: Option<Instant>,
     /// Kept servers are started again after this many measured rounds.
     pub restart_every: usize,
-    pub headline: &'static str,
+    /// The metric whose interval decides when to stop.
+    pub headline: Metric,
     /// Kept servers measured all in the same window (else one after another).
     pub together: bool,
+    /// The variants are steps of a series: each is also compared with the one before, and
+    /// the stopping rule covers those intervals too.
+    pub series: bool,
     pub backends: &'a mut Backends,
     pub rng: &'a mut rand::rngs::StdRng,
 }
@@ -278,7 +283,7 @@ impl CellPlan<'_> {
         let base = self.names[0].clone();
         let twin = self.twin.then(|| self.names[self.names.len() - 1].clone());
         let precision = self.rounds.is_none().then_some(self.precision_pct);
-        let floor = |metric: &str| {
+        let floor = |metric: Metric| {
             let t = twin.as_deref()?;
             let c = if metric == self.headline {
                 compare::headline(metric, &base, t, &runs, None, None)?
@@ -293,17 +298,22 @@ impl CellPlan<'_> {
             .iter()
             .filter(|v| Some(v.as_str()) != twin.as_deref())
         {
-            for metric in METRICS {
+            for metric in Metric::COMPARED {
                 let noise = floor(metric);
-                comparisons.extend(if let (true, Some(r)) = (*metric == "rps", rate) {
+                comparisons.extend(if let (Metric::Rps, Some(r)) = (metric, rate) {
                     compare::rate_held(&base, v, &runs, r)
-                } else if *metric == self.headline {
+                } else if metric == self.headline {
                     compare::headline(metric, &base, v, &runs, noise, precision)
                 } else {
                     compare::compare(metric, &base, v, &runs, noise)
                 });
             }
         }
+        let steps = if self.series {
+            series_steps(&self.names, &runs, self.headline, rate, precision)
+        } else {
+            Vec::new()
+        };
         let (aa_runs, runs): (Vec<Run>, Vec<Run>) = match &twin {
             Some(t) => {
                 let aa: Vec<Run> = runs
@@ -332,6 +342,7 @@ impl CellPlan<'_> {
             runs,
             aa_runs,
             comparisons,
+            steps,
             regime,
             rounds,
             notes,
@@ -472,8 +483,9 @@ impl CellPlan<'_> {
         &mut self,
         servers: &mut Servers,
     ) -> Result<(Vec<Run>, Vec<Vec<String>>, Option<EndedEarly>)> {
+        let contrasts = self.contrasts();
+        let mut moments = vec![Moments::default(); contrasts.len()];
         let n = self.names.len();
-        let mut moments = vec![Moments::default(); n];
         let mut runs = Vec::new();
         let mut repeats = Vec::new();
         let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
@@ -545,10 +557,10 @@ impl CellPlan<'_> {
             let value = |k: usize| {
                 this.iter()
                     .find(|r| r.variant == self.names[k])
-                    .map(|r| r.metric(self.headline))
+                    .and_then(|r| self.headline.of(r))
             };
-            for (k, m) in moments.iter_mut().enumerate().skip(1) {
-                if let (Some(a), Some(b)) = (value(0), value(k)) {
+            for (&(i, k), m) in contrasts.iter().zip(&mut moments) {
+                if let (Some(a), Some(b)) = (value(i), value(k)) {
                     if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() {
                         m.push((b / a).ln());
                     }
@@ -556,8 +568,8 @@ impl CellPlan<'_> {
             }
             runs.extend(this);
             measured += 1;
-            let estimates: Vec<_> = moments[1..].iter().map(Moments::estimate).collect();
-            eprintln!("{}", self.progress(measured, &estimates));
+            let estimates: Vec<_> = moments.iter().map(Moments::estimate).collect();
+            eprintln!("{}", self.progress(measured, &contrasts, &estimates));
             if self.rounds.is_none()
                 && estimates.iter().all(|e| {
                     e.as_ref()
@@ -570,10 +582,31 @@ impl CellPlan<'_> {
         Ok((runs, repeats, ended))
     }
 
-    /// "[h1 /?s=1k] round 14: B +2.9% ±2.4 in cpu_us_per_req (target ±1.5), 8m12s left".
-    fn progress(&self, measured: usize, estimates: &[Option<sequential::Estimate>]) -> String {
-        let parts: Vec<String> = self.names[1..]
+    /// The (baseline, variant) pairs whose headline interval the stopping rule waits for:
+    /// every variant against the first, and in a series every step against the one before.
+    fn contrasts(&self) -> Vec<(usize, usize)> {
+        let n = self.names.len();
+        let mut c: Vec<(usize, usize)> = (1..n).map(|k| (0, k)).collect();
+        if self.series {
+            c.extend((2..n).map(|k| (k - 1, k)));
+        }
+        c
+    }
+
+    /// "[h1 /?s=1k] round 14: B +2.9% ±2.4 in cpu_us_per_req (target ±1.5), 8m12s left"; a
+    /// step of a series against the one before as "s2/s1".
+    fn progress(
+        &self,
+        measured: usize,
+        contrasts: &[(usize, usize)],
+        estimates: &[Option<sequential::Estimate>],
+    ) -> String {
+        let parts: Vec<String> = contrasts
             .iter()
+            .map(|&(i, k)| match i {
+                0 => self.names[k].clone(),
+                _ => format!("{}/{}", self.names[k], self.names[i]),
+            })
             .zip(estimates)
             .map(|(name, e)| match e {
                 Some(e) => format!("{name} {:+.1}% ±{:.1}", e.change_pct, e.half_width_pct),
@@ -600,6 +633,36 @@ impl CellPlan<'_> {
             self.headline
         )
     }
+}
+
+/// A series' steps: each variant against the one before it, in every metric, from the same
+/// paired rounds as the comparisons with the baseline ("step 2, s2 against s1: …").
+fn series_steps(
+    names: &[String],
+    runs: &[Run],
+    headline: Metric,
+    rate: Option<f64>,
+    precision: Option<f64>,
+) -> Vec<compare::Comparison> {
+    let mut steps = Vec::new();
+    for (k, pair) in names.windows(2).enumerate() {
+        let (before, v) = (&pair[0], &pair[1]);
+        for metric in Metric::COMPARED {
+            let c = if let (Metric::Rps, Some(r)) = (metric, rate) {
+                compare::rate_held(before, v, runs, r)
+            } else if metric == headline {
+                compare::headline(metric, before, v, runs, None, precision)
+            } else {
+                compare::compare(metric, before, v, runs, None)
+            };
+            steps.extend(c.map(|mut c| {
+                let rest = c.verdict.strip_prefix(v.as_str()).unwrap_or(&c.verdict);
+                c.verdict = format!("step {}, {v} against {before}{rest}", k + 1);
+                c
+            }));
+        }
+    }
+    steps
 }
 
 /// Where each variant's CPU per request went (user, system, and the server cores' irq and
@@ -783,6 +846,46 @@ mod tests {
             check(0.75, 0.8, 0.5),
         ];
         assert_eq!(kept(&checks), (2, Kept::NoRoom));
+    }
+
+    /// A series' steps come from the same rounds: each step against the one before, named so,
+    /// and only the step that added cost is significant.
+    #[test]
+    fn series_steps_compare_each_variant_with_the_one_before() {
+        let names: Vec<String> = ["base", "s1", "s2", "s3"].map(String::from).to_vec();
+        let mut runs = Vec::new();
+        for k in 0..12 {
+            // The machine's drift, shared by every variant of a round.
+            let drift = 1.0 + (k as f64 * 0.9).sin() * 0.05;
+            let jitter = |v: usize| 1.0 + ((k * 7 + v * 3) as f64).sin() * 0.003;
+            for (v, cost) in [10.0, 10.0, 11.0, 11.0].iter().enumerate() {
+                runs.push(crate::compare::tests::run(
+                    &names[v],
+                    k,
+                    cost * drift * jitter(v),
+                ));
+            }
+        }
+        let steps = series_steps(&names, &runs, Metric::CpuUsPerReq, None, Some(1.5));
+        let cpu: Vec<&compare::Comparison> = steps
+            .iter()
+            .filter(|c| c.metric == Metric::CpuUsPerReq)
+            .collect();
+        assert_eq!(cpu.len(), 3);
+        assert!(
+            cpu[1]
+                .verdict
+                .starts_with("step 2, s2 against s1: 10.1% more CPU per request"),
+            "{}",
+            cpu[1].verdict
+        );
+        assert_eq!(
+            cpu.iter().map(|c| c.significant).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        assert!(cpu[2]
+            .verdict
+            .starts_with("step 3, s3 against s2: no significant difference"));
     }
 
     #[test]

@@ -7,10 +7,12 @@ use crate::contam;
 use crate::fixture::Vars;
 use crate::host::{Backends, ClientHost, ServerHost};
 use crate::measure::{RunSpec, VariantServer};
+use crate::metric::Metric;
 use crate::procs;
 use crate::report::{self, Cell, MatrixReport, Variant};
+use crate::threshold::Threshold;
 use anyhow::{bail, Context, Result};
-use loadterm_plan::exit::{usage_error, Interrupted};
+use loadterm_plan::exit::{usage_error, Codes, Interrupted, Judgement};
 use loadterm_plan::units::parse_duration;
 use rand::SeedableRng;
 use std::path::PathBuf;
@@ -20,7 +22,7 @@ use std::time::Duration;
 /// `loadterm load --send-grid` of every run (it only acts in open loop).
 const SEND_GRID: &str = "250us";
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct AbArgs {
     /// Baseline server command ({clear_port}, {tls_port}, {host} are replaced).
     #[arg(long = "a", value_name = "CMD")]
@@ -170,10 +172,19 @@ pub struct AbArgs {
     /// change of that size comes out significant in nearly every run.
     #[arg(long, value_name = "PCT", value_parser = parse_pct, default_value = "3%")]
     target_effect: f64,
+    /// The metric whose interval --target-effect applies to, and which gets the headline's
+    /// geometric-mean estimate [default: cpu_us_per_req, or rps in endpoint mode].
+    #[arg(long, value_enum, value_name = "METRIC")]
+    stop_on: Option<Metric>,
     /// Time budget of the whole comparison; rounds stop when it ends, interval resolved or
     /// not.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     max_time: Duration,
+    /// The variants are a patch series, in order (base, step 1, step 2, …; --variant): each
+    /// step is also compared with the one before it, in the same paired rounds, and the
+    /// rounds continue until every step's interval is as narrow as asked too.
+    #[arg(long, conflicts_with_all = ["aa", "calibrate", "a_endpoint"])]
+    series: bool,
     /// Measure the noise floor too: the baseline against a second copy of itself, in the
     /// same rounds.
     #[arg(long)]
@@ -196,6 +207,30 @@ pub struct AbArgs {
     /// HTML report: the charts inline, the tables, the verdicts, the environment.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Results for a history tool (repeatable): bencher=FILE writes Bencher Metric Format
+    /// JSON (`bencher run --adapter json --file FILE`), csv=FILE one flat CSV (timestamp,
+    /// commit, proto, url, variant, metric, value, ci_low, ci_high): every variant's medians,
+    /// every candidate's change against the baseline with its interval.
+    #[arg(long = "export", value_name = "FORMAT=FILE")]
+    exports: Vec<crate::export::Export>,
+    /// The commit the results are about, in the CSV export [default: HEAD of the working
+    /// directory's git repository, if any].
+    #[arg(long, value_name = "REV")]
+    commit: Option<String>,
+    /// A change that fails the run, judged on its 95% interval (repeatable), e.g.
+    /// 'cpu_us_per_req > +2%' or 'rps < -5%': exit status 1 when the whole interval of some
+    /// variant's change lies beyond it, 0 when every interval lies within it, 3 when one
+    /// straddles it or there is none (the run cannot tell).
+    #[arg(long = "fail-if", value_name = "METRIC > PCT")]
+    fail_if: Vec<Threshold>,
+    /// Exit statuses of --fail-if's verdicts: plain (0, 1, 3) or git-bisect (0 good, 1 bad,
+    /// 125 skip when the run cannot tell, 128 for a failure, which stops `git bisect run`).
+    #[arg(long, value_name = "CODES", default_value = "plain", value_parser = parse_codes, requires = "fail_if")]
+    exit_codes: Codes,
+}
+
+fn parse_codes(s: &str) -> Result<Codes, String> {
+    s.parse()
 }
 
 /// "3%" or "3" → 0.03.
@@ -321,14 +356,38 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
         .collect()
 }
 
-pub fn run(a: AbArgs) -> Result<()> {
+/// The comparison, reported; its verdict when --fail-if asked for one.
+pub fn run(a: AbArgs) -> Result<Option<Judgement>> {
+    let report = compare(&a)?;
+    print!("{}", report::terminal(&report));
+    write_reports(&a, &report)?;
+    if report.interrupted {
+        return Err(Interrupted.into());
+    }
+    if report.cells.iter().all(|c| c.runs.is_empty()) {
+        bail!("no run completed");
+    }
+    if a.fail_if.is_empty() {
+        return Ok(None);
+    }
+    let (verdict, lines) = crate::threshold::judge_cells(&report.cells, &a.fail_if);
+    for l in lines {
+        println!("{l}");
+    }
+    Ok(verdict)
+}
+
+/// The comparison `a` asks for, measured: the library's one entry, for `run` and for the
+/// drivers that ask it questions (the bisect). Progress goes to stderr; nothing is printed or
+/// written.
+pub(crate) fn compare(a: &AbArgs) -> Result<MatrixReport> {
     let t_start = std::time::Instant::now();
-    let variants = checked_variants(&a)?;
+    let variants = checked_variants(a)?;
     let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
-    let (server_host, host_report) = server_host(&a)?;
-    let client_hosts = client_hosts(&a)?;
+    let (server_host, host_report) = server_host(a)?;
+    let client_hosts = client_hosts(a)?;
     let urls = client_hosts
         .iter()
         .filter(|h| !matches!(h, ClientHost::Here))
@@ -336,8 +395,8 @@ pub fn run(a: AbArgs) -> Result<()> {
         .collect();
     let environment = crate::env::capture(host_report, urls);
     let mut bench =
-        Bench::start(&a, &variants, endpoint_mode, server_host, client_hosts).map_err(refusal)?;
-    let cells = run_cells(&a, &variants, &mut bench, t_start).map_err(refusal)?;
+        Bench::start(a, &variants, endpoint_mode, server_host, client_hosts).map_err(refusal)?;
+    let cells = run_cells(a, &variants, &mut bench, t_start).map_err(refusal)?;
     drop(bench);
     let report = MatrixReport {
         interrupted: procs::interrupted(),
@@ -348,15 +407,78 @@ pub fn run(a: AbArgs) -> Result<()> {
         }),
         cells,
     };
-    print!("{}", report::terminal(&report));
-    write_reports(&a, &report)?;
-    if report.interrupted {
-        return Err(Interrupted.into());
+    Ok(report)
+}
+
+impl AbArgs {
+    /// The exit statuses the binary gives this command's result.
+    pub fn exit_codes(&self) -> Codes {
+        self.exit_codes
     }
-    if report.cells.iter().all(|c| c.runs.is_empty()) {
-        bail!("no run completed");
+
+    /// These options with `variants` (`NAME=CMD`, the baseline first) in place of the ones
+    /// given, measured to ±`precision_pct` (or `rounds`, when the options fix them), without
+    /// reports of their own: one question of a driver.
+    pub(crate) fn question(
+        &self,
+        variants: Vec<String>,
+        precision_pct: f64,
+        rounds: Option<usize>,
+    ) -> AbArgs {
+        AbArgs {
+            variants,
+            target_effect: (precision_pct * 2.0 / 100.0).clamp(1e-4, 0.99),
+            rounds,
+            markdown: None,
+            json: None,
+            svg: None,
+            html: None,
+            exports: Vec::new(),
+            fail_if: Vec::new(),
+            ..self.clone()
+        }
     }
-    Ok(())
+
+    /// A driver names its own variants and writes its own reports: the options it cannot take.
+    pub(crate) fn check_for_driver(&self, driver: &str) -> Result<()> {
+        let taken = [
+            ("--a", self.a.is_some()),
+            ("--b", self.b.is_some()),
+            ("--variant", !self.variants.is_empty()),
+            ("--a-endpoint", self.a_endpoint.is_some()),
+            ("--b-url", self.b_url.is_some()),
+            ("--calibrate", self.calibrate),
+            ("--aa", self.aa),
+            ("--markdown", self.markdown.is_some()),
+            ("--svg", self.svg.is_some()),
+            ("--html", self.html.is_some()),
+            ("--export", !self.exports.is_empty()),
+            ("--fail-if", !self.fail_if.is_empty()),
+        ];
+        match taken.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(usage_error(format!(
+                "{driver}: {flag} is not an option of {driver} (it names the variants and writes its own report)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The precision asked for (±points) and the fixed rounds, if any: a driver's first
+    /// question.
+    pub(crate) fn precision(&self) -> (f64, Option<usize>) {
+        (self.target_effect * 100.0 / 2.0, self.rounds)
+    }
+
+    /// The metric the rounds are measured to (--stop-on; servers started by ab always have
+    /// their CPU measured).
+    pub(crate) fn stop_metric(&self) -> Metric {
+        self.stop_on.unwrap_or(Metric::CpuUsPerReq)
+    }
+
+    /// --json: where a driver writes its report.
+    pub(crate) fn json_path(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
 }
 
 /// Where the servers run: here, or on the agent's host (connected, its clock measured).
@@ -475,7 +597,7 @@ struct Bench {
     /// Every run's spec but the protocol (set per cell) and the variant's own parts.
     base: RunSpec,
     regime: Regime,
-    headline: &'static str,
+    headline: Metric,
     /// A fresh server process for every run (always in endpoint mode: none is started).
     fresh: bool,
     backends: Backends,
@@ -559,10 +681,10 @@ impl Bench {
         Ok(Bench {
             base,
             regime: regime(a, endpoint_mode),
-            headline: if endpoint_mode {
-                "rps"
-            } else {
-                "cpu_us_per_req"
+            headline: match a.stop_on {
+                Some(m) => m,
+                None if endpoint_mode => Metric::Rps,
+                None => Metric::CpuUsPerReq,
             },
             fresh,
             backends,
@@ -625,6 +747,7 @@ fn run_cell(
     size: Option<&String>,
     deadline: std::time::Instant,
 ) -> Result<Option<Cell>> {
+    let t_cell = std::time::Instant::now();
     let template = RunSpec {
         proto: proto.to_owned(),
         ..bench.base.clone()
@@ -654,6 +777,7 @@ fn run_cell(
         restart_every: a.restart_every,
         headline: bench.headline,
         together: !a.alternate,
+        series: a.series,
         backends: &mut bench.backends,
         rng: &mut bench.rng,
     }
@@ -666,6 +790,15 @@ fn run_cell(
     if a.calibrate {
         let notes = calibration_notes(&cell.comparisons, &base, &a.burn_levels);
         cell.notes.extend(notes);
+    }
+    if a.series {
+        cell.notes.push(format!(
+            "a series of {} variants ({} steps): {} rounds in {:.0} s, every variant in every round",
+            cell.variants.len(),
+            cell.variants.len() - 1,
+            cell.rounds,
+            t_cell.elapsed().as_secs_f64()
+        ));
     }
     Ok(Some(cell))
 }
@@ -684,7 +817,12 @@ fn write_reports(a: &AbArgs, report: &MatrixReport) -> Result<()> {
         &|| Ok(serde_json::to_string_pretty(report)? + "\n"),
     )?;
     write(&a.svg, &|| crate::plot::report_svg(report))?;
-    write(&a.html, &|| report::html(report, crate::plot::cell_svg))
+    write(&a.html, &|| report::html(report, crate::plot::cell_svg))?;
+    if a.exports.is_empty() {
+        return Ok(());
+    }
+    let commit = a.commit.clone().unwrap_or_else(crate::export::head_commit);
+    crate::export::write(&a.exports, report, &commit)
 }
 
 /// A cell's variants as reported, and what each run of them needs (`template` with the
@@ -736,8 +874,18 @@ fn validate(a: &AbArgs) -> Result<()> {
             "--rate must be a positive number of requests per second",
         ));
     }
+    if a.series && a.variants.len() < 3 {
+        return Err(usage_error(
+            "--series needs the base and at least two steps: --variant NAME=CMD, in order",
+        ));
+    }
     if a.restart_every == 0 {
         return Err(usage_error("--restart-every must be at least 1"));
+    }
+    if a.a_endpoint.is_some() && a.stop_on.is_some_and(Metric::server_side) {
+        return Err(usage_error(
+            "--stop-on: endpoint mode measures nothing on the server side",
+        ));
     }
     if a.max_time.is_zero() {
         return Err(usage_error("--max-time must be more than 0"));
@@ -761,7 +909,7 @@ fn calibration_notes(comparisons: &[Comparison], base: &str, levels: &[f64]) -> 
             let name = format!("{base}+burn{level}%");
             let c = comparisons
                 .iter()
-                .find(|c| c.variant == name && c.metric == "cpu_us_per_req")?;
+                .find(|c| c.variant == name && c.metric == Metric::CpuUsPerReq)?;
             let (lo, hi) = c.ci_pct?;
             Some(format!(
                 "calibration: injected +{level}% CPU per request, measured {} (95% CI {} to {}), {}, {}",

@@ -1,17 +1,21 @@
 //! See the crate description.
 pub mod agent;
+pub mod bisect;
 mod cell;
 mod cgroup;
 pub mod cli;
 mod compare;
 mod contam;
 mod env;
+mod export;
 mod fixture;
 mod host;
 mod measure;
+mod metric;
 mod plot;
 mod procs;
 mod report;
 pub mod sequential;
 mod station;
 pub mod stats;
+mod threshold;

@@ -119,34 +119,6 @@ pub(crate) struct Run {
     pub checks: Checks,
 }
 
-/// Names of the metrics compared between variants.
-pub(crate) const METRICS: &[&str] = &[
-    "cpu_us_per_req",
-    "rps",
-    "p99_ms",
-    "mean_ms",
-    "bytes_per_req",
-    "rss_peak_mib",
-];
-
-impl Run {
-    /// A metric by name; NaN when not measured (comparisons skip those).
-    pub(crate) fn metric(&self, name: &str) -> f64 {
-        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        match name {
-            "cpu_us_per_req" => opt(self.cpu_us_per_req),
-            "rps" => self.rps,
-            "p99_ms" => self.p99_ms,
-            "mean_ms" => self.mean_ms,
-            "bytes_per_req" => self.bytes_per_req,
-            "rss_peak_mib" => opt(self.rss_peak_mib),
-            "p95_ms" => self.p95_ms,
-            "server_cpu_util" => opt(self.server_cpu_util),
-            _ => f64::NAN,
-        }
-    }
-}
-
 /// The options of a run's `loadterm load` (`extra`: options of this run only).
 fn client_args(spec: &RunSpec, url: &str, duration: Duration, extra: &[String]) -> Vec<String> {
     let mut args = vec![

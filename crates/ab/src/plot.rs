@@ -3,6 +3,7 @@
 //! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
+use crate::metric::Metric;
 use crate::report::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{
@@ -33,33 +34,140 @@ pub(crate) fn cell_svg(c: &Cell) -> Result<String> {
     render(&[c])
 }
 
+/// A cell's height: its two charts, and a series' waterfall below them.
+fn cell_height(c: &Cell) -> u32 {
+    CELL_HEIGHT
+        + if c.steps.is_empty() {
+            0
+        } else {
+            WATERFALL_HEIGHT
+        }
+}
+
+const WATERFALL_HEIGHT: u32 = 320;
+
 fn render(cells: &[&Cell]) -> Result<String> {
     let mut out = String::new();
     {
-        let height = CELL_HEIGHT * cells.len().max(1) as u32;
+        let height = cells
+            .iter()
+            .map(|c| cell_height(c))
+            .sum::<u32>()
+            .max(CELL_HEIGHT);
         let root = SVGBackend::with_string(&mut out, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
-        let areas = root.split_evenly((cells.len().max(1), 1));
-        for (area, cell) in areas.iter().zip(cells) {
-            let area = area.margin(8, 8, 8, 8);
-            let (left, right) = area.split_horizontally(WIDTH * 52 / 100);
+        let mut rest = root.clone();
+        for cell in cells {
+            let (area, below) = rest.split_vertically(cell_height(cell));
+            rest = below;
+            let (charts, waterfall) = area.split_vertically(CELL_HEIGHT);
+            let charts = charts.margin(8, 8, 8, 8);
+            let (left, right) = charts.split_horizontally(WIDTH * 52 / 100);
             rounds_chart(&left, cell).map_err(|e| anyhow!("plot: {e}"))?;
             forest_chart(&right, cell).map_err(|e| anyhow!("plot: {e}"))?;
+            if !cell.steps.is_empty() {
+                waterfall_chart(&waterfall.margin(8, 8, 8, 8), cell)
+                    .map_err(|e| anyhow!("plot: {e}"))?;
+            }
         }
         root.present().map_err(|e| anyhow!("plot: {e}"))?;
     }
     Ok(out)
 }
 
+/// A series as a waterfall: each step's change in the headline metric (against the one
+/// before) as a bar from where the steps before it left off, with its 95% CI, and last the
+/// base against the last variant, measured directly. Changes add as logs: the bars' ends are
+/// the running products of the steps' ratios.
+fn waterfall_chart(area: &Area, c: &Cell) -> DrawResult {
+    let (metric, label) = headline(c);
+    let steps: Vec<&Comparison> = c.steps.iter().filter(|k| k.metric == metric).collect();
+    let total = c.comparisons.iter().rfind(|k| k.metric == metric);
+    let pct = |log: f64| log.exp_m1() * 100.0;
+    // (label, start, end, interval of the end, significant), in percent of the base.
+    let mut bars = Vec::new();
+    let mut at = 0.0;
+    for k in &steps {
+        let before = at;
+        at += k.ratio.ln();
+        let ci =
+            k.ci.map(|(lo, hi)| (pct(before + lo.ln()), pct(before + hi.ln())));
+        bars.push((k.variant.clone(), pct(before), pct(at), ci, k.significant));
+    }
+    if let Some(t) = total {
+        let ci = t.ci_pct;
+        bars.push(("direct".to_owned(), 0.0, t.change_pct, ci, t.significant));
+    }
+    let mut lo: f64 = -1.0;
+    let mut hi: f64 = 1.0;
+    for (_, a, b, ci, _) in &bars {
+        for v in [Some(*a), Some(*b), ci.map(|c| c.0), ci.map(|c| c.1)]
+            .into_iter()
+            .flatten()
+        {
+            if v.is_finite() {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+    }
+    let pad = (hi - lo) * 0.08;
+    let n = bars.len().max(1) as i32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("series: each step's change in {label} against the one before (95% CI), then the last against the base directly"),
+            (FONT, 15),
+        )
+        .margin(6)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..n - 1).into_segmented(), (lo - pad)..(hi + pad))?;
+    let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .y_desc("change against the base (%)")
+        .x_labels(names.len().max(1))
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .light_line_style(WHITE)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()?;
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(SegmentValue::Exact(0), 0.0), (SegmentValue::Last, 0.0)],
+        BLACK.stroke_width(1),
+    )))?;
+    for (i, (_, a, b, ci, significant)) in bars.iter().enumerate() {
+        let x = SegmentValue::CenterOf(i as i32);
+        let color = match (significant, b > a) {
+            (false, _) => RGBColor(150, 150, 150),
+            (true, true) => COLORS[1],
+            (true, false) => COLORS[2],
+        };
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(x.clone(), *a), (x.clone(), *b)],
+            color.stroke_width(28),
+        )))?;
+        if let Some((l, h)) = ci {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(x.clone(), *l), (x.clone(), *h)],
+                BLACK.stroke_width(2),
+            )))?;
+        }
+    }
+    Ok(())
+}
+
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
 
-/// The headline metric: server CPU per request, or req/s when no server CPU was measured.
-fn headline(c: &Cell) -> (&'static str, &'static str) {
-    if c.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-        ("cpu_us_per_req", "server CPU µs per request")
-    } else {
-        ("rps", "requests per second")
+/// The headline metric (`Cell::headline`) and its label on the charts.
+fn headline(c: &Cell) -> (Metric, &'static str) {
+    match c.headline() {
+        Metric::CpuUsPerReq => (Metric::CpuUsPerReq, "server CPU µs per request"),
+        m => (m, "requests per second"),
     }
 }
 
@@ -68,7 +176,7 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
     let values: Vec<f64> = c
         .runs
         .iter()
-        .map(|r| r.metric(metric))
+        .map(|r| metric.value(r))
         .filter(|v| v.is_finite())
         .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -122,7 +230,7 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
                     .runs
                     .iter()
                     .find(|r| r.round == round && r.variant == v.name)?;
-                let y = r.metric(metric);
+                let y = metric.value(r);
                 y.is_finite().then_some((round as f64 + offset(vi), y))
             })
             .collect();
@@ -133,10 +241,10 @@ fn rounds_chart(area: &Area, c: &Cell) -> DrawResult {
         chart.draw_series(
             c.runs
                 .iter()
-                .filter(|r| r.variant == v.name && r.metric(metric).is_finite())
+                .filter(|r| r.variant == v.name && metric.value(r).is_finite())
                 .map(|r| {
                     Circle::new(
-                        (r.round as f64 + offset(vi), r.metric(metric)),
+                        (r.round as f64 + offset(vi), metric.value(r)),
                         4,
                         color.filled(),
                     )
@@ -219,17 +327,6 @@ fn three_digits(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-fn short(metric: &str) -> &'static str {
-    match metric {
-        "cpu_us_per_req" => "CPU/req",
-        "rps" => "req/s",
-        "p99_ms" => "p99",
-        "mean_ms" => "mean lat.",
-        "bytes_per_req" => "bytes/req",
-        _ => "peak anon RSS",
-    }
-}
-
 fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     let rows: Vec<&Comparison> = c.comparisons.iter().collect();
     let noise = |k: &Comparison| k.noise_pct.map(|n| (1.0 - n / 100.0, 1.0 + n / 100.0));
@@ -251,7 +348,7 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
     let (lo, hi) = (lo / 1.03, hi * 1.03);
     let labels: Vec<String> = rows
         .iter()
-        .map(|k| format!("{} · {}", k.variant, short(&k.metric)))
+        .map(|k| format!("{} · {}", k.variant, k.metric.short()))
         .collect();
     let n = rows.len().max(1) as i32;
     // The caption names only what is drawn: no CI without enough rounds, no band without --aa.
@@ -343,6 +440,28 @@ fn forest_chart(area: &Area, c: &Cell) -> DrawResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A series' cell gets a waterfall: a bar per step and one for the base against the last
+    /// variant measured directly, each with its interval; a cell without steps has none.
+    #[test]
+    fn a_series_is_drawn_as_a_waterfall() {
+        let mut r = crate::report::tests::sample(0);
+        let c = &mut r.cells[0];
+        assert!(!cell_svg(c).unwrap().contains("series: each step"));
+        c.steps = c.comparisons.clone();
+        let svg = cell_svg(c).unwrap();
+        assert!(svg.contains("series: each step"), "the waterfall's caption");
+        assert_eq!(
+            svg.matches("stroke-width=\"28\"").count(),
+            2,
+            "a step and the direct bar"
+        );
+        let with_ci = c
+            .steps
+            .iter()
+            .filter(|k| k.metric == Metric::CpuUsPerReq && k.ci.is_some());
+        assert_eq!(with_ci.count(), 1);
+    }
 
     fn forest_caption(svg: &str) -> &str {
         let at = svg

@@ -4,6 +4,7 @@
 use crate::compare::Comparison;
 use crate::env::Environment;
 use crate::measure::Run;
+use crate::metric::Metric;
 use crate::stats::median;
 use serde::Serialize;
 
@@ -16,12 +17,26 @@ pub(crate) struct Cell {
     pub runs: Vec<Run>,
     pub aa_runs: Vec<Run>,
     pub comparisons: Vec<Comparison>,
+    /// A series (`--series`): each variant against the one before it, from the same rounds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Comparison>,
     /// The load regime every verdict of this cell is about.
     pub regime: String,
     /// Measured rounds (planned from a pilot with `--target-effect`).
     pub rounds: usize,
     /// How the rounds were planned, or what the calibration found (sentences).
     pub notes: Vec<String>,
+}
+
+impl Cell {
+    /// The headline metric: server CPU per request, or req/s when no server CPU was measured.
+    pub(crate) fn headline(&self) -> crate::metric::Metric {
+        if self.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
+            crate::metric::Metric::CpuUsPerReq
+        } else {
+            crate::metric::Metric::Rps
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -72,7 +87,7 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
                 }
             };
             let rps = stat(&c.runs, &v.name, |r| r.rps).0;
-            let util = stat(&c.runs, &v.name, |r| r.metric("server_cpu_util")).0;
+            let util = stat(&c.runs, &v.name, |r| r.server_cpu_util.unwrap_or(f64::NAN)).0;
             [
                 v.name.clone(),
                 s(|r| r.rps, 0),
@@ -80,13 +95,13 @@ fn cell_rows(c: &Cell) -> Vec<[String; 9]> {
                 s(|r| r.mean_ms, 2),
                 s(|r| r.p95_ms, 2),
                 s(|r| r.p99_ms, 2),
-                s(|r| r.metric("cpu_us_per_req"), 2),
+                s(|r| Metric::CpuUsPerReq.value(r), 2),
                 if util.is_finite() {
                     format!("{:.0}%", util * 100.0)
                 } else {
                     "n/a".to_owned()
                 },
-                s(|r| r.metric("rss_peak_mib"), 1),
+                s(|r| Metric::RssPeakMib.value(r), 1),
             ]
         })
         .collect()
@@ -152,6 +167,34 @@ fn checks_table(c: &Cell) -> String {
     s
 }
 
+/// A series' steps in the headline metric, each against the one before, and how they add up:
+/// the product of the steps' ratios beside the last variant's own comparison with the base.
+pub(crate) fn series_lines(c: &Cell) -> Vec<String> {
+    let headline = c.headline();
+    let steps: Vec<&Comparison> = c.steps.iter().filter(|k| k.metric == headline).collect();
+    if steps.is_empty() {
+        return Vec::new();
+    }
+    let mut lines: Vec<String> = steps.iter().map(|k| k.verdict.clone()).collect();
+    let product = steps.iter().map(|k| k.ratio).product::<f64>();
+    if let Some(last) = c.comparisons.iter().rfind(|k| k.metric == headline) {
+        lines.push(format!(
+            "the {} steps' changes multiply to {}; {} against {} directly: {}{}",
+            steps.len(),
+            crate::compare::signed_pct((product - 1.0) * 100.0),
+            last.variant,
+            c.variants[0].name,
+            crate::compare::signed_pct(last.change_pct),
+            last.ci_pct.map_or(String::new(), |(lo, hi)| format!(
+                " (95% CI {} to {})",
+                crate::compare::signed_pct(lo),
+                crate::compare::signed_pct(hi)
+            ))
+        ));
+    }
+    lines
+}
+
 fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
@@ -202,6 +245,13 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
         );
         for cmp in &c.comparisons {
             s += &format!("  {}\n", cmp.verdict);
+        }
+        let series = series_lines(c);
+        if !series.is_empty() {
+            s += "series steps (each against the one before, in the same rounds):\n";
+            for l in series {
+                s += &format!("  {l}\n");
+            }
         }
         for n in &c.notes {
             s += &format!("  {n}\n");
@@ -276,6 +326,14 @@ fn markdown_cell(r: &MatrixReport, c: &Cell) -> String {
                 .map_or("n/a".into(), |p| format!("{p:.4}")),
             noise,
         );
+    }
+    let series = series_lines(c);
+    if !series.is_empty() {
+        s += "\nSeries steps (each against the one before, in the same rounds):\n\n";
+        for l in series {
+            s += &format!("- **{l}**\n");
+        }
+        s += "\n";
     }
     for n in &c.notes {
         s += &format!("- {n}\n");
@@ -366,6 +424,14 @@ pub(crate) fn html(
             s += &format!("<li>{}</li>\n", escape(n));
         }
         s += "</ul>\n";
+        let series = series_lines(c);
+        if !series.is_empty() {
+            s += "<p>Series steps (each against the one before, in the same rounds):</p>\n<ul>\n";
+            for l in series {
+                s += &format!("<li>{}</li>\n", escape(&l));
+            }
+            s += "</ul>\n";
+        }
         let flags = flag_lines(c);
         if flags.is_empty() {
             s += "<p>Contamination checks: no run flagged.</p>\n";
@@ -393,7 +459,6 @@ pub(crate) fn html(
 pub(crate) mod tests {
     use super::*;
     use crate::compare::{self, tests::run};
-    use crate::measure::METRICS;
 
     /// A report as ab writes it: 12 rounds of A, B (about 8% less CPU) and the A/A twin A'
     /// (`--aa`), the first `flagged` runs flagged by the contamination checks.
@@ -415,12 +480,12 @@ pub(crate) mod tests {
                 5.0 + n as f64
             ));
         }
-        let noise = |m: &str| {
+        let noise = |m: Metric| {
             let (lo, hi) = compare::compare(m, "A", "A'", &runs, None)?.ci_pct?;
             Some(lo.abs().max(hi.abs()))
         };
-        let comparisons = METRICS
-            .iter()
+        let comparisons = Metric::COMPARED
+            .into_iter()
             .filter_map(|m| compare::compare(m, "A", "B", &runs, noise(m)))
             .collect();
         let aa_runs = runs.iter().filter(|r| r.variant != "B").cloned().collect();
@@ -456,6 +521,7 @@ pub(crate) mod tests {
                 runs,
                 aa_runs,
                 comparisons,
+                steps: Vec::new(),
                 regime: "open loop at 5000 req/s".into(),
                 rounds: 12,
                 notes: vec!["servers kept".into()],
@@ -599,8 +665,9 @@ pub(crate) mod tests {
                     .unwrap_or_else(|| panic!("{key} in {probe}"))
                     .to_owned()
             };
-            // One chart, 1000×360 as drawn, its 24 points and 2 legend dots and 6 estimates.
-            assert_eq!(field("svgs="), "1000x360/32", "{probe}");
+            // One chart, 1000×360 as drawn, its 24 points and 2 legend dots and 8 estimates
+            // (CPU, user, system, req/s, p99, mean, bytes, memory; no softirq on shared cores).
+            assert_eq!(field("svgs="), "1000x360/34", "{probe}");
             assert_eq!(
                 field("folded="),
                 if flagged > 0 { "1" } else { "0" },

@@ -1,7 +1,7 @@
 //! The `loadterm` binary: its subcommands, plus haterm's argv (`loadterm -L ...`).
 
 use clap::{CommandFactory, Parser, Subcommand};
-use loadterm_plan::exit::{Interrupted, UsageError};
+use loadterm_plan::exit::{self, Codes, Interrupted, UsageError};
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +22,9 @@ enum Cmd {
     Load(Box<loadterm_load::cli::LoadArgs>),
     /// Compare two (or more) server builds with interleaved rounds and paired statistics.
     Ab(Box<loadterm_ab::cli::AbArgs>),
+    /// The first commit between a good and a bad revision whose change in CPU per request
+    /// stands: git worktrees and builds per commit, one A/B comparison per step.
+    Bisect(Box<loadterm_ab::bisect::BisectArgs>),
     /// Run on a server host for `loadterm ab --server-host`: starts, pins, measures and stops
     /// the variants of one comparison at a time (loopback unless authenticated).
     Agent(Box<loadterm_ab::agent::AgentArgs>),
@@ -112,28 +115,30 @@ static MALLOC_CONF: &[u8; 23] = b"background_thread:true\0";
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(argv());
+    let codes = match &cli.cmd {
+        Cmd::Ab(a) => a.exit_codes(),
+        _ => Codes::Plain,
+    };
+    let done = |r: anyhow::Result<()>| r.map(|()| None);
     let (command, result) = match cli.cmd {
-        Cmd::Serve(a) => ("serve", loadterm_server::cli::run(*a)),
-        Cmd::Load(a) => ("load", loadterm_load::cli::run(*a)),
+        Cmd::Serve(a) => ("serve", done(loadterm_server::cli::run(*a))),
+        Cmd::Load(a) => ("load", done(loadterm_load::cli::run(*a))),
         Cmd::Ab(a) => ("ab", loadterm_ab::cli::run(*a)),
-        Cmd::Agent(a) => ("agent", loadterm_ab::agent::run(*a)),
-        Cmd::Merge(a) => ("merge", loadterm_load::merge_cmd::run(*a)),
-        Cmd::Completions { shell } => ("completions", completions(shell)),
-        Cmd::Man { dir } => ("man", man(dir.as_deref())),
+        Cmd::Bisect(a) => ("bisect", loadterm_ab::bisect::run(*a)),
+        Cmd::Agent(a) => ("agent", done(loadterm_ab::agent::run(*a))),
+        Cmd::Merge(a) => ("merge", done(loadterm_load::merge_cmd::run(*a))),
+        Cmd::Completions { shell } => ("completions", done(completions(shell))),
+        Cmd::Man { dir } => ("man", done(man(dir.as_deref()))),
     };
-    let Err(e) = result else {
-        return std::process::ExitCode::SUCCESS;
-    };
-    if e.is::<Interrupted>() {
+    match &result {
+        Ok(_) => {}
         // The results were reported; 128 + SIGINT, as a shell says of a command it stopped.
-        eprintln!("loadterm: interrupted");
-        return std::process::ExitCode::from(130);
-    }
-    if e.is::<UsageError>() {
+        Err(e) if e.is::<Interrupted>() => eprintln!("loadterm: interrupted"),
         // As clap reports its own usage errors.
-        eprintln!("error: {e}\n\nFor more information, try 'loadterm {command} --help'.");
-        return std::process::ExitCode::from(2);
+        Err(e) if e.is::<UsageError>() => {
+            eprintln!("error: {e}\n\nFor more information, try 'loadterm {command} --help'.")
+        }
+        Err(e) => eprintln!("loadterm: {e:#}"),
     }
-    eprintln!("loadterm: {e:#}");
-    std::process::ExitCode::FAILURE
+    std::process::ExitCode::from(exit::status(&result, codes))
 }

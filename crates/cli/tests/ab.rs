@@ -11,3 +11,4 @@ mod ab_agent;
 mod ab_harness;
 mod ab_round2;
 mod ab_where;
+mod ab_which;
