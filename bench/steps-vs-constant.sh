@@ -31,7 +31,7 @@ step = json.loads('''$steps''')["steps"][k]
 const = json.loads('''$constant''')
 for name, r in (("step", step), ("constant", const)):
     p = r["latency_corrected_us"]
-    print(f"{rate:<8} {name:<9} {r['rps']:9.1f} " + " ".join(f"{p[q]/1e3:8.2f}ms"[:9].rjust(9) for q in ("p50", "p90", "p99", "p99_9")))
+    print(f"{rate:<8} {name:<9} {r['rps']:9.1f} " + " ".join(f"{p[q]/1e3:7.2f}ms" for q in ("p50", "p90", "p99", "p99_9")))
 PY
   k=$((k + 1))
 done

@@ -621,15 +621,7 @@ fn find_max_rate(
         stdout(&outcome.text())?;
     }
     if let Some(json) = outputs.json {
-        let doc = serde_json::to_string_pretty(&outcome)? + "\n";
-        match json {
-            JsonOut::Stdout => stdout(&doc)?,
-            JsonOut::File(mut f, path) => {
-                use std::io::Write;
-                f.write_all(doc.as_bytes())
-                    .with_context(|| format!("cannot write {path}"))?
-            }
-        }
+        json.write(&(serde_json::to_string_pretty(&outcome)? + "\n"))?;
     }
     if stop.borrow().is_some() {
         return Err(Interrupted.into());
@@ -1138,22 +1130,26 @@ impl JsonOut {
         let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
         Ok(JsonOut::File(f, path.to_owned()))
     }
+
+    fn write(self, doc: &str) -> Result<()> {
+        use std::io::Write;
+        match self {
+            JsonOut::Stdout => stdout(doc),
+            JsonOut::File(mut f, path) => f
+                .write_all(doc.as_bytes())
+                .with_context(|| format!("cannot write {path}")),
+        }
+    }
 }
 
 /// The text summary on stdout (unless quiet or the JSON goes there) and the JSON where asked.
 pub(crate) fn emit(rep: &report::Report, json: Option<JsonOut>, quiet: bool) -> Result<()> {
-    use std::io::Write;
     let to_stdout = matches!(json, Some(JsonOut::Stdout));
     if !(quiet || to_stdout) {
         stdout(&report::text(rep))?;
     }
-    let doc = || -> Result<String> { Ok(serde_json::to_string_pretty(rep)? + "\n") };
-    match json {
-        None => {}
-        Some(JsonOut::Stdout) => stdout(&doc()?)?,
-        Some(JsonOut::File(mut f, path)) => f
-            .write_all(doc()?.as_bytes())
-            .with_context(|| format!("cannot write {path}"))?,
+    if let Some(json) = json {
+        json.write(&(serde_json::to_string_pretty(rep)? + "\n"))?;
     }
     Ok(())
 }
