@@ -9,5 +9,6 @@ mod common;
 
 mod ab_agent;
 mod ab_harness;
+mod ab_profile;
 mod ab_round2;
 mod ab_where;
