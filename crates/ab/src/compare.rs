@@ -372,6 +372,7 @@ pub(crate) mod tests {
                 flags: Vec::new(),
                 repeat: Vec::new(),
             },
+            profile: None,
         }
     }
 

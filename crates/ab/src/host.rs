@@ -157,17 +157,19 @@ impl ServerHost {
         }
     }
 
-    /// The readings at `at` (ab's clock) and `duration` later.
+    /// The readings at `at` (ab's clock) and `duration` later, with a profile of the server
+    /// cores between them when `profile` asks for one.
     pub(crate) fn window(
         &self,
         ids: &[u64],
         at: SystemTime,
         duration: Duration,
         cpu0: usize,
+        profile: bool,
     ) -> Result<ServerWindow> {
         match self {
             ServerHost::Here(s) => {
-                let readings = window_here(s, ids, at, duration, cpu0)?;
+                let readings = window_here(s, ids, at, duration, cpu0, profile)?;
                 let misaligned_s = (readings.before.unix_s - crate::station::unix_s(at)).abs();
                 Ok(ServerWindow {
                     readings,
@@ -175,7 +177,7 @@ impl ServerHost {
                 })
             }
             ServerHost::Agent(a) => {
-                let (readings, misaligned_s) = a.window(ids, at, duration, cpu0)?;
+                let (readings, misaligned_s) = a.window(ids, at, duration, cpu0, profile)?;
                 Ok(ServerWindow {
                     readings,
                     misaligned_s,

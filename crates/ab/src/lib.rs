@@ -14,6 +14,7 @@ mod measure;
 mod metric;
 mod plot;
 mod procs;
+mod profile;
 mod report;
 pub mod sequential;
 mod station;

@@ -117,6 +117,10 @@ pub(crate) struct Run {
     /// (kept servers; with an agent, its clock's uncertainty included).
     pub server_window_off_ms: Option<f64>,
     pub checks: Checks,
+    /// Its server's samples, in a profiled round (`--profile`; in the report's profile, not
+    /// with the run).
+    #[serde(skip)]
+    pub profile: Option<crate::profile::RunProfile>,
 }
 
 /// The options of a run's `loadterm load` (`extra`: options of this run only).
@@ -244,6 +248,9 @@ fn prove_and_warm(spec: &RunSpec, variant: &str, url: &str) -> Result<()> {
 const WINDOW_WARMUP: Duration = Duration::from_millis(250);
 /// Time for the client process to start and connect before its warm-up begins.
 const WINDOW_LEAD: Duration = Duration::from_millis(150);
+/// Time perf takes to start on the server host (it maps every task first: 0.2–0.3 s measured
+/// on a busy 2-core VM), left before a profiled window.
+const PROFILE_LEAD: Duration = Duration::from_millis(1000);
 /// How far a window's edges (a client's start, the server host's readings) may be from the
 /// agreed instant: 1% of the window, at least 2 ms. At a fixed rate the servers are in a steady
 /// state, so shifting one side's window by 1% of its length moves CPU per request far less than
@@ -262,6 +269,7 @@ pub(crate) fn window_slack_s(duration: Duration) -> f64 {
 pub(crate) fn windows(
     jobs: &mut [(&RunSpec, &str, &mut Started)],
     round: usize,
+    profile: bool,
 ) -> Result<Vec<Run>> {
     let t_start = Instant::now();
     let Some(first) = jobs.first() else {
@@ -278,7 +286,13 @@ pub(crate) fn windows(
             bail!("variant {variant}: the server exited: {why}");
         }
     }
-    let at = SystemTime::now() + WINDOW_LEAD + WINDOW_WARMUP;
+    // A profiled window leaves perf time to start on the server host first.
+    let lead = if profile {
+        WINDOW_LEAD + PROFILE_LEAD
+    } else {
+        WINDOW_LEAD
+    };
+    let at = SystemTime::now() + lead + WINDOW_WARMUP;
     let at_s = host::unix_s(at);
     let shards = client_hosts.len();
     // Each client host's shard of every variant's load.
@@ -306,7 +320,7 @@ pub(crate) fn windows(
         .collect();
     let ids: Vec<u64> = jobs.iter().map(|(_, _, s)| s.id).collect();
     let (window, loaded) = std::thread::scope(|scope| {
-        let server = scope.spawn(|| host.window(&ids, at, duration, cpu0));
+        let server = scope.spawn(|| host.window(&ids, at, duration, cpu0, profile));
         let clients: Vec<_> = loads
             .iter()
             .zip(client_hosts.iter())
@@ -379,6 +393,12 @@ pub(crate) fn windows(
         run.server_window_off_ms = Some(window.misaligned_s * 1e3);
         run.client_cpu_util = Some(client_util);
         run.wall_s = t_start.elapsed().as_secs_f64();
+        run.profile = window.readings.profile.as_ref().and_then(|p| {
+            Some(crate::profile::RunProfile {
+                period_us: p.period_us,
+                stacks: p.stacks.get(k)?.clone(),
+            })
+        });
         runs.push(run);
     }
     Ok(runs)
@@ -743,6 +763,7 @@ fn run_of(
         wall_s: 0.0,
         server_window_off_ms: None,
         checks,
+        profile: None,
     })
 }
 

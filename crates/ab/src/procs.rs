@@ -284,7 +284,7 @@ impl ServerProc {
     }
 
     /// Every process of the server: its cgroup's, or its /proc tree.
-    fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         match &self.cgroup {
             Some(cg) => cg.pids(),
             None => tree(self.pid()),

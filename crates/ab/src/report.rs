@@ -6,6 +6,7 @@ use crate::env::Environment;
 use crate::measure::Run;
 use crate::metric::Metric;
 use crate::stats::median;
+use base64::Engine;
 use serde::Serialize;
 
 /// Results of one matrix cell (protocol × URL).
@@ -26,6 +27,55 @@ pub(crate) struct Cell {
     pub rounds: usize,
     /// How the rounds were planned, or what the calibration found (sentences).
     pub notes: Vec<String>,
+    /// The profiled rounds' runs (`--profile`), which feed no verdict.
+    pub profiled_runs: Vec<Run>,
+    /// Where the CPU went (`--profile`).
+    pub profile: Option<crate::profile::CellProfile>,
+    /// Each variant's load against its closed-loop capacity (open loop after a pilot).
+    pub capacity: Vec<Capacity>,
+}
+
+/// The load a verdict was taken at, against what the variant can do.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Capacity {
+    pub variant: String,
+    /// Its throughput in the pilot's closed-loop window.
+    pub closed_loop_rps: f64,
+    /// The rate of the rounds over that throughput.
+    pub fraction: f64,
+    /// CPU per request in that closed-loop window, and at the rate (median of the rounds).
+    pub closed_loop_cpu_us_per_req: Option<f64>,
+    pub cpu_us_per_req: Option<f64>,
+}
+
+/// Costs per request further apart than this between the rate and the closed loop: the
+/// per-wake-up overhead of a low rate (or the batching of saturation) is then a large part of
+/// what the verdict measures.
+pub(crate) const COST_RATIO_WARN: f64 = 1.5;
+
+impl Capacity {
+    /// "load: B at 0.50 of its closed-loop capacity (8 200 req/s); CPU per request 14.2 µs at
+    /// the rate, 11.0 µs in a closed loop (1.29×)", and a warning beyond `COST_RATIO_WARN`.
+    pub(crate) fn note(&self) -> Option<String> {
+        let (open, closed) = (self.cpu_us_per_req?, self.closed_loop_cpu_us_per_req?);
+        let ratio = open / closed;
+        let warn = if !(1.0 / COST_RATIO_WARN..=COST_RATIO_WARN).contains(&ratio) {
+            format!(
+                " — WARNING: over {COST_RATIO_WARN}× apart: at this load the cost per request is mostly {}, and a change in the response path may read differently at another load (--levels)",
+                if ratio > 1.0 {
+                    "per-wake-up overhead"
+                } else {
+                    "what saturation batches away"
+                }
+            )
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "load: {} at {:.2} of its closed-loop capacity ({:.0} req/s); CPU per request {open:.2} µs at the rate, {closed:.2} µs in a closed loop ({ratio:.2}×){warn}",
+            self.variant, self.fraction, self.closed_loop_rps
+        ))
+    }
 }
 
 impl Cell {
@@ -195,6 +245,55 @@ pub(crate) fn series_lines(c: &Cell) -> Vec<String> {
     lines
 }
 
+const PROFILE_HEADERS: [&str; 5] = [
+    "variant",
+    "function",
+    "self µs/req, baseline → variant",
+    "self: variant − baseline (95% CI)",
+    "inclusive: variant − baseline (95% CI)",
+];
+
+/// The `n` functions of each variant whose self time moved most, a row each.
+fn profile_rows(c: &Cell, n: usize) -> Vec<[String; 5]> {
+    let Some(p) = &c.profile else {
+        return Vec::new();
+    };
+    c.variants[1..]
+        .iter()
+        .flat_map(|v| p.top(&v.name, n))
+        .map(|f| {
+            [
+                f.variant.clone(),
+                f.function.clone(),
+                format!("{:.3} → {:.3}", f.own.baseline_us, f.own.variant_us),
+                f.own.text(),
+                f.inclusive.text(),
+            ]
+        })
+        .collect()
+}
+
+/// "Where the CPU went" in words: per variant, the total sampled difference.
+fn profile_heading(c: &Cell) -> Option<String> {
+    let p = c.profile.as_ref()?;
+    let totals: Vec<String> = p
+        .totals
+        .iter()
+        .map(|(name, d)| {
+            format!(
+                "{name} − {}: {} per request sampled",
+                c.variants[0].name,
+                d.text()
+            )
+        })
+        .collect();
+    Some(format!(
+        "where the CPU went ({} profiled rounds; µs per request; self: samples in the function itself, inclusive: with what it calls): {}",
+        p.rounds,
+        totals.join("; ")
+    ))
+}
+
 fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
@@ -258,6 +357,15 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
         }
         for f in flag_lines(c) {
             s += &format!("  flagged: {f}\n");
+        }
+        if let Some(h) = profile_heading(c) {
+            s += &format!("{h}\n");
+            for row in profile_rows(c, 10) {
+                s += &format!(
+                    "  {}: {}: self {}, inclusive {}\n",
+                    row[0], row[1], row[3], row[4]
+                );
+            }
         }
     }
     s
@@ -358,6 +466,17 @@ fn markdown_cell(r: &MatrixReport, c: &Cell) -> String {
     if fold {
         s += "\n</details>\n";
     }
+    if let Some(h) = profile_heading(c) {
+        s += &format!(
+            "\n{h}.\n\n| {} |\n|{}\n",
+            PROFILE_HEADERS.join(" | "),
+            "---|".repeat(5)
+        );
+        for row in profile_rows(c, 20) {
+            let cells: Vec<String> = row.iter().map(|v| v.replace('|', "\\|")).collect();
+            s += &format!("| {} |\n", cells.join(" | "));
+        }
+    }
     s += "\n<details><summary>Per-run checks</summary>\n\n";
     s += &checks_table(c);
     s += "\n</details>\n";
@@ -431,6 +550,34 @@ pub(crate) fn html(
                 s += &format!("<li>{}</li>\n", escape(&l));
             }
             s += "</ul>\n";
+        }
+        if let (Some(h), Some(p)) = (profile_heading(c), &c.profile) {
+            s += &format!("<h3>Where the CPU went</h3>\n<p>{}.</p>\n", escape(&h));
+            for (name, stacks) in &p.flame {
+                let svg = crate::profile::differential_svg(
+                    &format!("{name} against {} (ns per request)", c.variants[0].name),
+                    stacks,
+                )?;
+                // An image, not inline: inferno's SVG calls its script on load.
+                s += &format!(
+                    "<p><img alt=\"differential flame graph, {}\" style=\"max-width:100%\" src=\"data:image/svg+xml;base64,{}\"></p>\n",
+                    escape(name),
+                    base64::engine::general_purpose::STANDARD.encode(svg)
+                );
+            }
+            s += "<table>\n<tr>";
+            for h in PROFILE_HEADERS {
+                s += &format!("<th>{}</th>", escape(h));
+            }
+            s += "</tr>\n";
+            for row in profile_rows(c, 30) {
+                s += "<tr>";
+                for v in row {
+                    s += &format!("<td>{}</td>", escape(&v));
+                }
+                s += "</tr>\n";
+            }
+            s += "</table>\n";
         }
         let flags = flag_lines(c);
         if flags.is_empty() {
@@ -525,6 +672,9 @@ pub(crate) mod tests {
                 regime: "open loop at 5000 req/s".into(),
                 rounds: 12,
                 notes: vec!["servers kept".into()],
+                profiled_runs: Vec::new(),
+                profile: None,
+                capacity: Vec::new(),
             }],
         }
     }

@@ -7,6 +7,7 @@ use crate::cgroup::{self, Accounting};
 use crate::contam::{self, CpuTicks, Settings};
 use crate::fixture::{self, Scratch, Vars};
 use crate::procs::{self, PortRange, ServerProc, UsageSample};
+use crate::profile::record::{Recorder, WindowProfile};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -77,6 +78,9 @@ pub(crate) struct WindowReadings {
     pub after: HostSample,
     /// Machine settings at the window's start (server CPUs).
     pub settings: Settings,
+    /// The server cores' samples over the window, when asked for (`--profile`).
+    #[serde(default)]
+    pub profile: Option<WindowProfile>,
 }
 
 /// The processes started on one host for one comparison, stopped when dropped.
@@ -181,6 +185,11 @@ impl Station {
         }
     }
 
+    /// Every process of each of `ids`.
+    pub(crate) fn pids(&self, ids: &[u64]) -> Result<Vec<Vec<u32>>> {
+        ids.iter().map(|id| Ok(self.get(*id)?.pids())).collect()
+    }
+
     pub(crate) fn sample(&self, ids: &[u64]) -> Result<HostSample> {
         // The instant the reading starts: a cgroup's counters are read right after it (a
         // /proc tree's take longer, and are that much later).
@@ -235,24 +244,45 @@ fn sleep_until(t: SystemTime) {
     }
 }
 
-/// The readings of a window on this host: at `at` and `duration` later (this host's clock).
+/// The readings of a window on this host: at `at` and `duration` later (this host's clock);
+/// with `profile`, the running variants' cores sampled between the two.
 pub(crate) fn window_here(
     station: &Mutex<Station>,
     ids: &[u64],
     at: SystemTime,
     duration: Duration,
     cpu0: usize,
+    profile: bool,
 ) -> Result<WindowReadings> {
     let read = || lock(station).sample(ids);
+    let mut recorder = if profile {
+        let cpus = lock(station).server_cpus();
+        Some(Recorder::start(&cpus)?)
+    } else {
+        None
+    };
     sleep_until(at);
     let settings = contam::settings(cpu0);
+    if let Some(r) = &mut recorder {
+        r.enable()?;
+    }
     let before = read()?;
     sleep_until(at + duration);
     let after = read()?;
+    let profile = match recorder {
+        Some(mut r) => {
+            r.disable()?;
+            // Read while the processes live: perf resolves their symbols through them.
+            let pids = lock(station).pids(ids)?;
+            Some(r.finish(&pids)?)
+        }
+        None => None,
+    };
     Ok(WindowReadings {
         before,
         after,
         settings,
+        profile,
     })
 }
 

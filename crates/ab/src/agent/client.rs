@@ -216,6 +216,7 @@ impl AgentClient {
         at: SystemTime,
         duration: Duration,
         cpu0: usize,
+        profile: bool,
     ) -> Result<(WindowReadings, f64)> {
         let clock = self.clock()?;
         let at_agent = host::unix_s(at) + clock.offset_s;
@@ -224,6 +225,7 @@ impl AgentClient {
             at_unix_s: at_agent,
             duration_s: duration.as_secs_f64(),
             cpu0,
+            profile,
         };
         let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
         match self.call(&req, wait + duration + CALL_TIMEOUT)? {

@@ -35,6 +35,9 @@ pub(crate) enum AgentRequest {
         at_unix_s: f64,
         duration_s: f64,
         cpu0: usize,
+        /// Sample the server cores between the readings (`--profile`).
+        #[serde(default)]
+        profile: bool,
     },
     Exited {
         id: u64,

@@ -281,6 +281,7 @@ fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
             at_unix_s,
             duration_s,
             cpu0,
+            profile,
         } => {
             if !(0.0..=3600.0).contains(&duration_s) {
                 bail!("a window of {duration_s} s");
@@ -306,6 +307,7 @@ fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
                 at,
                 Duration::from_secs_f64(duration_s),
                 cpu0,
+                profile,
             )?))
         }
         AgentRequest::Exited { id } => AgentReply::Exited {
