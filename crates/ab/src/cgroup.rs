@@ -45,7 +45,7 @@ pub(crate) struct Usage {
 }
 
 /// The directories of one cgroup, one per hierarchy ab reads.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Dirs {
     /// v2: the one directory; v1: the cpuacct hierarchy's.
     cpu: PathBuf,
@@ -54,8 +54,9 @@ struct Dirs {
     memory: Option<PathBuf>,
 }
 
-/// A cgroup ab made for one process, removed by `remove` (or when dropped).
-#[derive(Debug)]
+/// A cgroup ab made for one process, removed by `remove` (or when dropped; or, by a later ab,
+/// from the record its server's scratch directory keeps, `procs::remove_left`).
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Cgroup {
     accounting: Accounting,
     dirs: Dirs,
@@ -67,6 +68,7 @@ pub(crate) struct Cgroup {
     /// A container's own memory cgroup: its memory is the container's, without its
     /// runtime's processes (`podman run`, conmon) that stay in the variant's cgroup.
     container_memory: Option<PathBuf>,
+    #[serde(skip)]
     removed: bool,
 }
 
@@ -331,6 +333,11 @@ impl Cgroup {
             pids.extend(pids_below(d));
         }
         pids
+    }
+
+    /// Whether it is still there (a record of it may outlive it).
+    pub(crate) fn exists(&self) -> bool {
+        self.dirs.cpu.exists()
     }
 
     /// Whether its memory is read from a memory controller (else from its processes).
