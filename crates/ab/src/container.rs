@@ -254,7 +254,7 @@ impl RunCommand {
         let mut notes = Vec::new();
         if !added.is_empty() {
             notes.push(format!(
-                "added {} (the container and its runtime's processes ({} run, conmon) measured together in the variant's cgroup, on the server CPUs)",
+                "added {} (the container and its runtime's processes ({} run, conmon) kept in the variant's cgroup and on the server CPUs)",
                 added.join(" "),
                 self.runtime[0].rsplit('/').next().unwrap_or_default()
             ));
@@ -356,14 +356,46 @@ impl Container {
             Some(id) => vec![id],
             None => self.labelled(),
         };
-        let removed = !ids.is_empty()
-            && self
+        if ids.is_empty() {
+            return ids;
+        }
+        let grace = grace.as_secs().max(1).to_string();
+        // podman's `rm -f -t N` stops the container with SIGTERM and N seconds of grace;
+        // docker's `rm` has no -t: `stop -t N` first.
+        if self.runtime_name() == "docker" {
+            let _ = self
                 .runtime()
-                .args(["rm", "-f", "-t", &grace.as_secs().max(1).to_string()])
+                .args(["stop", "-t", &grace])
+                .args(&ids)
+                .stdout(Stdio::null())
+                .status();
+        }
+        let mut rm = self.runtime();
+        rm.args(["rm", "-f"]);
+        if self.runtime_name() != "docker" {
+            rm.args(["-t", &grace]);
+        }
+        let mut removed = rm
+            .args(&ids)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        // A `--rm` container its runtime is already removing: `rm` fails; wait until it is gone.
+        let t0 = std::time::Instant::now();
+        while !removed && t0.elapsed() < Duration::from_secs(10) {
+            let exists = self
+                .runtime()
+                .args(["inspect", "--format", "{{.Id}}"])
                 .args(&ids)
                 .stdout(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success());
+            if !exists {
+                removed = true;
+            } else {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         if removed {
             ids
         } else {

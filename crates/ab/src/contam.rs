@@ -706,6 +706,19 @@ mod tests {
     }
 
     #[test]
+    fn the_variants_of_one_window_flagged_alike_are_said_once() {
+        // Two variants measured together: the same server cores, the same foreign CPU.
+        let after = "cpu0 170 0 70 1010 0 0 10 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let (a, b) = (
+            check(&readings(BEFORE, after, Some(60))),
+            check(&readings(BEFORE, after, Some(60))),
+        );
+        let once = distinct(a.repeat.iter().chain(&b.repeat));
+        assert_eq!(joined(once), "foreign CPU 30.0% on the server cores");
+        assert_eq!(a.repeat[0].kind(), "foreign CPU");
+    }
+
+    #[test]
     fn an_open_loop_client_behind_schedule_repeats_the_round() {
         let mut r = readings(BEFORE, QUIET, Some(58));
         assert!(check(&r).repeat.is_empty());

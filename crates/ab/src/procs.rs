@@ -197,7 +197,9 @@ impl ServerProc {
                 if !cg.has_memory() {
                     text.push_str(" (memory from its processes: no memory controller there)");
                 }
-                if self.daemon {
+                if self.container_pid.is_some() {
+                    text.push_str(" (read in its container's own cgroup, without the runtime's processes)");
+                } else if self.daemon {
                     text.push_str(" (a daemon: the started process exited, its cgroup kept running)");
                 }
                 text
@@ -222,7 +224,11 @@ impl ServerProc {
             if left > 0 {
                 if !self.daemon {
                     self.daemon = true;
+                    // Said once: a detached container is started again with its server.
+                    static SAID: std::sync::atomic::AtomicBool =
+                        std::sync::atomic::AtomicBool::new(false);
                     match &self.container {
+                        Some(_) if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {}
                         Some(c) => eprintln!(
                             "ab: `{} run` exited ({status}) and left its container running (detached): measured through its cgroup, removed when the variant stops",
                             c.runtime_name()
@@ -258,7 +264,7 @@ impl ServerProc {
         };
         if let Some(path) = cg.follow(pid) {
             self.notes.push(format!(
-                "container {} runs in cgroup {path}, outside {}: measured there too",
+                "container {} runs in cgroup {path}, outside {}: read there",
                 &id[..id.len().min(12)],
                 cg.path()
             ));
@@ -321,11 +327,11 @@ impl ServerProc {
     }
 
     /// CPU, memory and context switches of the server now.
-    pub(crate) fn sample(&self) -> UsageSample {
+    pub(crate) fn sample(&self) -> Result<UsageSample> {
         let Some(cg) = &self.cgroup else {
-            return sample_tree(self.pid());
+            return Ok(sample_tree(self.pid()));
         };
-        let u = cg.usage();
+        let u = cg.usage()?;
         let pids = cg.pids();
         let mut s = UsageSample {
             cpu_ns: u.cpu_ns,
@@ -342,7 +348,7 @@ impl ServerProc {
                 s.rss_kib += p.rss_kib;
             }
         }
-        s
+        Ok(s)
     }
 
     /// Whether CPU is read from a cgroup (exact at any window) or from a /proc tree.

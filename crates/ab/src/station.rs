@@ -189,7 +189,7 @@ impl Station {
         let unix_s = unix_s(SystemTime::now());
         let servers = ids
             .iter()
-            .map(|id| Ok(self.get(*id)?.sample()))
+            .map(|id| self.get(*id)?.sample())
             .collect::<Result<_>>()?;
         Ok(HostSample {
             servers,
