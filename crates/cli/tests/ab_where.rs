@@ -137,7 +137,8 @@ impl Runtime {
                 let sock = format!("unix://{}/docker.sock", dir.display());
                 let d = dir.display();
                 // Started in the background by `sh`, so that it is not this binary's child (and
-                // no zombie once stopped); stopped, and waited for, when the binary exits.
+                // no zombie once stopped); stopped, and waited for, when the binary exits (it
+                // leaves its network namespace's bind mount behind).
                 let st = Command::new("sh")
                     .arg("-c")
                     .arg(format!(
@@ -149,7 +150,7 @@ impl Runtime {
                     .unwrap();
                 assert!(st.success(), "starting dockerd");
                 at_exit(&format!(
-                    "pid=$(cat '{d}/sh.pid'); kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.1; done; rm -rf '{d}'"
+                    "pid=$(cat '{d}/sh.pid'); kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.1; done; umount '{d}'/exec/netns/*; rm -rf '{d}'"
                 ));
                 let r = Runtime {
                     program: "docker",
