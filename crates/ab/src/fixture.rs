@@ -142,7 +142,7 @@ pub(crate) fn wait_ready(
         if let Some(why) = server.exited() {
             bail!("exited during start-up ({why})");
         }
-        if crate::procs::interrupted() {
+        if procs::interrupted() {
             bail!("interrupted during start-up");
         }
         if std::net::TcpStream::connect((host, port)).is_ok() {
@@ -159,7 +159,7 @@ pub(crate) fn wait_ready(
     }
     if let Some(pid) = server.unpinned(cpus) {
         bail!(
-            "a process of it runs outside the CPUs given ({}), so its cores would be shared: {pid} (a container runtime resets the affinity ab gives: add --cpuset-cpus {{server_cpus}})",
+            "a process of it runs outside the CPUs given ({}), so its cores would be shared: {pid} (a container's own --cpuset-cpus, or a runtime that resets the affinity ab gives: --cpuset-cpus {{server_cpus}} keeps it there)",
             crate::contam::cpu_list(cpus)
         );
     }
