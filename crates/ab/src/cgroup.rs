@@ -2,7 +2,8 @@
 //! the command before it runs, read for CPU and memory, emptied and removed when the variant
 //! stops. Whatever the command does (forks a daemon and exits, starts a container whose
 //! runtime puts it under `--cgroup-parent {cgroup}`), its processes stay inside, so what is
-//! read is the variant's whole cost. Where no cgroup can be made, the /proc tree under the
+//! read is the variant's whole cost; of a container, its own cgroup's (`Cgroup::follow`),
+//! without the runtime's processes. Where no cgroup can be made, the /proc tree under the
 //! started process is the fallback (`Accounting::ProcTree`).
 
 use anyhow::{bail, Context, Result};
@@ -35,7 +36,7 @@ impl std::fmt::Display for Accounting {
 }
 
 /// A cgroup's counters at one instant.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Usage {
     pub cpu_ns: u64,
     pub user_ns: u64,
@@ -45,7 +46,7 @@ pub(crate) struct Usage {
 }
 
 /// The directories of one cgroup, one per hierarchy ab reads.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Dirs {
     /// v2: the one directory; v1: the cpuacct hierarchy's.
     cpu: PathBuf,
@@ -54,19 +55,21 @@ struct Dirs {
     memory: Option<PathBuf>,
 }
 
-/// A cgroup ab made for one process, removed by `remove` (or when dropped).
-#[derive(Debug)]
+/// A cgroup ab made for one process, removed by `remove` (or when dropped; or, by a later ab,
+/// from the record its server's scratch directory keeps, `procs::remove_left`).
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Cgroup {
     accounting: Accounting,
     dirs: Dirs,
     /// Its path inside the CPU hierarchy, as container runtimes take it (`--cgroup-parent`).
     path: String,
-    /// CPU hierarchy directories of the variant's processes that are not below this one (a
-    /// container whose runtime put it elsewhere): read with it, never removed.
-    extra_cpu: Vec<PathBuf>,
-    /// A container's own memory cgroup: its memory is the container's, without its
-    /// runtime's processes (`podman run`, conmon) that stay in the variant's cgroup.
+    /// A container's own CPU and memory cgroups (below this one, or where a command's own
+    /// `--cgroup-parent` put them): a container variant's CPU and memory are its container's,
+    /// without its runtime's processes that stay in the variant's cgroup (an attached
+    /// `podman run` took 0.7% of a variant's CPU, docs/AB.md). Read, never removed.
+    container_cpu: Option<PathBuf>,
     container_memory: Option<PathBuf>,
+    #[serde(skip)]
     removed: bool,
 }
 
@@ -144,10 +147,6 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-fn read_u64(path: &Path) -> Option<u64> {
-    read(path)?.trim().parse().ok()
-}
-
 /// `key value` lines (cpu.stat, memory.stat).
 fn stat_value(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
@@ -156,40 +155,57 @@ fn stat_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// A counter file's text; a cgroup that cannot be read is an error, never a zero.
+fn read_counters(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// `key`'s value in the `key value` file `path` read as `text`.
+fn counter(text: &str, key: &str, path: &Path) -> Result<u64> {
+    stat_value(text, key).with_context(|| format!("no `{key}` figure in {}", path.display()))
+}
+
 /// CPU of the cgroup at `dir` (its CPU hierarchy's directory): (total, user, system) ns.
-fn cpu_ns(dir: &Path, accounting: Accounting) -> (u64, u64, u64) {
+fn cpu_ns(dir: &Path, accounting: Accounting) -> Result<(u64, u64, u64)> {
     match accounting {
         Accounting::CgroupV1 => {
-            let total = read_u64(&dir.join("cpuacct.usage")).unwrap_or(0);
+            let usage = dir.join("cpuacct.usage");
+            let total: u64 = read_counters(&usage)?
+                .trim()
+                .parse()
+                .with_context(|| format!("{} is not a number", usage.display()))?;
             // cpuacct.stat's user and system ticks sum to the runtime (the kernel scales them
             // to it, as for /proc/PID/stat); cpuacct.usage_user and _sys are raw tick counts
             // that fell 35% short of it here.
-            let stat = read(&dir.join("cpuacct.stat")).unwrap_or_default();
+            let path = dir.join("cpuacct.stat");
+            let stat = read_counters(&path)?;
             let (user, system) = (
-                stat_value(&stat, "user").unwrap_or(0),
-                stat_value(&stat, "system").unwrap_or(0),
+                counter(&stat, "user", &path)?,
+                counter(&stat, "system", &path)?,
             );
             let user = (total as f64 * user as f64 / ((user + system) as f64).max(1.0)) as u64;
-            (total, user, total - user)
+            Ok((total, user, total - user))
         }
         Accounting::CgroupV2 => {
-            let stat = read(&dir.join("cpu.stat")).unwrap_or_default();
-            let us = |k| stat_value(&stat, k).unwrap_or(0) * 1000;
-            (us("usage_usec"), us("user_usec"), us("system_usec"))
+            let path = dir.join("cpu.stat");
+            let stat = read_counters(&path)?;
+            let us = |k| Ok::<_, anyhow::Error>(counter(&stat, k, &path)? * 1000);
+            Ok((us("usage_usec")?, us("user_usec")?, us("system_usec")?))
         }
-        Accounting::ProcTree => (0, 0, 0),
+        Accounting::ProcTree => Ok((0, 0, 0)),
     }
 }
 
 /// Anonymous memory of the cgroup at `dir` (its memory controller's directory) and its
 /// children (a container's runtime makes its own below), KiB.
-fn anon_kib(dir: &Path, accounting: Accounting) -> Option<u64> {
+fn anon_kib(dir: &Path, accounting: Accounting) -> Result<u64> {
     let key = match accounting {
         Accounting::CgroupV1 => "total_rss",
         Accounting::CgroupV2 => "anon",
-        Accounting::ProcTree => return None,
+        Accounting::ProcTree => return Ok(0),
     };
-    stat_value(&read(&dir.join("memory.stat"))?, key).map(|b| b / 1024)
+    let path = dir.join("memory.stat");
+    Ok(counter(&read_counters(&path)?, key, &path)? / 1024)
 }
 
 /// Every pid in the cgroup at `dir` and its children.
@@ -257,7 +273,7 @@ impl Cgroup {
             accounting,
             dirs: Dirs { cpu, memory },
             path: format!("{}/{name}", own_path.trim_end_matches('/')),
-            extra_cpu: Vec::new(),
+            container_cpu: None,
             container_memory: None,
             removed: false,
         })
@@ -281,9 +297,8 @@ impl Cgroup {
             .collect()
     }
 
-    /// Read the cgroups of a container's process `pid` too: its CPU where its runtime put it
-    /// outside this cgroup, and its memory in any case. Returns its CPU cgroup's path when
-    /// that is read besides.
+    /// Read a container's CPU and memory from the cgroups of its process `pid` from now on.
+    /// Returns its CPU cgroup's path where that is outside this one.
     pub(crate) fn follow(&mut self, pid: u32) -> Option<String> {
         let own = read(Path::new(&format!("/proc/{pid}/cgroup")))?;
         let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
@@ -300,37 +315,43 @@ impl Cgroup {
             Accounting::ProcTree => return None,
         };
         self.container_memory = memory.or(self.container_memory.take());
-        if cpu.starts_with(&self.dirs.cpu) || self.extra_cpu.iter().any(|d| cpu.starts_with(d)) {
-            return None;
-        }
-        self.extra_cpu.push(cpu);
-        Some(path)
+        let outside = !cpu.starts_with(&self.dirs.cpu);
+        self.container_cpu = Some(cpu);
+        outside.then_some(path)
     }
 
-    /// CPU and memory of the variant: its cgroup and the cgroups it follows.
-    pub(crate) fn usage(&self) -> Usage {
-        let mut u = Usage::default();
-        for dir in std::iter::once(&self.dirs.cpu).chain(&self.extra_cpu) {
-            let (total, user, system) = cpu_ns(dir, self.accounting);
-            u.cpu_ns += total;
-            u.user_ns += user;
-            u.system_ns += system;
-        }
-        u.anon_kib = self
-            .container_memory
-            .as_ref()
-            .or(self.dirs.memory.as_ref())
-            .and_then(|m| anon_kib(m, self.accounting));
-        u
+    /// CPU and memory of the variant: its container's where it follows one, else its own.
+    pub(crate) fn usage(&self) -> Result<Usage> {
+        let dir = self.container_cpu.as_ref().unwrap_or(&self.dirs.cpu);
+        let (cpu_ns, user_ns, system_ns) = cpu_ns(dir, self.accounting)?;
+        let anon_kib = match self.container_memory.as_ref().or(self.dirs.memory.as_ref()) {
+            Some(m) => Some(anon_kib(m, self.accounting)?),
+            None => None,
+        };
+        Ok(Usage {
+            cpu_ns,
+            user_ns,
+            system_ns,
+            anon_kib,
+        })
     }
 
-    /// Every process in it (and in the cgroups it follows).
+    /// Every process in it, and in the container's cgroup it follows.
     pub(crate) fn pids(&self) -> Vec<u32> {
         let mut pids = pids_below(&self.dirs.cpu);
-        for d in &self.extra_cpu {
-            pids.extend(pids_below(d));
+        if let Some(c) = self
+            .container_cpu
+            .as_ref()
+            .filter(|c| !c.starts_with(&self.dirs.cpu))
+        {
+            pids.extend(pids_below(c));
         }
         pids
+    }
+
+    /// Whether it is still there (a record of it may outlive it).
+    pub(crate) fn exists(&self) -> bool {
+        self.dirs.cpu.exists()
     }
 
     /// Whether its memory is read from a memory controller (else from its processes).

@@ -394,6 +394,7 @@ pub(crate) fn compare(a: &AbArgs) -> Result<MatrixReport> {
     let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
+    crate::fixture::remove_leftovers();
     let (server_host, host_report) = server_host(a)?;
     let client_hosts = client_hosts(a)?;
     let urls = client_hosts

@@ -129,6 +129,14 @@ pub(crate) fn sysfs_siblings(cpu: usize) -> Option<String> {
     ))
 }
 
+/// `0,2,3`: a CPU list as `taskset -c` and `--cpuset-cpus` take it (`{server_cpus}`).
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 pub(crate) fn parse_cpu_list(s: &str) -> Vec<usize> {
     s.split(',')
         .flat_map(|part| match part.split_once('-') {
@@ -215,6 +223,147 @@ pub(crate) struct Readings {
     pub series: Vec<f64>,
 }
 
+/// A contamination a run's readings show: its figures, said in words by `Display`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Flag {
+    Steal {
+        pct: f64,
+    },
+    /// CPU on the server cores outside the measured servers, besides irq and softirq.
+    ForeignCpu {
+        pct: f64,
+    },
+    /// Open loop: scheduled sends never made.
+    ClientBehind {
+        missed_pct: f64,
+        client_busy_pct: f64,
+    },
+    /// Open loop: sends made over 1 ms late.
+    ClientLate {
+        late_pct: f64,
+        client_busy_pct: f64,
+    },
+    /// Closed loop: req/s measures the client.
+    ClientSaturated {
+        busy_pct: f64,
+    },
+    SmtSiblings {
+        server_cpu: usize,
+        client_cpu: usize,
+    },
+    SettingChanged {
+        setting: &'static str,
+        from: String,
+        to: String,
+    },
+    NotSteady {
+        change_pct: f64,
+    },
+    /// A client host's window started this far from the agreed instant.
+    ClientWindowOff {
+        ms: f64,
+        host: String,
+    },
+    /// The server host's readings were this far from the agreed instant.
+    ServerReadingsOff {
+        ms: f64,
+    },
+}
+
+impl Flag {
+    /// What kind of contamination it is, for counting rounds by kind ("foreign CPU in 3").
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Flag::Steal { .. } => "steal",
+            Flag::ForeignCpu { .. } => "foreign CPU",
+            Flag::ClientBehind { .. } => "client behind",
+            Flag::ClientLate { .. } => "client late",
+            Flag::ClientSaturated { .. } => "client saturated",
+            Flag::SmtSiblings { .. } => "SMT siblings",
+            Flag::SettingChanged { .. } => "setting changed",
+            Flag::NotSteady { .. } => "not steady",
+            Flag::ClientWindowOff { .. } => "client window off",
+            Flag::ServerReadingsOff { .. } => "server readings off",
+        }
+    }
+}
+
+impl std::fmt::Display for Flag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flag::Steal { pct } => write!(f, "steal {pct:.1}%"),
+            Flag::ForeignCpu { pct } => write!(f, "foreign CPU {pct:.1}% on the server cores"),
+            Flag::ClientBehind {
+                missed_pct,
+                client_busy_pct,
+            } => write!(
+                f,
+                "client behind: {missed_pct:.1}% of the scheduled sends not made (client cores {client_busy_pct:.0}% busy)"
+            ),
+            Flag::ClientLate {
+                late_pct,
+                client_busy_pct,
+            } => write!(
+                f,
+                "client late: {late_pct:.1}% of the sends over 1 ms late (client cores {client_busy_pct:.0}% busy)"
+            ),
+            Flag::ClientSaturated { busy_pct } => {
+                write!(f, "client cores {busy_pct:.0}% busy: req/s measures the client")
+            }
+            Flag::SmtSiblings {
+                server_cpu,
+                client_cpu,
+            } => write!(
+                f,
+                "SMT siblings: server CPU {server_cpu} and client CPU {client_cpu}"
+            ),
+            Flag::SettingChanged { setting, from, to } => {
+                write!(f, "{setting} changed: {from} → {to}")
+            }
+            Flag::NotSteady { change_pct } => write!(
+                f,
+                "not steady: req/s {change_pct:+.1}% from the first to the last third"
+            ),
+            Flag::ClientWindowOff { ms, host } => write!(
+                f,
+                "client window off: up to {ms:.1} ms from the agreed start ({host})"
+            ),
+            Flag::ServerReadingsOff { ms } => write!(
+                f,
+                "server readings off: up to {ms:.1} ms from the agreed start"
+            ),
+        }
+    }
+}
+
+/// In reports, a flag is its words.
+impl Serialize for Flag {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Flags in words, one after the other.
+pub(crate) fn joined<'a>(flags: impl IntoIterator<Item = &'a Flag>) -> String {
+    flags
+        .into_iter()
+        .map(Flag::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The flags of several runs (the variants of one window), each once: runs measured together
+/// share the server cores' readings, and so their flags.
+pub(crate) fn distinct<'a>(flags: impl IntoIterator<Item = &'a Flag>) -> Vec<&'a Flag> {
+    let mut out: Vec<&Flag> = Vec::new();
+    for f in flags {
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
 /// The checks of one run, with the flags raised.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Checks {
@@ -230,14 +379,14 @@ pub(crate) struct Checks {
     pub client_busy_pct: f64,
     pub settings: Settings,
     pub steady: Option<Steady>,
-    pub flags: Vec<String>,
+    pub flags: Vec<Flag>,
     /// The server cores' tasks were busy (over `BUSY_FOR_PLAUSIBILITY_PCT`) and the measured
     /// servers had under `MEASURED_MIN_SHARE` of their time.
     pub served_elsewhere: bool,
     /// The flags that say this run's round is contaminated by something outside the servers
     /// (steal, foreign CPU on the server cores, a client that fell behind): the round is run
     /// again. Decided from these readings alone, never from the metrics compared.
-    pub repeat: Vec<String>,
+    pub repeat: Vec<Flag>,
 }
 
 fn delta(stat: &Stat, cpus: &[usize], f: fn(&CpuTicks) -> u64) -> f64 {
@@ -355,17 +504,18 @@ pub(crate) fn check(r: &Readings) -> Checks {
         .min(100.0);
     let mut repeat = Vec::new();
     if steal_pct > STEAL_PCT {
-        repeat.push(format!("steal {steal_pct:.1}%"));
+        repeat.push(Flag::Steal { pct: steal_pct });
     }
-    if let Some(f) = foreign_pct.filter(|f| *f > FOREIGN_PCT) {
-        repeat.push(format!("foreign CPU {f:.1}% on the server cores"));
+    if let Some(pct) = foreign_pct.filter(|f| *f > FOREIGN_PCT) {
+        repeat.push(Flag::ForeignCpu { pct });
     }
     match r.missed_pct {
         // Open loop: the rate is fixed, so a client that falls behind shows as missed sends,
         // not as req/s.
-        Some(missed) if missed > MISSED_PCT => repeat.push(format!(
-            "client behind: {missed:.1}% of the scheduled sends not made (client cores {client_busy_pct:.0}% busy)"
-        )),
+        Some(missed_pct) if missed_pct > MISSED_PCT => repeat.push(Flag::ClientBehind {
+            missed_pct,
+            client_busy_pct,
+        }),
         _ => {}
     }
     // A client late more often than at the pilot's check of the same rate was held up by
@@ -374,8 +524,9 @@ pub(crate) fn check(r: &Readings) -> Checks {
     let late = r
         .late_pct
         .filter(|l| *l > r.late_limit_pct.unwrap_or(CLIENT_LATE_MAX_PCT))
-        .map(|l| {
-            format!("client late: {l:.1}% of the sends over 1 ms late (client cores {client_busy_pct:.0}% busy)")
+        .map(|late_pct| Flag::ClientLate {
+            late_pct,
+            client_busy_pct,
         });
     let late_flag_only = match r.late_limit_pct {
         Some(_) => {
@@ -387,30 +538,36 @@ pub(crate) fn check(r: &Readings) -> Checks {
     let mut flags = repeat.clone();
     flags.extend(late_flag_only);
     if r.missed_pct.is_none() && client_busy_pct >= CLIENT_SATURATED_PCT {
-        flags.push(format!(
-            "client cores {client_busy_pct:.0}% busy: req/s measures the client"
-        ));
+        flags.push(Flag::ClientSaturated {
+            busy_pct: client_busy_pct,
+        });
     }
-    for (s, c) in &r.smt {
-        flags.push(format!("SMT siblings: server CPU {s} and client CPU {c}"));
+    for &(server_cpu, client_cpu) in &r.smt {
+        flags.push(Flag::SmtSiblings {
+            server_cpu,
+            client_cpu,
+        });
     }
     let (now, then) = (&r.start, &r.reference);
-    for (what, a, b) in [
+    for (setting, a, b) in [
         ("governor", &then.governor, &now.governor),
         ("boost", &then.boost, &now.boost),
         ("THP", &then.thp, &now.thp),
     ] {
         if a != b {
             let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "n/a".into());
-            flags.push(format!("{what} changed: {} → {}", show(a), show(b)));
+            flags.push(Flag::SettingChanged {
+                setting,
+                from: show(a),
+                to: show(b),
+            });
         }
     }
     let steady = steady_state(&r.series);
     if let Some(s) = steady.as_ref().filter(|s| !s.steady) {
-        flags.push(format!(
-            "not steady: req/s {:+.1}% from the first to the last third",
-            s.change_pct
-        ));
+        flags.push(Flag::NotSteady {
+            change_pct: s.change_pct,
+        });
     }
     Checks {
         steal_pct,
@@ -483,7 +640,7 @@ mod tests {
         // cpu1 fully busy.
         let after = "cpu0 170 0 70 1010 0 0 10 5 0 0\ncpu1 290 0 30 900 0 0 5 0 0 0\n";
         let c = check(&readings(BEFORE, after, Some(60)));
-        let text = c.flags.join("; ");
+        let text = joined(&c.flags);
         assert!(text.contains("foreign CPU 30.0%"), "{text}");
         assert!(text.contains("steal 2.5%"), "{text}");
         assert!(text.contains("client cores 100% busy"), "{text}");
@@ -549,6 +706,19 @@ mod tests {
     }
 
     #[test]
+    fn the_variants_of_one_window_flagged_alike_are_said_once() {
+        // Two variants measured together: the same server cores, the same foreign CPU.
+        let after = "cpu0 170 0 70 1010 0 0 10 0 0 0\ncpu1 240 0 28 950 0 0 7 0 0 0\n";
+        let (a, b) = (
+            check(&readings(BEFORE, after, Some(60))),
+            check(&readings(BEFORE, after, Some(60))),
+        );
+        let once = distinct(a.repeat.iter().chain(&b.repeat));
+        assert_eq!(joined(once), "foreign CPU 30.0% on the server cores");
+        assert_eq!(a.repeat[0].kind(), "foreign CPU");
+    }
+
+    #[test]
     fn an_open_loop_client_behind_schedule_repeats_the_round() {
         let mut r = readings(BEFORE, QUIET, Some(58));
         assert!(check(&r).repeat.is_empty());
@@ -556,7 +726,9 @@ mod tests {
         let c = check(&r);
         assert_eq!(c.repeat, c.flags);
         assert!(
-            c.flags[0].starts_with("client behind: 3.0% of the scheduled sends not made"),
+            c.flags[0]
+                .to_string()
+                .starts_with("client behind: 3.0% of the scheduled sends not made"),
             "{:?}",
             c.flags
         );
@@ -575,7 +747,9 @@ mod tests {
         let c = check(&r);
         assert_eq!(c.repeat, c.flags);
         assert!(
-            c.flags[0].starts_with("client late: 12.5% of the sends over 1 ms late"),
+            c.flags[0]
+                .to_string()
+                .starts_with("client late: 12.5% of the sends over 1 ms late"),
             "{:?}",
             c.flags
         );
@@ -592,7 +766,7 @@ mod tests {
         let c = check(&r);
         assert!(c.repeat.is_empty());
         assert!(
-            c.flags[0].starts_with("client late: 30.0%"),
+            c.flags[0].to_string().starts_with("client late: 30.0%"),
             "{:?}",
             c.flags
         );
@@ -605,7 +779,7 @@ mod tests {
         // ab's own load moves it in every run: it says nothing about the machine.
         r.start.load1 = 3.5;
         r.smt = smt_shared(&[0], &[1], |_| Some("0-1".into()));
-        let text = check(&r).flags.join("; ");
+        let text = joined(&check(&r).flags);
         assert!(text.contains("THP changed: madvise → always"), "{text}");
         assert!(!text.contains("load average"), "{text}");
         assert!(

@@ -3,7 +3,7 @@
 //! comparison on their own CPUs and are never measured.
 
 use crate::cgroup::Cgroup;
-use crate::procs::ServerProc;
+use crate::procs::{self, ServerProc};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -34,12 +34,15 @@ impl Vars {
 /// when dropped.
 pub(crate) struct Scratch(PathBuf);
 
+/// How every scratch directory's name begins, followed by its ab's pid.
+const PREFIX: &str = "loadterm-ab-";
+
 impl Scratch {
     pub(crate) fn new(tag: &str) -> Result<Scratch> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
-            "loadterm-ab-{}-{n}-{}",
+            "{PREFIX}{}-{n}-{}",
             std::process::id(),
             tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
         ));
@@ -68,12 +71,49 @@ impl Drop for Scratch {
     }
 }
 
-/// `0,2,3`: a CPU list as `taskset -c` and `--cpuset-cpus` take it (`{server_cpus}`).
-pub(crate) fn cpu_list(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+/// Remove what an earlier ab (or agent) on this host left, killed (SIGKILL) before it could
+/// stop its servers: for each scratch directory or report of a process that is gone, the
+/// container, processes and cgroup its server left (`procs::remove_left`), then the directory.
+/// Said on stderr.
+pub(crate) fn remove_leftovers() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| {
+            n.strip_prefix(PREFIX)?
+                .split('-')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        }) else {
+            continue;
+        };
+        if pid == std::process::id() || alive(pid) {
+            continue;
+        }
+        let path = e.path();
+        if path.is_dir() {
+            let removed = procs::remove_left(&path);
+            if !removed.is_empty() {
+                eprintln!(
+                    "ab: removed what an earlier ab (pid {pid}, gone) left: {}",
+                    removed.join(", ")
+                );
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
 }
 
 /// `{cgroup}`: the cgroup made for the process, for a container runtime's `--cgroup-parent`.
@@ -90,7 +130,7 @@ pub(crate) fn set_cgroup(vars: &mut Vars, cgroup: Option<&Cgroup>, command: &str
 
 /// Wait until something answers on `host:port`, and check that it is `server`'s: a process in
 /// its cgroup (or /proc tree), or in the container it started; and that all of them run on
-/// `cpus`. Returns where a container was found, when outside the server's own cgroup.
+/// `cpus`. Returns what ab changed in a container's command and found of it (`ServerProc::located`).
 pub(crate) fn wait_ready(
     server: &mut ServerProc,
     host: &str,
@@ -102,6 +142,9 @@ pub(crate) fn wait_ready(
         if let Some(why) = server.exited() {
             bail!("exited during start-up ({why})");
         }
+        if procs::interrupted() {
+            bail!("interrupted during start-up");
+        }
         if std::net::TcpStream::connect((host, port)).is_ok() {
             break;
         }
@@ -110,14 +153,14 @@ pub(crate) fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let located = server.locate();
+    let located = server.located();
     if !server.owns_port(port) {
         return Err(crate::contam::Implausible(format!("{host}:{port} is answered by a process outside what ab started and measures (the command's cgroup, or its /proc tree where no cgroup could be made): an already running server or container, or a port shared via SO_REUSEPORT")).into());
     }
     if let Some(pid) = server.unpinned(cpus) {
         bail!(
-            "a process of it runs outside the CPUs given ({}), so its cores would be shared: {pid} (a container runtime resets the affinity ab gives: add --cpuset-cpus {{server_cpus}})",
-            cpu_list(cpus)
+            "a process of it runs outside the CPUs given ({}), so its cores would be shared: {pid} (a container's own --cpuset-cpus, or a runtime that resets the affinity ab gives: --cpuset-cpus {{server_cpus}} keeps it there)",
+            crate::contam::cpu_list(cpus)
         );
     }
     Ok(located)

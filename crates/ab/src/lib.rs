@@ -5,6 +5,7 @@ mod cell;
 mod cgroup;
 pub mod cli;
 mod compare;
+mod container;
 mod contam;
 mod env;
 mod export;

@@ -7,7 +7,7 @@
 //!   server's CPU read in nanoseconds at both ends of that window.
 
 use crate::cgroup::Accounting;
-use crate::contam::{self, Checks, CpuTicks, Readings, Settings, Stat};
+use crate::contam::{self, Checks, CpuTicks, Flag, Readings, Settings, Stat};
 use crate::fixture::Vars;
 use crate::host::{ClientHost, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
@@ -374,19 +374,18 @@ pub(crate) fn windows(
         )?;
         for (l, h) in loaded.iter().zip(client_hosts.iter()) {
             if l.off_s > window_slack_s(duration) {
-                let flag = format!(
-                    "client window off: up to {:.1} ms from the agreed start ({h:?})",
-                    l.off_s * 1e3
-                );
+                let flag = Flag::ClientWindowOff {
+                    ms: l.off_s * 1e3,
+                    host: format!("{h:?}"),
+                };
                 run.checks.flags.push(flag.clone());
                 run.checks.repeat.push(flag);
             }
         }
         if window.misaligned_s > window_slack_s(duration) {
-            let flag = format!(
-                "server readings off: up to {:.1} ms from the agreed start",
-                window.misaligned_s * 1e3
-            );
+            let flag = Flag::ServerReadingsOff {
+                ms: window.misaligned_s * 1e3,
+            };
             run.checks.flags.push(flag.clone());
             run.checks.repeat.push(flag);
         }
@@ -487,9 +486,6 @@ fn start_server(
             ready_on_tls: !matches!(spec.proto.as_str(), "h1" | "h2c"),
         })
         .with_context(|| format!("variant {variant}"))?;
-    if let Some(found) = &launched.located {
-        eprintln!("ab: {found}");
-    }
     let (scheme, port) = if matches!(spec.proto.as_str(), "h1" | "h2c") {
         ("http", launched.clear_port)
     } else {
@@ -500,6 +496,9 @@ fn start_server(
     if let Ok(mut said) = SAID.lock() {
         if !said.iter().any(|v| v == variant) {
             said.push(variant.to_owned());
+            if let Some(found) = &launched.located {
+                eprintln!("ab: variant {variant}: {found}");
+            }
             eprintln!(
                 "ab: variant {variant}: CPU and memory from {}",
                 launched.describe

@@ -3,6 +3,8 @@
 //! stopped with SIGTERM then SIGKILL, their containers through the runtime.
 
 use crate::cgroup::{self, Accounting, Cgroup};
+use crate::container::{Container, RunCommand};
+use crate::contam;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -73,80 +75,20 @@ pub(crate) fn pin_self(cpus: &[usize]) {
 /// and the container it runs, if it is one.
 pub(crate) struct ServerProc {
     child: Child,
+    /// The command as run (with what ab added to a container's `run`).
+    command: String,
     /// Where its stderr goes (a file, not a pipe: a long-lived process writing logs would block
     /// on a full pipe nobody reads).
     log: std::path::PathBuf,
     cgroup: Option<Cgroup>,
     container: Option<Container>,
+    /// The container's first process, once found (`locate`).
+    container_pid: Option<u32>,
+    /// What ab changed in a container's command and found of it, for the user.
+    notes: Vec<String>,
     /// The started process exited and left processes in its cgroup: a daemon, measured and
     /// stopped through the cgroup.
     daemon: bool,
-}
-
-/// A `podman run` / `docker run` variant: the runtime's command and the file ab asked it to
-/// write the container's id into (`--cidfile`).
-struct Container {
-    runtime: String,
-    cidfile: std::path::PathBuf,
-}
-
-impl Container {
-    fn id(&self) -> Option<String> {
-        std::fs::read_to_string(&self.cidfile)
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-    }
-
-    /// The container's first process, as its runtime reports it.
-    fn pid(&self) -> Option<u32> {
-        let out = Command::new(&self.runtime)
-            .args(["inspect", "--format", "{{.State.Pid}}"])
-            .arg(self.id()?)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .ok()
-            .filter(|p| *p > 0)
-    }
-
-    /// Stop and remove the container (it may outlive its `run` command: detached, or a
-    /// runtime killed before it could forward the signal).
-    fn remove(&self, grace: Duration) {
-        if let Some(id) = self.id() {
-            let _ = Command::new(&self.runtime)
-                .args(["rm", "-f", "-t", &grace.as_secs().max(1).to_string(), &id])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// The container runtime a command runs (`podman run …`, `docker run …`), and the command
-/// with `--cidfile FILE` added after `run` unless it names one already.
-fn container_command(command: &str, cidfile: &std::path::Path) -> Option<(String, String)> {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let at = words.windows(2).position(|w| {
-        matches!(w[0].rsplit('/').next(), Some("podman") | Some("docker")) && w[1] == "run"
-    })?;
-    let runtime = words[at].to_owned();
-    if command.contains("--cidfile") {
-        return None;
-    }
-    // After the first "RUNTIME run": the word boundaries of the original are kept.
-    let key = format!("{runtime} run");
-    let pos = command.find(&key)? + key.len();
-    let with = format!(
-        "{} --cidfile {}{}",
-        &command[..pos],
-        cidfile.display(),
-        &command[pos..]
-    );
-    Some((runtime, with))
 }
 
 /// CPU, memory and scheduling counters of a server at one instant.
@@ -168,7 +110,7 @@ pub(crate) struct UsageSample {
 impl ServerProc {
     /// Start `command` through `sh -c` in its own process group, pinned to `cpus`, inside
     /// `cgroup` (made for it, removed when it stops), with its stderr and any container id
-    /// file in `dir`.
+    /// file in `dir` (whose name labels its container).
     #[allow(unsafe_code)] // entering the cgroup between fork and exec
     pub(crate) fn start(
         command: &str,
@@ -179,16 +121,29 @@ impl ServerProc {
         let log = dir.join("stderr");
         let err = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
-        let (container, command) = match container_command(command, &dir.join("cid")) {
-            Some((runtime, with)) => (
-                Some(Container {
-                    runtime,
-                    cidfile: dir.join("cid"),
-                }),
-                with,
-            ),
-            None => (None, command.to_owned()),
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let (container, command, notes) = match RunCommand::parse(command) {
+            Some(run) => {
+                let cidfile = dir.join("cid");
+                let (with, notes) = run.adapt(
+                    command,
+                    &cidfile,
+                    name,
+                    cgroup.as_ref().map(Cgroup::path),
+                    &contam::cpu_list(cpus),
+                );
+                let cidfile = run.cidfile.map_or(cidfile, std::path::PathBuf::from);
+                (
+                    Some(Container::new(run.runtime, cidfile, name)),
+                    with,
+                    notes,
+                )
+            }
+            None => (None, command.to_owned(), Vec::new()),
         };
+        let left = serde_json::json!({ "cgroup": &cgroup, "container": &container });
+        std::fs::write(dir.join(LEFT), left.to_string())
+            .with_context(|| format!("cannot write {}", dir.join(LEFT).display()))?;
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(&command)
@@ -207,11 +162,19 @@ impl ServerProc {
             .with_context(|| format!("cannot start `{command}`"))?;
         Ok(ServerProc {
             child,
+            command,
             log,
             cgroup,
             container,
+            container_pid: None,
+            notes,
             daemon: false,
         })
+    }
+
+    /// The command as run.
+    pub(crate) fn command(&self) -> &str {
+        &self.command
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -234,7 +197,9 @@ impl ServerProc {
                 if !cg.has_memory() {
                     text.push_str(" (memory from its processes: no memory controller there)");
                 }
-                if self.daemon {
+                if self.container_pid.is_some() {
+                    text.push_str(" (read in its container's own cgroup, without the runtime's processes)");
+                } else if self.daemon {
                     text.push_str(" (a daemon: the started process exited, its cgroup kept running)");
                 }
                 text
@@ -244,43 +209,72 @@ impl ServerProc {
     }
 
     /// Whether the server is gone (its stderr then explains why). A started process that
-    /// exited and left processes in its cgroup is a daemon: still running.
+    /// exited and left processes in its cgroup is a daemon: still running; so is a detached
+    /// container (`RUNTIME run -d` exits once it has started it).
     pub(crate) fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => {
-                if let Some(cg) = &self.cgroup {
-                    let left = cg.pids().len();
-                    if left > 0 {
-                        if !self.daemon {
-                            self.daemon = true;
-                            eprintln!(
-                                "ab: the started process exited ({status}) and left {left} processes in its cgroup: measured through the cgroup, stopped with it"
-                            );
-                        }
-                        return None;
+        let status = match self.child.try_wait() {
+            Ok(Some(status)) => status,
+            _ => return None,
+        };
+        if self.container.is_some() && status.success() {
+            self.locate();
+        }
+        if let Some(cg) = &self.cgroup {
+            let left = cg.pids().len();
+            if left > 0 {
+                if !self.daemon {
+                    self.daemon = true;
+                    // Said once: a detached container is started again with its server.
+                    static SAID: std::sync::atomic::AtomicBool =
+                        std::sync::atomic::AtomicBool::new(false);
+                    match &self.container {
+                        Some(_) if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {}
+                        Some(c) => eprintln!(
+                            "ab: `{} run` exited ({status}) and left its container running (detached): measured through its cgroup, removed when the variant stops",
+                            c.runtime_name()
+                        ),
+                        None => eprintln!(
+                            "ab: the started process exited ({status}) and left {left} processes in its cgroup: measured through the cgroup, stopped with it"
+                        ),
                     }
                 }
-                let err = std::fs::read_to_string(&self.log).unwrap_or_default();
-                let lines: Vec<&str> = err.lines().collect();
-                let tail = lines[lines.len().saturating_sub(5)..].join(" / ");
-                Some(format!("{status}: {}", tail.trim()))
+                return None;
             }
-            _ => None,
+        }
+        let err = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = err.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" / ");
+        Some(format!("{status}: {}", tail.trim()))
+    }
+
+    /// A container's first process and cgroups, once it runs: its memory is read from its own
+    /// cgroup, and its CPU too where its runtime put it outside the variant's (a command's own
+    /// `--cgroup-parent`). Said in `notes`.
+    fn locate(&mut self) {
+        if self.container_pid.is_some() {
+            return;
+        }
+        let Some(c) = &self.container else { return };
+        let (Some(id), Some(pid)) = (c.id(), c.pid()) else {
+            return;
+        };
+        self.container_pid = Some(pid);
+        let Some(cg) = self.cgroup.as_mut() else {
+            return;
+        };
+        if let Some(path) = cg.follow(pid) {
+            self.notes.push(format!(
+                "container {} runs in cgroup {path}, outside {}: read there",
+                &id[..id.len().min(12)],
+                cg.path()
+            ));
         }
     }
 
-    /// Once the server answers: a container's cgroup, where its runtime put it outside the
-    /// server's own (no `--cgroup-parent {cgroup}`), is read too. Returns what was found.
-    pub(crate) fn locate(&mut self) -> Option<String> {
-        let c = self.container.as_ref()?;
-        let (id, pid) = (c.id()?, c.pid()?);
-        let cg = self.cgroup.as_mut()?;
-        let path = cg.follow(pid)?;
-        Some(format!(
-            "container {} runs in cgroup {path}, outside {}: measured there too (--cgroup-parent {{cgroup}} keeps it below)",
-            &id[..id.len().min(12)],
-            cg.path()
-        ))
+    /// Once the server answers: what ab changed in a container's command and found of it.
+    pub(crate) fn located(&mut self) -> Option<String> {
+        self.locate();
+        (!self.notes.is_empty()).then(|| self.notes.join("; "))
     }
 
     /// Every process of the server: its cgroup's, or its /proc tree.
@@ -304,7 +298,7 @@ impl ServerProc {
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
                 .trim()
                 .to_owned();
-            crate::contam::parse_cpu_list(&list)
+            contam::parse_cpu_list(&list)
                 .iter()
                 .any(|c| !cpus.contains(c))
                 .then(|| format!("{pid}: CPUs {list}"))
@@ -333,11 +327,11 @@ impl ServerProc {
     }
 
     /// CPU, memory and context switches of the server now.
-    pub(crate) fn sample(&self) -> UsageSample {
+    pub(crate) fn sample(&self) -> Result<UsageSample> {
         let Some(cg) = &self.cgroup else {
-            return sample_tree(self.pid());
+            return Ok(sample_tree(self.pid()));
         };
-        let u = cg.usage();
+        let u = cg.usage()?;
         let pids = cg.pids();
         let mut s = UsageSample {
             cpu_ns: u.cpu_ns,
@@ -354,7 +348,7 @@ impl ServerProc {
                 s.rss_kib += p.rss_kib;
             }
         }
-        s
+        Ok(s)
     }
 
     /// Whether CPU is read from a cgroup (exact at any window) or from a /proc tree.
@@ -362,13 +356,12 @@ impl ServerProc {
         self.cgroup.is_some()
     }
 
-    /// Stop the server: its container through the runtime, SIGTERM to its process group,
-    /// SIGKILL after `grace`, then whatever is left in its cgroup, which is removed.
+    /// Stop the server: SIGTERM to its process group (an attached `RUNTIME run` forwards it
+    /// to its container, and with `--rm` removes it), its container removed through the
+    /// runtime (detached, or left by a `run` that did not finish), SIGKILL after `grace`, then
+    /// whatever is left in its cgroup, which is removed.
     #[allow(unsafe_code)] // kill
     pub(crate) fn stop(mut self, grace: Duration) {
-        if let Some(c) = &self.container {
-            c.remove(grace);
-        }
         let pgid = self.pid() as i32;
         // SAFETY: plain kill(2) on our own child's process group.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
@@ -378,6 +371,9 @@ impl ServerProc {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(c) = &self.container {
+            c.remove(grace);
         }
         // SAFETY: as above; the group may already be gone.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
@@ -392,6 +388,44 @@ impl ServerProc {
             }
         }
     }
+}
+
+/// The file of a server's scratch directory that records its cgroup and container.
+const LEFT: &str = "left.json";
+
+/// What `LEFT` records.
+#[derive(serde::Deserialize)]
+struct Left {
+    cgroup: Option<Cgroup>,
+    container: Option<Container>,
+}
+
+/// Remove what the server whose scratch directory is `dir` left, its ab killed before it could
+/// stop it (SIGKILL): its container, the processes left in its cgroup, the cgroup. Returns
+/// what was removed, in words.
+pub(crate) fn remove_left(dir: &std::path::Path) -> Vec<String> {
+    let Some(left) = std::fs::read_to_string(dir.join(LEFT))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Left>(&t).ok())
+    else {
+        return Vec::new();
+    };
+    let grace = Duration::from_secs(1);
+    let mut removed: Vec<String> = left
+        .container
+        .iter()
+        .flat_map(|c| c.remove(grace))
+        .map(|id| format!("container {}", &id[..id.len().min(12)]))
+        .collect();
+    if let Some(cg) = left.cgroup.filter(Cgroup::exists) {
+        let path = cg.path().to_owned();
+        match cg.remove(grace) {
+            Ok(()) => removed.push(format!("cgroup {path}")),
+            Err(e) => eprintln!("ab: {e:#}"),
+        }
+        cgroup::remove_runtime_leftovers(&path);
+    }
+    removed
 }
 
 /// Every pid of the tree rooted at `root`.
@@ -579,31 +613,5 @@ pub(crate) fn clk_tck() -> f64 {
         t as f64
     } else {
         100.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_container_run_gets_a_cidfile_after_run() {
-        let cid = std::path::Path::new("/tmp/x/cid");
-        let (runtime, with) = container_command(
-            "podman run --rm --network host img /bin/loadterm serve",
-            cid,
-        )
-        .unwrap();
-        assert_eq!(runtime, "podman");
-        assert_eq!(
-            with,
-            "podman run --cidfile /tmp/x/cid --rm --network host img /bin/loadterm serve"
-        );
-        let (runtime, _) = container_command("exec /usr/bin/docker run img", cid).unwrap();
-        assert_eq!(runtime, "/usr/bin/docker");
-        // The user's own --cidfile is theirs; a plain command is no container.
-        assert!(container_command("podman run --cidfile /c img", cid).is_none());
-        assert!(container_command("loadterm serve --run", cid).is_none());
-        assert!(container_command("podman ps", cid).is_none());
     }
 }

@@ -184,7 +184,7 @@ fn flag_lines(c: &Cell) -> Vec<String> {
                 "{aa}round {}, {}: {}",
                 r.round + 1,
                 r.variant,
-                r.checks.flags.join("; ")
+                crate::contam::joined(&r.checks.flags)
             )
         })
         .collect()
@@ -622,10 +622,10 @@ pub(crate) mod tests {
             ));
         }
         for (n, r) in runs.iter_mut().take(flagged).enumerate() {
-            r.checks.flags.push(format!(
-                "foreign CPU {:.1}% on the server cores <pid {n}>",
-                5.0 + n as f64
-            ));
+            r.checks.flags.push(crate::contam::Flag::ClientWindowOff {
+                ms: 5.0 + n as f64,
+                host: format!("<pid {n}>"),
+            });
         }
         let noise = |m: Metric| {
             let (lo, hi) = compare::compare(m, "A", "A'", &runs, None)?.ci_pct?;

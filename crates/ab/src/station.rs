@@ -58,7 +58,8 @@ pub(crate) struct Launched {
     pub in_cgroup: bool,
     /// What ab reads, in words ("cgroup v1 ...").
     pub describe: String,
-    /// Where a container was found, when outside the process's own cgroup.
+    /// What ab changed in a container's command (options it added, a name made unique) and
+    /// found of it (a cgroup outside the process's own), in words.
     pub located: Option<String>,
 }
 
@@ -117,7 +118,7 @@ impl Station {
                 vars.set("clear_port", clear);
                 vars.set("tls_port", tls);
                 vars.set("variant", &l.tag);
-                vars.set("server_cpus", fixture::cpu_list(&l.cpus));
+                vars.set("server_cpus", contam::cpu_list(&l.cpus));
             }
             LaunchRole::Backend => {
                 vars.set("backend_port", clear);
@@ -137,6 +138,7 @@ impl Station {
         let located = match fixture::wait_ready(&mut server, &l.host, port, &l.cpus) {
             Ok(found) => found,
             Err(e) => {
+                let command = server.command().to_owned();
                 server.stop(Duration::from_secs(3));
                 return Err(e.context(format!("{}: `{command}`", l.tag)));
             }
@@ -146,7 +148,7 @@ impl Station {
             id: self.next,
             clear_port: clear,
             tls_port: tls,
-            command,
+            command: server.command().to_owned(),
             accounting: server.accounting(),
             in_cgroup: server.in_cgroup(),
             describe: server.describe_accounting(),
@@ -196,7 +198,7 @@ impl Station {
         let unix_s = unix_s(SystemTime::now());
         let servers = ids
             .iter()
-            .map(|id| Ok(self.get(*id)?.sample()))
+            .map(|id| self.get(*id)?.sample())
             .collect::<Result<_>>()?;
         Ok(HostSample {
             servers,

@@ -44,6 +44,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
     listener.set_nonblocking(true)?;
     procs::catch_interrupts();
     crate::cgroup::adopt_orphans();
+    crate::fixture::remove_leftovers();
     eprintln!(
         "agent: listening on {} ({}), protocol version {VERSION}, lease {} s",
         listener.local_addr()?,

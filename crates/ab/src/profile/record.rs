@@ -5,7 +5,8 @@
 //! root file system, which perf reaches from the process's mount namespace) and each sample goes
 //! to the server whose process it interrupted, folded by `inferno`.
 
-use crate::fixture::{cpu_list, Scratch};
+use crate::contam::cpu_list;
+use crate::fixture::Scratch;
 use anyhow::{bail, Context, Result};
 use inferno::collapse::{perf::Folder, Collapse};
 use serde::{Deserialize, Serialize};
