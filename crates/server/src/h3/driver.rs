@@ -26,6 +26,10 @@ use std::time::Instant;
 /// Handshakes in progress on one endpoint past which unvalidated clients get a Retry.
 const RETRY_THRESHOLD: usize = 100;
 
+/// Datagrams a connection sends in its turn before the next connection's, at the least
+/// (quinn's figure): a turn is a full GSO batch, and this many where the socket has no GSO.
+const TURN_DATAGRAMS: usize = 20;
+
 /// The largest UDP payload of one GSO send: the kernel takes a batch as one datagram of at most
 /// 64 KiB (IPv4's 65 535 bytes less its 20-byte header and UDP's 8) and refuses larger ones with
 /// `EMSGSIZE`, which quinn-udp counts as sent (docs/PERFORMANCE.md, "HTTP/3 send batches").
@@ -396,8 +400,7 @@ impl QuicDriver {
                     }
                     _ => {}
                 }
-                // One batch a turn, then the next connection's.
-                if sent >= segments {
+                if sent >= segments.max(TURN_DATAGRAMS) {
                     self.sending.push_back(ch);
                     break;
                 }
