@@ -26,11 +26,14 @@ use std::time::Instant;
 /// Handshakes in progress on one endpoint past which unvalidated clients get a Retry.
 const RETRY_THRESHOLD: usize = 100;
 
-/// Datagrams one connection may send before the next connection's turn (quinn's figure).
+/// Datagrams a connection sends in its turn before the next connection's, at the least
+/// (quinn's figure): a turn is a full GSO batch, and this many where the socket has no GSO.
 const TURN_DATAGRAMS: usize = 20;
 
-/// Datagrams in one GSO batch (quinn's figure).
-const MAX_SEGMENTS: usize = 10;
+/// The largest UDP payload of one GSO send: the kernel takes a batch as one datagram of at most
+/// 64 KiB (IPv4's 65 535 bytes less its 20-byte header and UDP's 8) and refuses larger ones with
+/// `EMSGSIZE`, which quinn-udp counts as sent (docs/PERFORMANCE.md, "HTTP/3 send batches").
+const MAX_GSO_BYTES: usize = 65_507;
 
 /// Rounds of receiving, timers and sending before the driver lets the worker's other tasks
 /// run (quinn's endpoint driver's bound).
@@ -349,7 +352,7 @@ impl QuicDriver {
 
     /// Send what the connections have, each in turn; whether some are left to send.
     fn send(&mut self, cx: &mut Context, now: Instant) -> io::Result<bool> {
-        let segments = self.socket.max_transmit_segments().min(MAX_SEGMENTS);
+        let max_segments = self.socket.max_transmit_segments();
         for _ in 0..self.sending.len() + 1 {
             if let Some(t) = self.held.take() {
                 if self.writable.as_mut().poll_writable(cx)?.is_pending() {
@@ -375,6 +378,9 @@ impl QuicDriver {
             let Some(conn) = self.conns[ch].as_mut() else {
                 continue;
             };
+            // As many datagrams as one send takes at the connection's datagram size (45 at
+            // 1 452 bytes): quinn's 10 took two sends where one does.
+            let segments = (MAX_GSO_BYTES / usize::from(conn.quic.current_mtu())).min(max_segments);
             let mut sent = 0;
             loop {
                 self.send_buf.clear();
@@ -394,7 +400,7 @@ impl QuicDriver {
                     }
                     _ => {}
                 }
-                if sent >= TURN_DATAGRAMS {
+                if sent >= segments.max(TURN_DATAGRAMS) {
                     self.sending.push_back(ch);
                     break;
                 }
