@@ -123,8 +123,8 @@ fn tempfile_dir() -> std::path::PathBuf {
 /// at a time, each answered after 10 ms, hold ~4 / 10.3 ms = 388 req/s; beyond it requests
 /// queue and the corrected median grows without bound (the objective is on the median: a loaded
 /// machine's lagging timers move the tail at any rate, not the median). The search finds that
-/// capacity, as a
-/// closed-loop run on the same connections measures it, within 10%, and draws its curve.
+/// capacity, as a closed-loop run on the same connections measures it, within 10%, and draws
+/// its curve.
 #[test]
 fn find_max_rate_finds_a_known_capacity() {
     let s = Server::start(&["-t", "1", "--no-quic"]);
