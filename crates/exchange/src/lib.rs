@@ -25,8 +25,10 @@
 mod drive;
 pub mod h1;
 pub mod head;
+mod request;
 
 pub use drive::Engine;
+pub use request::HeadBuilder;
 
 pub use head::{
     http_date, FieldName, FieldSink, HeadKind, HttpDate, Reported, ResponseHead, Timing,
@@ -51,8 +53,8 @@ impl Version {
     }
 }
 
-/// What the exchange needs to know of a request, in any protocol: the engine distills its head
-/// into this.
+/// What the exchange needs to know of a request, in any protocol: the engine's
+/// [`HeadBuilder`] distills its head into this.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestSummary<'a> {
     pub version: Version,
@@ -77,8 +79,8 @@ pub struct RequestSummary<'a> {
     pub date: bool,
     /// The method is GET (a matching `If-None-Match` gives 304 to GET and HEAD, 412 otherwise).
     pub is_get: bool,
-    /// `If-Match` and `If-None-Match` values (repeated fields joined with commas); looked at
-    /// only when the plan has an ETag (`e`).
+    /// `If-Match` and `If-None-Match` values (repeated fields joined, [`HeadBuilder`]); looked
+    /// at only when the plan has an ETag (`e`).
     pub if_match: Option<&'a [u8]>,
     pub if_none_match: Option<&'a [u8]>,
 }
@@ -87,19 +89,6 @@ pub struct RequestSummary<'a> {
 /// HTTP/1.1 text, every field as `name: value\r\n` (`fields`: the sum of those lines).
 pub fn head_bytes(method: usize, target: usize, fields: usize) -> u64 {
     (method + target + fields + 12) as u64
-}
-
-/// Append a field line's value to the values of earlier lines of the same field, as
-/// [`Request::if_match`] and [`Request::if_none_match`] take them: one value, the lines joined
-/// with commas (RFC 9110 §5.3). Every engine joins its lines with this.
-pub fn join_field_line(slot: &mut Option<Vec<u8>>, value: &[u8]) {
-    match slot {
-        Some(v) => {
-            v.push(b',');
-            v.extend_from_slice(value);
-        }
-        None => *slot = Some(value.to_vec()),
-    }
 }
 
 /// Response body bytes to send.
@@ -313,7 +302,7 @@ impl Exchange {
     }
 
     /// An error page for a request that could not be parsed or completed (no plan exists);
-    /// `date` as in [`Request::date`].
+    /// `date` as in [`RequestSummary::date`].
     pub fn error(page: ErrorPage, version: Version, date: bool, t_first: Instant) -> Exchange {
         Exchange {
             answer: Answer::Text {

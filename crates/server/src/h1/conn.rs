@@ -21,8 +21,7 @@ use crate::stream::arrival;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, RequestSummary,
-    ResponseHead, Version,
+    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
@@ -785,25 +784,13 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);
-        let req = RequestSummary {
-            version: if self.head.is_11 {
-                Version::Http11
-            } else {
-                Version::Http10
-            },
-            is_head: self.head.is_head,
-            target: &self.head.target,
-            control: self.head.control.as_deref(),
-            expect_continue: self.head.expect,
-            conn_close: self.head.conn_close,
-            conn_keep_alive: self.head.conn_keep_alive,
-            has_body: framing != head::BodyFraming::None,
-            head_bytes: head_len as u64,
-            date: self.date,
-            is_get: self.head.is_get,
-            if_match: self.head.if_match.as_deref(),
-            if_none_match: self.head.if_none_match.as_deref(),
+        let version = if self.head.is_11 {
+            Version::Http11
+        } else {
+            Version::Http10
         };
+        let has_body = framing != head::BodyFraming::None;
+        let req = (self.head.request).summary(version, has_body, head_len as u64, self.date);
         let x = crate::plumbing::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
         self.req_body = RequestBody::new(framing);

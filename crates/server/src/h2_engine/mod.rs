@@ -21,7 +21,7 @@ use crate::stream::prefixed::Prefixed;
 use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Dormant, Event, LocalSettings, Role};
 use loadterm_codec::hpack::{put_literal, DormantDecoder, HpackDecoder, HpackError};
-use loadterm_exchange::{join_field_line, Exchange, RequestSummary, Version};
+use loadterm_exchange::{Exchange, HeadBuilder, Version};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -162,52 +162,23 @@ impl Shared {
     }
 }
 
-/// What a request head says, taken from its HPACK block into buffers reused for every request.
+/// A request head taken from its HPACK block, into buffers reused for every request: what
+/// the exchange reads of it, and its validation.
 #[derive(Default)]
 struct Head {
-    method: Vec<u8>,
-    path: Vec<u8>,
-    control: Option<Vec<u8>>,
-    expect_continue: bool,
-    if_match: Option<Vec<u8>>,
-    if_none_match: Option<Vec<u8>>,
-    /// Regular fields' size as HTTP/1.1 lines (`name: value\r\n`), for `x-req`.
-    fields: usize,
+    request: HeadBuilder,
     check: RequestFields,
 }
 
 impl Head {
     fn begin(&mut self) {
-        self.method.clear();
-        self.path.clear();
-        self.control = None;
-        self.expect_continue = false;
-        self.if_match = None;
-        self.if_none_match = None;
-        self.fields = 0;
+        self.request.begin();
         self.check.begin();
     }
 
     fn field(&mut self, name: &[u8], value: &[u8]) {
         self.check.field(name, value);
-        match name {
-            b":method" => self.method.extend_from_slice(value),
-            b":path" => self.path.extend_from_slice(value),
-            _ if name.starts_with(b":") => {}
-            _ => {
-                self.fields += name.len() + value.len() + 4;
-                match name {
-                    b"x-loadterm" => self
-                        .control
-                        .get_or_insert_with(Vec::new)
-                        .extend_from_slice(value),
-                    b"expect" => self.expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
-                    b"if-match" => join_field_line(&mut self.if_match, value),
-                    b"if-none-match" => join_field_line(&mut self.if_none_match, value),
-                    _ => {}
-                }
-            }
-        }
+        self.request.field(name, value);
     }
 }
 
@@ -710,26 +681,9 @@ impl Driver {
 
     /// The exchange of the request whose head was just decoded.
     fn exchange(&mut self, end_stream: bool, now: Instant) -> Exchange {
-        let h = &self.head;
-        let target: &[u8] = if h.path.is_empty() { b"/" } else { &h.path };
-        let x = crate::plumbing::thread_ctx::exchange(
-            &RequestSummary {
-                version: Version::H2,
-                is_head: h.method == b"HEAD",
-                target,
-                control: h.control.as_deref(),
-                expect_continue: h.expect_continue,
-                conn_close: false,
-                conn_keep_alive: false,
-                has_body: !end_stream,
-                head_bytes: loadterm_exchange::head_bytes(h.method.len(), target.len(), h.fields),
-                date: self.cfg.date,
-                is_get: h.method == b"GET",
-                if_match: h.if_match.as_deref(),
-                if_none_match: h.if_none_match.as_deref(),
-            },
-            now,
-        );
+        let h = &self.head.request;
+        let req = h.summary(Version::H2, !end_stream, h.text_size(), self.cfg.date);
+        let x = crate::plumbing::thread_ctx::exchange(&req, now);
         // `w` holds from this request until the next.
         self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
         x

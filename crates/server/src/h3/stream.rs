@@ -9,8 +9,7 @@ use crate::plumbing::stats::{self, CountedError, Protection, Proto};
 use bytes::{Buf, Bytes};
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    join_field_line, Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step,
-    Version,
+    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, HeadBuilder, ResponseHead, Step, Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
@@ -23,22 +22,13 @@ use quinn_proto::{self as proto, StreamId};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-/// What the server takes from a request's field section.
+/// What the server takes from a request's field section: what the exchange reads of it, and
+/// its validation.
 #[derive(Default)]
 struct H3RequestHead {
     decoder: qpack::QpackDecoder,
     fields: RequestFields,
-    method: Vec<u8>,
-    path: Vec<u8>,
-    /// The `x-loadterm` control header, if any.
-    control: Option<Vec<u8>>,
-    /// Regular fields as `name: value\r\n`, for the x-req size.
-    field_bytes: u64,
-    /// `expect: 100-continue` was sent.
-    expect: bool,
-    /// `if-match` and `if-none-match` values, repeated fields joined with commas.
-    if_match: Option<Vec<u8>>,
-    if_none_match: Option<Vec<u8>>,
+    request: HeadBuilder,
 }
 
 /// Why a request's field section is refused.
@@ -53,41 +43,13 @@ impl H3RequestHead {
         let H3RequestHead {
             decoder,
             fields,
-            method,
-            path,
-            control,
-            field_bytes,
-            expect,
-            if_match,
-            if_none_match,
+            request,
         } = self;
-        method.clear();
-        path.clear();
-        *control = None;
-        *if_match = None;
-        *if_none_match = None;
-        *field_bytes = 0;
-        *expect = false;
+        request.begin();
         fields.begin();
         let decoded = decoder.decode(section, max, |name, value| {
             fields.field(name, value);
-            match name {
-                b":method" => method.extend_from_slice(value),
-                b":path" => path.extend_from_slice(value),
-                n if n.starts_with(b":") => {}
-                n => {
-                    *field_bytes += (n.len() + value.len() + 4) as u64;
-                    if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
-                        *control = Some(value.to_vec());
-                    }
-                    *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
-                    match n {
-                        b"if-match" => join_field_line(if_match, value),
-                        b"if-none-match" => join_field_line(if_none_match, value),
-                        _ => {}
-                    }
-                }
-            }
+            request.field(name, value);
         });
         decoded.map_err(HeadError::Qpack)?;
         fields.finish().map_err(HeadError::Malformed)
@@ -416,26 +378,9 @@ impl H3Request {
                 return Err(Abort::Reset(code::REQUEST_REJECTED));
             }
             self.content_length = facts.content_length;
-            let req = loadterm_exchange::RequestSummary {
-                version: Version::H3,
-                is_head: head.method == b"HEAD",
-                target: &head.path,
-                control: head.control.as_deref(),
-                expect_continue: head.expect,
-                conn_close: false,
-                conn_keep_alive: false,
-                // Whether the stream ends after its HEADERS is only known by reading on.
-                has_body: true,
-                head_bytes: loadterm_exchange::head_bytes(
-                    head.method.len(),
-                    head.path.len(),
-                    head.field_bytes as usize,
-                ),
-                date: cfg.date,
-                is_get: head.method == b"GET",
-                if_match: head.if_match.as_deref(),
-                if_none_match: head.if_none_match.as_deref(),
-            };
+            let h = &head.request;
+            // Whether the stream ends after its HEADERS is only known by reading on.
+            let req = h.summary(Version::H3, true, h.text_size(), cfg.date);
             Ok(Some(crate::plumbing::thread_ctx::exchange(&req, t_first)))
         })
     }
