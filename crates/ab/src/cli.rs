@@ -37,7 +37,7 @@ pub struct AbArgs {
     /// More variants, NAME=CMD (repeatable; the first is the baseline). Replaces --a/--b.
     #[arg(long = "variant", value_name = "NAME=CMD")]
     variants: Vec<String>,
-    /// AgentRequest path and query.
+    /// Request path and query.
     #[arg(long, default_value = "/?s=1k")]
     url: String,
     /// A different request for the second variant (known-effect checks).
