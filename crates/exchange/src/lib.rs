@@ -17,8 +17,8 @@
 //!   (`k=2`), and an `ETag` (`e`) with the conditional requests it answers (304, 412).
 //!
 //! The engine never re-derives what this decided; nothing here touches a socket or a clock
-//! (times come in as arguments). [`Exchange::drive`] carries the steps out with an [`Engine`],
-//! the engine's framing, waits and clock.
+//! (times come in as arguments). The engines take the steps through the one [`StepDriver`],
+//! as [`Action`]s in their framing, with their waits and clock.
 
 #![forbid(unsafe_code)]
 
@@ -27,7 +27,7 @@ pub mod h1;
 pub mod head;
 mod request;
 
-pub use drive::Engine;
+pub use drive::{Action, StepDriver};
 pub use request::HeadBuilder;
 
 pub use head::{
@@ -136,7 +136,7 @@ pub struct Piece {
 pub enum Step {
     /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
     Continue,
-    /// Read the request body and report it with [`Exchange::body_read`]: its bytes, and
+    /// Read the request body and report it with [`StepDriver::body_read`]: its bytes, and
     /// [`BodyRead::Ended`] or [`BodyRead::Failed`]; with a limit (`B`), stop once that many body
     /// bytes were read and report [`BodyRead::LimitReached`] if it is not over.
     ReadBody {
@@ -169,7 +169,7 @@ pub enum ExchangeEnd {
 }
 
 /// What reading the request body ([`Step::ReadBody`]) came to, as every engine reports it with
-/// [`Exchange::body_read`].
+/// [`StepDriver::body_read`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyRead {
     /// The body ended.
@@ -330,7 +330,7 @@ impl Exchange {
 
     /// Report a [`Step::ReadBody`]: `bytes` of the request body received (and discarded), and
     /// how the reading stopped.
-    pub fn body_read(&mut self, bytes: u64, how: BodyRead) {
+    pub(crate) fn body_read(&mut self, bytes: u64, how: BodyRead) {
         self.req_bytes += bytes;
         match how {
             BodyRead::Ended => self.body_end(),
@@ -389,7 +389,7 @@ impl Exchange {
 
     /// The next thing to do, at `now`.
     #[inline]
-    pub fn next(&mut self, now: Instant) -> Step {
+    pub(crate) fn next(&mut self, now: Instant) -> Step {
         loop {
             match self.state {
                 State::Start => {

@@ -21,12 +21,12 @@ use crate::stream::arrival;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream::TlsStream;
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Version,
+    Action, BodyFailure, BodyRead, Exchange, ExchangeEnd, Generated, Piece, ResponseHead,
+    StepDriver, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use loadterm_runtime::within;
-use std::borrow::Cow;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -443,14 +443,15 @@ async fn busy<IO: ByteStream>(
         arrived: None,
     };
     let end = loop {
-        let (mut x, t_first) = match c.request().await {
+        let (x, t_first) = match c.request().await {
             Ok(next) => next,
             Err(end) => break end,
         };
         // Driven here, not inside `request`: a future nested in that one costs instructions on
         // every request.
-        let end = x.drive(t_first, &mut c).await;
-        if let Err(end) = c.ended(&x, end) {
+        let mut steps = StepDriver::new(x, t_first);
+        let end = c.carry_out(&mut steps).await;
+        if let Err(end) = c.ended(steps.exchange(), end) {
             break end;
         }
     };
@@ -797,7 +798,7 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         Ok((x, t_first))
     }
 
-    /// Carry out the end of an exchange driven with `Engine` (below): the next request
+    /// Carry out the end of an exchange (`carry_out`): the next request
     /// (`Ok`), or how the busy period ends.
     fn ended(&mut self, x: &Exchange, end: io::Result<ExchangeEnd>) -> Result<(), PeriodEnd> {
         match end {
@@ -933,13 +934,36 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
     }
 }
 
-/// The HTTP/1 side of [`Exchange::drive`]: heads and bodies appended to the output buffer
-/// (flushed as it fills), waits preceded by a flush.
-impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
-    type Error = io::Error;
-
-    fn now(&self) -> Instant {
-        Instant::now()
+/// The HTTP/1 side of the step driver: heads and bodies appended to the output buffer (flushed
+/// as it fills), waits preceded by a flush (`Action::Flush`).
+impl<IO: ByteStream> Conn<'_, '_, IO> {
+    /// Carry an exchange's actions out, to its end.
+    async fn carry_out(&mut self, steps: &mut StepDriver) -> io::Result<ExchangeEnd> {
+        loop {
+            match steps.poll() {
+                Action::Interim(head) => self.interim(&head).await?,
+                Action::Head(head) => self.head(&head).await?,
+                Action::Text(text) => self.out.extend_from_slice(text.as_bytes()),
+                Action::Generated(body) => self.generated(body).await?,
+                Action::Piece(piece) => self.piece(piece).await?,
+                Action::ReadBody { limit } => {
+                    // Boxed: few requests have a body, and its reads would otherwise enlarge
+                    // every busy period's future.
+                    let (bytes, how) = Box::pin(self.read_body(limit)).await;
+                    steps.body_read(bytes, how, Instant::now());
+                }
+                Action::Flush => self.flush().await?,
+                Action::WaitUntil(t) => {
+                    self.sleep_until(t).await;
+                    steps.resumed(Instant::now());
+                }
+                Action::Pause(pause) => {
+                    self.sleep_until(Instant::now() + pause).await;
+                    steps.resumed(Instant::now());
+                }
+                Action::Done(end) => return Ok(end),
+            }
+        }
     }
 
     async fn interim(&mut self, head: &ResponseHead) -> io::Result<()> {
@@ -961,11 +985,6 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
         }
         self.status = head.status;
         encode::head(&mut self.out, head, self.extra_head);
-        Ok(())
-    }
-
-    async fn text(&mut self, text: Cow<'static, str>) -> io::Result<()> {
-        self.out.extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -994,17 +1013,7 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
                 encode::chunk_end(&mut self.out);
             }
         }
-        Conn::flush(self).await
-    }
-
-    async fn drain(&mut self, limit: Option<u64>) -> io::Result<(u64, BodyRead)> {
-        // Boxed: few requests have a body, and its reads would otherwise enlarge every busy
-        // period's future.
-        Ok(Box::pin(self.read_body(limit)).await)
-    }
-
-    async fn flush(&mut self) -> io::Result<()> {
-        Conn::flush(self).await
+        self.flush().await
     }
 
     async fn sleep_until(&mut self, t: Instant) {

@@ -21,7 +21,7 @@ use crate::stream::prefixed::Prefixed;
 use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Dormant, Event, LocalSettings, Role};
 use loadterm_codec::hpack::{put_literal, DormantDecoder, HpackDecoder, HpackError};
-use loadterm_exchange::{Exchange, HeadBuilder, Version};
+use loadterm_exchange::{Exchange, HeadBuilder, StepDriver, Version};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -691,15 +691,10 @@ impl Driver {
 
     /// Answer a request: at once if it needs no wait, else on a task of its own.
     fn answer(&mut self, (stream, x): (u32, Exchange)) {
-        let s = stream::H2Stream::new(
-            x,
-            Instant::now(),
-            self.shared.clone(),
-            stream,
-            self.cfg.timeout,
-        );
-        if let Some((s, step)) = s.try_now() {
-            tokio::task::spawn_local(s.run(step));
+        let steps = StepDriver::new(x, Instant::now());
+        let s = stream::H2Stream::new(steps, self.shared.clone(), stream, self.cfg.timeout);
+        if let Some((s, action)) = s.at_once() {
+            tokio::task::spawn_local(s.run(action));
         }
     }
 }

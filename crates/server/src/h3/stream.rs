@@ -9,14 +9,14 @@ use crate::plumbing::stats::{self, CountedError, Protection, Proto};
 use bytes::{Buf, Bytes};
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, HeadBuilder, ResponseHead, Step, Version,
+    Action, BodyFailure, BodyRead, Exchange, ExchangeEnd, HeadBuilder, ResponseHead, StepDriver,
+    Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
 use loadterm_h3::frame::{self, code};
 use loadterm_h3::message::{Message, MessageError, MessageEvent};
 use loadterm_h3::qpack::{self, QpackError};
 use loadterm_plan::body::{self, BodyKind};
-use loadterm_plan::is_interim;
 use loadterm_plan::pages::ErrorPage;
 use quinn_proto::{self as proto, StreamId};
 use std::cell::RefCell;
@@ -144,7 +144,7 @@ pub(super) enum H3Progress {
 }
 
 /// A request stream being answered: the request's head read, then its exchange carried out
-/// step by step (`Exchange::next`), each step's frames written before the next step.
+/// action by action (`StepDriver::poll`), each action's frames written before the next.
 pub(super) struct H3Request {
     pub(super) id: StreamId,
     /// quinn-proto reported the stream readable, writable or stopped: run it.
@@ -174,10 +174,7 @@ enum Phase {
 
 /// An exchange under way.
 struct Answering {
-    x: Exchange,
-    /// The exchange's clock: read again only after a wait or a body read, as
-    /// `Exchange::drive` does.
-    now: Instant,
+    steps: StepDriver,
     /// `w` of the request.
     idle: Option<Duration>,
     /// A write not taken whole by then is given up (the client stopped reading).
@@ -197,7 +194,7 @@ struct Answering {
     status: u16,
 }
 
-/// A `Step::ReadBody` under way.
+/// An `Action::ReadBody` under way.
 struct Reading {
     limit: Option<u64>,
     /// Body bytes read before it.
@@ -308,8 +305,7 @@ impl H3Request {
             };
             self.phase = Phase::Exchange(Box::new(Answering {
                 idle: x.idle(),
-                x,
-                now: self.t_first,
+                steps: StepDriver::new(x, self.t_first),
                 write_deadline: None,
                 wait: None,
                 reading: None,
@@ -385,8 +381,8 @@ impl H3Request {
         })
     }
 
-    /// Carry out the exchange's steps: each one's frames are written whole before the next
-    /// is asked for, as `Exchange::drive` has an engine do.
+    /// Carry out the step driver's actions: each one's frames are written whole before the
+    /// next is asked for.
     fn steps(
         &mut self,
         q: &mut proto::Connection,
@@ -424,7 +420,7 @@ impl H3Request {
                     return Ok(H3Progress::Pending);
                 }
                 run.wait = None;
-                run.now = now;
+                run.steps.resumed(now);
             }
             if let Some(r) = &run.reading {
                 let (limit, before, deadline) = (r.limit, r.before, r.deadline);
@@ -449,9 +445,8 @@ impl H3Request {
                 };
                 let received = self.length.map_or(0, |l| l.received());
                 self.read_all = how == BodyRead::Ended;
-                run.x.body_read(received - before, how);
+                run.steps.body_read(received - before, how, now);
                 run.reading = None;
-                run.now = now;
             }
             if run.ended {
                 // Complete, or a 1xx as the only head: the stream ends with what was sent (a
@@ -468,50 +463,41 @@ impl H3Request {
                     finished: true,
                 });
             }
-            match run.x.next(run.now) {
-                Step::Continue => {
+            match run.steps.poll() {
+                // Sent at once: the client may wait for it (`100 Continue`).
+                Action::Interim(head) => {
                     stats::interim(Proto::H3);
-                    run.head(&ResponseHead::interim(100), extra);
+                    run.head(&head, extra);
                     run.flush();
                 }
-                Step::ReadBody { limit } => {
+                // It goes out with the body's first bytes.
+                Action::Head(head) => {
+                    run.status = head.status;
+                    run.head(&head, extra);
+                }
+                Action::Text(text) => {
+                    let mut out = run.take_pending();
+                    frame::put_frame(&mut out, frame::DATA, text.as_bytes());
+                    run.out.frame = out.into();
+                }
+                Action::Generated(g) => run.data(g.kind, 0, g.size),
+                Action::Piece(p) => run.data(p.kind, p.offset, p.len),
+                Action::ReadBody { limit } => {
                     run.reading = Some(Reading {
                         limit,
                         before: self.length.map_or(0, |l| l.received()),
                         deadline: now + cfg.timeout,
                     });
                 }
-                // Everything so far is sent before any wait.
-                Step::WaitUntil(t) => {
-                    run.flush();
-                    run.wait = Some(t);
-                }
-                Step::Pause(d) => {
-                    run.flush();
-                    run.wait = Some(now + d);
-                }
-                // Sent at once: the client may wait for it (`100 Continue`).
-                Step::Head(head) if is_interim(head.status) => {
-                    stats::interim(Proto::H3);
-                    run.head(&head, extra);
-                    run.flush();
-                }
-                // It goes out with the body's first bytes.
-                Step::Head(head) => {
-                    run.status = head.status;
-                    run.head(&head, extra);
-                }
-                Step::Body(Body::Text(text)) => {
-                    let mut out = run.take_pending();
-                    frame::put_frame(&mut out, frame::DATA, text.as_bytes());
-                    run.out.frame = out.into();
-                }
-                Step::Body(Body::Generated(g)) => run.data(g.kind, 0, g.size),
-                Step::Body(Body::Piece(p)) => run.data(p.kind, p.offset, p.len),
-                Step::Done(ExchangeEnd::Abort) => {
+                Action::Flush => run.flush(),
+                Action::WaitUntil(t) => run.wait = Some(t),
+                Action::Pause(d) => run.wait = Some(now + d),
+                Action::Done(ExchangeEnd::Abort) => {
                     return Err(Abort::Reset(code::REQUEST_CANCELLED))
                 }
-                Step::Done(ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                Action::Done(
+                    ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal,
+                ) => {
                     run.flush();
                     run.ended = true;
                 }
