@@ -267,7 +267,8 @@ async fn serve_h1_clear(
                 None => return,
             },
             Some(h1::Handover::Upgrade(up)) => {
-                let serving = h2_engine::serve_upgraded(up.io, up.buffered, up.head, cfg.clone());
+                let serving =
+                    h2_engine::serve_upgraded(up.io, up.buffered, up.request, cfg.clone());
                 break serve_h2(Box::pin(serving), cfg, slot);
             }
         };

@@ -73,7 +73,11 @@ enum PeriodEnd {
     Failed(io::Error),
     /// `Upgrade: h2c` accepted (the 101 is buffered): once it is flushed, hand over to HTTP/2
     /// the upgrading request's head and the bytes the client sent after it.
-    Upgrade { head: Vec<u8>, buffered: Vec<u8> },
+    Upgrade {
+        // Boxed: every request's result carries a `PeriodEnd`.
+        request: Box<super::Upgrading>,
+        buffered: Vec<u8>,
+    },
 }
 
 /// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
@@ -130,8 +134,8 @@ impl ByteStream for Metered<TcpStream> {
     }
 }
 
-/// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it parks as its socket does once
-/// that has been read.
+/// HTTP/2 after `Upgrade: h2c`, behind what the client sent after the upgrading request: it
+/// parks as its socket does once that has been read.
 impl<IO: ByteStream> ByteStream for Prefixed<IO> {
     fn idle_socket(&self) -> Option<&TcpStream> {
         self.drained()?.idle_socket()
@@ -393,8 +397,12 @@ async fn run<IO: ByteStream>(
                 return None;
             }
             PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
-            PeriodEnd::Upgrade { head, buffered } => {
-                return Some(Handover::Upgrade(Upgrade { io, buffered, head }));
+            PeriodEnd::Upgrade { request, buffered } => {
+                return Some(Handover::Upgrade(Upgrade {
+                    io,
+                    buffered,
+                    request,
+                }));
             }
         }
     }
@@ -776,12 +784,17 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         self.ready_out();
         let head_len = self.head.len;
         if self.h2c_upgrade && self.head.upgrade_h2c {
-            let head = self.buffered()[..head_len].to_vec();
+            let settings = self.head.http2_settings.clone().unwrap_or_default();
+            let request = Box::new(super::Upgrading {
+                head: std::mem::take(&mut self.head.request),
+                head_bytes: head_len as u64,
+                http2_settings: self.buffered()[settings].trim_ascii().to_vec(),
+            });
             self.consume(head_len);
             self.out.extend_from_slice(encode::SWITCHING);
             stats::interim(Proto::H1);
             let buffered = self.buffered().to_vec();
-            return Err(PeriodEnd::Upgrade { head, buffered });
+            return Err(PeriodEnd::Upgrade { request, buffered });
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);

@@ -12,10 +12,9 @@ mod emit;
 #[cfg(test)]
 mod sim_tests;
 mod stream;
-pub(crate) mod upgrade;
 
 use crate::config::{Config, ExtraHeaders};
-use crate::h1::{ByteStream, PARK_AFTER};
+use crate::h1::{ByteStream, Upgrading, PARK_AFTER};
 use crate::plumbing::stats::{self, CountedError, Protection};
 use crate::stream::prefixed::Prefixed;
 use loadterm_codec::fields::{self, RequestFields};
@@ -65,25 +64,24 @@ impl H2ConnError {
 }
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
-/// is what the client sent after the upgrading request, whose head becomes stream 1 and whose
-/// `HTTP2-Settings` the client's first settings. Once the replayed bytes are read, it is handed
-/// over idle as any other (then served by `resume`).
-pub(crate) async fn serve_upgraded<IO>(
+/// is what the client sent after the upgrading request, which is answered on stream 1 as HTTP/1
+/// parsed it, its `HTTP2-Settings` the client's first settings. Once the buffered bytes are
+/// read, it is handed over idle as any other (then served by `resume`).
+pub(crate) fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
-    head: Vec<u8>,
+    request: Box<Upgrading>,
     cfg: Arc<Config>,
-) -> Result<Option<IdleHandover<Prefixed<IO>>>, H2ConnError>
+) -> impl Future<Output = Result<Option<IdleHandover<Prefixed<IO>>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
-    let Some((block, settings)) = upgrade::upgrading(&head) else {
-        return Ok(None);
-    };
-    let Some(io) = upgrade::rewind(io, buffered, &block, cfg.timeout).await else {
-        return Ok(None);
-    };
-    serve_new(io, cfg, Box::default(), Some(settings)).await
+    serve_new(
+        Prefixed::new(buffered, io),
+        cfg,
+        Box::default(),
+        Some(request),
+    )
 }
 
 /// What an idle connection must remember while parked (128 bytes): the codec's connection put
@@ -213,25 +211,27 @@ where
 }
 
 /// A new connection served: `extra`, the fields' HPACK block added to every response;
-/// `http2_settings`, an upgrade's `HTTP2-Settings` value, the client's first settings.
+/// `upgrading`, the request that asked for `Upgrade: h2c`, to answer on stream 1.
 fn serve_new<IO>(
     io: IO,
     cfg: Arc<Config>,
     extra: Box<[u8]>,
-    http2_settings: Option<&[u8]>,
+    upgrading: Option<Box<Upgrading>>,
 ) -> impl Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
     let mut conn = Connection::new(Role::Server, local_settings(&cfg));
-    if let Some(settings) = http2_settings {
-        // Bad settings get what a SETTINGS frame with them would ("as it would any other
-        // SETTINGS frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps
-        // the error, its GOAWAY goes out first and the first read ends the connection with it
-        // (counted).
-        let _ = conn.upgrade_settings(settings);
+    // Bad settings get what a SETTINGS frame with them would ("as it would any other SETTINGS
+    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps the error, its
+    // GOAWAY goes out first and the first read ends the connection with it (counted); stream 1
+    // is not processed.
+    let upgraded = upgrading.filter(|up| conn.upgrade_settings(&up.http2_settings).is_ok());
+    let mut driver = Driver::new(cfg, conn, HpackDecoder::default(), extra, 0);
+    if let Some(up) = upgraded {
+        driver.answer_upgraded(&up);
     }
-    Driver::new(cfg, conn, HpackDecoder::default(), extra, 0).serve(io, None)
+    driver.serve(io, None)
 }
 
 /// Serve a connection parked idle (`rest`) again until it ends or is handed over idle once
@@ -687,6 +687,33 @@ impl Driver {
         // `w` holds from this request until the next.
         self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
         x
+    }
+
+    /// The upgrading request, stream 1, answered first: after our SETTINGS, which are the
+    /// connection's first frame.
+    fn answer_upgraded(&mut self, up: &Upgrading) {
+        let req = (up.head).summary(Version::H2, false, up.head_bytes, self.cfg.date);
+        let x = crate::plumbing::thread_ctx::exchange(&req, Instant::now());
+        self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
+        let stream = {
+            let mut sh = self.shared.borrow_mut();
+            let Shared {
+                conn,
+                pass,
+                requests,
+                ..
+            } = &mut *sh;
+            conn.take_control(pass.buf());
+            pass.copied();
+            let stream = conn.upgraded_stream();
+            let request = Request {
+                ended: true,
+                ..Request::default()
+            };
+            requests.insert(stream, request);
+            stream
+        };
+        self.answer((stream, x));
     }
 
     /// Answer a request: at once if it needs no wait, else on a task of its own.
