@@ -4,7 +4,7 @@
 
 use super::auth;
 use super::proto::{Reply, Request, SEQ_HEADER, VERSION};
-use super::wire;
+use super::wire::{self, Start};
 use crate::contam::Settings;
 use crate::env::HostFacts;
 use crate::station::{
@@ -130,13 +130,16 @@ impl AgentClient {
         )
         .with_context(what)?;
         let msg = wire::read_message(&mut c.stream).with_context(what)?;
-        let status = msg.start.split_whitespace().nth(1).unwrap_or_default();
+        let status = match msg.start {
+            Start::Reply { status } => status,
+            Start::Request { .. } => bail!("{}: a request where a reply was due", what()),
+        };
         let reply: Reply = serde_json::from_slice(&msg.body)
-            .with_context(|| format!("{}: the reply ({}) is not one", what(), msg.start))?;
+            .with_context(|| format!("{}: the reply (status {status}) is not one", what()))?;
         match (status, reply) {
-            ("200", r) => Ok(r),
+            (200, r) => Ok(r),
             (_, Reply::Failed { error }) => bail!("{}: {error}", what()),
-            (_, r) => bail!("{}: {} {r:?}", what(), msg.start),
+            (_, r) => bail!("{}: {status} {r:?}", what()),
         }
     }
 

@@ -5,7 +5,7 @@
 
 use super::auth::AgentCredentials;
 use super::proto::{Reply, Request, SEQ_HEADER, VERSION};
-use super::wire::{self, WireError};
+use super::wire::{self, Start, WireError};
 use crate::procs;
 use crate::station::{self, Station};
 use anyhow::{bail, Context, Result};
@@ -208,12 +208,13 @@ fn session<S: Read + Write>(
             Ok(r) => r,
             Err(e) => return refuse(w, 400, format!("not a request: {e}")),
         };
-        let path = format!("POST /v1/{} ", req.name());
-        if !msg.start.starts_with(&path) {
+        let path = format!("/v1/{}", req.name());
+        if !matches!(&msg.start, Start::Request { method, path: p } if method == "POST" && *p == path)
+        {
             return refuse(
                 w,
                 400,
-                format!("{:?} does not match a {} request", msg.start, req.name()),
+                format!("{} does not match a {} request", msg.start, req.name()),
             );
         }
         let station = match (&held, &req) {
