@@ -325,7 +325,7 @@ pub fn run(a: AbArgs) -> Result<()> {
     let t_start = std::time::Instant::now();
     let variants = checked_variants(&a)?;
     let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
-    procs::catch_interrupts();
+    procs::catch_interrupts()?;
     crate::cgroup::adopt_orphans();
     let (server_host, host_report) = server_host(&a)?;
     let client_hosts = client_hosts(&a)?;
@@ -519,7 +519,7 @@ impl Bench {
         if !endpoint_mode {
             // ab wakes up at every window's edge: on the client's cores, not the server's
             // (pinned once the backends, which it must not pin, are started).
-            procs::pin_self(&a.client_cpus);
+            procs::pin_self(&a.client_cpus)?;
         }
         let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
         let load_args = [

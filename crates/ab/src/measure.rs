@@ -184,7 +184,7 @@ fn client_command(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    procs::pin(&mut cmd, spec.client_cpus.clone());
+    procs::pin(&mut cmd, &spec.client_cpus)?;
     Ok(cmd)
 }
 

@@ -42,7 +42,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen)
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     listener.set_nonblocking(true)?;
-    procs::catch_interrupts();
+    procs::catch_interrupts()?;
     crate::cgroup::adopt_orphans();
     eprintln!(
         "agent: listening on {} ({}), protocol version {VERSION}, lease {} s",
@@ -302,7 +302,7 @@ fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
             let others: Vec<usize> = (0..crate::env::host_facts().cpus)
                 .filter(|c| !server_cpus.contains(c))
                 .collect();
-            procs::pin_self(&others);
+            procs::pin_self(&others)?;
             Reply::Window(Box::new(station::window_here(
                 station,
                 &ids,

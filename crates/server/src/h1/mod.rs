@@ -11,7 +11,7 @@ pub mod head;
 mod sim_tests;
 mod splice;
 
-pub(crate) use conn::{serve, ByteStream, Handover, ListenerOptions, TlsInner, PARK_AFTER};
+pub(crate) use conn::{serve, Handover, ListenerOptions};
 
 /// A connection that switched to HTTP/2 with `Upgrade: h2c`: the `101` is out; the HTTP/2 engine
 /// takes it from here, the upgrading request becoming its stream 1.

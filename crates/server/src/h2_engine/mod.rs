@@ -14,9 +14,11 @@ mod sim_tests;
 mod stream;
 
 use crate::config::{Config, ExtraHeaders};
-use crate::h1::{ByteStream, Upgrading, PARK_AFTER};
+use crate::h1::Upgrading;
+use crate::park::PARK_AFTER;
 use crate::plumbing::stats::{self, CountedError, Protection};
 use crate::stream::prefixed::Prefixed;
+use crate::stream::ByteStream;
 use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Dormant, Event, LocalSettings, Role};
 use loadterm_codec::hpack::{put_literal, DormantDecoder, HpackDecoder, HpackError};
