@@ -36,8 +36,10 @@ RUSTC_WORKSPACE_WRAPPER=$(command -v clippy-driver) || {
   echo "test.sh: clippy-driver is missing (rustup component add clippy)" >&2
   exit 1
 }
-# `-- -D warnings` as cargo clippy hands it to clippy-driver.
-export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+# `-D warnings` through rustc's own flags, which clippy-driver takes as rustc does (the
+# dependencies' lints stay capped by cargo); the same flags for every cargo command below, so
+# that none builds anything again.
+export RUSTC_WORKSPACE_WRAPPER RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 stamp "build the tests, with clippy's lints"
 cargo test --workspace --all-targets --locked --no-run
 # bench/spike-epoll is a workspace of its own on the server's API (docs/PERFORMANCE.md): built

@@ -1,6 +1,6 @@
 //! Arbitrary bytes as a whole client connection to the server role, answered as the server's
 //! engine does (`loadterm_codec::h2::fuzz::server`: the same body the stable test
-//! `tests/h2_fuzz.rs` runs).
+//! `h2::fuzz_tests` runs).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
     // The first byte picks strict or lenient mode, so both are explored.
     let lenient = data.first().is_some_and(|b| b & 1 == 1);
     if parse(data, &mut head, lenient) == Parsed::Complete {
-        let req = Query { target: &head.target, control: head.control.as_deref(), is_head: head.is_head };
+        let s = head.request.summary(loadterm_exchange::Version::Http11, false, 0, false);
+        let req = Query { target: s.target, control: s.control, is_head: s.is_head };
         let _ = Plan::from_request(&req, &mut Rng::new(1));
         let mut dec = RequestBody::new(head.body.unwrap_or(BodyFraming::None));
         let _ = dec.feed(&data[head.len..]);

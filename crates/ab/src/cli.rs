@@ -39,7 +39,7 @@ pub struct AbArgs {
     /// More variants, NAME=CMD (repeatable; the first is the baseline). Replaces --a/--b.
     #[arg(long = "variant", value_name = "NAME=CMD")]
     variants: Vec<String>,
-    /// AgentRequest path and query.
+    /// Request path and query.
     #[arg(long, default_value = "/?s=1k")]
     url: String,
     /// A different request for the second variant (known-effect checks).
@@ -392,7 +392,7 @@ pub(crate) fn compare(a: &AbArgs) -> Result<MatrixReport> {
     let t_start = std::time::Instant::now();
     let variants = checked_variants(a)?;
     let endpoint_mode = matches!(variants[0].1, VariantServer::Endpoint(_));
-    procs::catch_interrupts();
+    procs::catch_interrupts()?;
     crate::cgroup::adopt_orphans();
     crate::fixture::remove_leftovers();
     let (server_host, host_report) = server_host(a)?;
@@ -650,7 +650,7 @@ impl Bench {
         if !endpoint_mode {
             // ab wakes up at every window's edge: on the client's cores, not the server's
             // (pinned once the backends, which it must not pin, are started).
-            procs::pin_self(&a.client_cpus);
+            procs::pin_self(&a.client_cpus)?;
         }
         let threads = a.threads.unwrap_or(a.client_cpus.len().max(1));
         let load_args = [

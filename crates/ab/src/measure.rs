@@ -11,7 +11,7 @@ use crate::contam::{self, Checks, CpuTicks, Flag, Readings, Settings, Stat};
 use crate::fixture::Vars;
 use crate::host::{ClientHost, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
-use crate::station::{self as host, Launch, LaunchRole, LoadWindow};
+use crate::station::{self, Launch, LaunchRole, LoadWindow};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
 use serde::Serialize;
@@ -160,7 +160,7 @@ fn client_command(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    procs::pin(&mut cmd, spec.client_cpus.clone());
+    procs::pin(&mut cmd, &spec.client_cpus)?;
     Ok(cmd)
 }
 
@@ -182,7 +182,7 @@ fn client_result(
     out: std::process::Output,
     json: Option<&std::path::Path>,
 ) -> Result<Option<LoadReport>> {
-    host::load_succeeded(&out)?;
+    station::load_succeeded(&out)?;
     match json {
         Some(j) => {
             let text = std::fs::read_to_string(j).context("reading the load report")?;
@@ -293,7 +293,7 @@ pub(crate) fn windows(
         WINDOW_LEAD
     };
     let at = SystemTime::now() + lead + WINDOW_WARMUP;
-    let at_s = host::unix_s(at);
+    let at_s = station::unix_s(at);
     let shards = client_hosts.len();
     // Each client host's shard of every variant's load.
     let loads: Vec<LoadWindow> = (0..shards)

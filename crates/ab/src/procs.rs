@@ -6,69 +6,52 @@ use crate::cgroup::{self, Accounting, Cgroup};
 use crate::container::{Container, RunCommand};
 use crate::contam;
 use anyhow::{bail, Context, Result};
+use loadterm_runtime::cpus::CpuSet;
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Pin the calling (child) process to `cpus` before exec.
-#[allow(unsafe_code)] // sched_setaffinity between fork and exec
-pub(crate) fn pin(cmd: &mut Command, cpus: Vec<usize>) {
+/// Pin the child process to `cpus` before exec (an error when the command runs, if the kernel
+/// refuses).
+#[allow(unsafe_code)] // pre_exec
+pub(crate) fn pin(cmd: &mut Command, cpus: &[usize]) -> Result<()> {
     if cpus.is_empty() {
-        return;
+        return Ok(());
     }
-    // SAFETY: only async-signal-safe calls (sched_setaffinity) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for &c in &cpus {
-                libc::CPU_SET(c, &mut set);
-            }
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let set = CpuSet::new(cpus).with_context(|| format!("CPUs {cpus:?}"))?;
+    // SAFETY: only one async-signal-safe call (sched_setaffinity) between fork and exec.
+    unsafe { cmd.pre_exec(move || set.pin_current()) };
+    Ok(())
 }
 
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
-}
+static INTERRUPTED: std::sync::LazyLock<Arc<AtomicBool>> = std::sync::LazyLock::new(Arc::default);
 
 /// From now on SIGINT and SIGTERM only set a flag (`interrupted`): the harness then stops its
 /// rounds, stops the servers it started (in their own process groups, which the terminal's
 /// signal does not reach) and reports what it measured.
-#[allow(unsafe_code)] // signal
-pub(crate) fn catch_interrupts() {
-    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
+pub(crate) fn catch_interrupts() -> Result<()> {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, INTERRUPTED.clone())
+            .with_context(|| format!("cannot handle signal {signal}"))?;
     }
+    Ok(())
 }
 
 pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+    INTERRUPTED.load(Ordering::Relaxed)
 }
 
 /// Pin this process's calling thread (and the threads it starts after) to `cpus`.
-#[allow(unsafe_code)] // sched_setaffinity
-pub(crate) fn pin_self(cpus: &[usize]) {
+pub(crate) fn pin_self(cpus: &[usize]) -> Result<()> {
     if cpus.is_empty() {
-        return;
+        return Ok(());
     }
-    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    CpuSet::new(cpus)
+        .and_then(|set| set.pin_current())
+        .with_context(|| format!("cannot pin ab to CPUs {cpus:?}"))
 }
 
 /// A started server or backend: the process ab started, its cgroup (where one could be made),
@@ -151,7 +134,7 @@ impl ServerProc {
             .stdout(Stdio::null())
             .stderr(err)
             .process_group(0);
-        pin(&mut cmd, cpus.to_vec());
+        pin(&mut cmd, cpus)?;
         if let Some(cg) = &cgroup {
             let files = cg.procs_files();
             // SAFETY: `enter` makes only open/write/close calls between fork and exec.

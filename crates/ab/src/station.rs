@@ -343,7 +343,7 @@ pub(crate) fn load_here(w: &LoadWindow) -> Result<LoadWindowDone> {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
-        procs::pin(&mut cmd, w.cpus.clone());
+        procs::pin(&mut cmd, &w.cpus)?;
         children.push((cmd.spawn().context("cannot run loadterm load")?, json));
     }
     let at = from_unix_s(w.at_unix_s);

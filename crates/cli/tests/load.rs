@@ -292,14 +292,18 @@ fn tls_verification_and_errors() {
 
 #[test]
 fn server_killed_mid_run_is_counted() {
-    let mut s = Server::start(&["-t", "1", "--no-quic"]);
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let mut s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
     let url = format!("http://127.0.0.1:{}/?s=10&t=20", s.clear_port);
     let client = Command::new(common::bin())
         .args(["load", "-D", "3s", "-c", "4", &url, "--json", "-", "-q"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Killed once it has answered more than the 10 requests the report must show.
+    common::wait_until("answers", Duration::from_secs(30), || {
+        common::metrics::scrape(m).sum("loadterm_requests_total", &[("proto", "h1")]) > 10
+    });
     s.child.kill().unwrap();
     let out = client.wait_with_output().unwrap();
     let r: Value = serde_json::from_slice(&out.stdout).expect("report even after the server died");

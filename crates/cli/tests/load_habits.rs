@@ -115,18 +115,32 @@ fn with_sigint(mut cmd: Command, action: libc::sighandler_t) -> Command {
     cmd
 }
 
+/// A server with a metrics listener, to tell when a client is running.
+fn server_with_metrics() -> (Server, std::net::SocketAddr) {
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let s = Server::start(&["-t", "1", "--no-quic", "--metrics", &m.to_string()]);
+    (s, m)
+}
+
+/// The server answered a first HTTP/1 request: the client runs, its signal handlers in place.
+fn answered(metrics: std::net::SocketAddr) {
+    common::wait_until("answers", Duration::from_secs(30), || {
+        common::metrics::scrape(metrics).sum("loadterm_requests_total", &[("proto", "h1")]) >= 1
+    });
+}
+
 /// A SIGINT ignored when the client starts (a background job of a non-interactive shell,
 /// `nohup`) stays ignored: the run goes to its end.
 #[test]
 fn an_ignored_sigint_stays_ignored() {
-    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let (s, m) = server_with_metrics();
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
     let client = with_sigint(common::load_cmd(&["-D", "2s", &url]), libc::SIG_IGN)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    answered(m);
     signal(&client, "-INT");
     let r = common::report(client.wait_with_output().unwrap());
     assert_eq!(r["interrupted"], false);
@@ -138,14 +152,14 @@ fn an_ignored_sigint_stays_ignored() {
 /// nothing printed).
 #[test]
 fn sigusr1_does_not_stop_a_load_client() {
-    let s = Server::start(&["-t", "1", "--no-quic"]);
+    let (s, m) = server_with_metrics();
     let url = format!("http://127.0.0.1:{}/?s=10&t=5", s.clear_port);
     let client = common::load_cmd(&["-D", "2s", &url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    answered(m);
     signal(&client, "-USR1");
     let out = client.wait_with_output().unwrap();
     let r = common::report(out);

@@ -21,6 +21,7 @@ mod serve_h1;
 mod serve_h1_strict;
 mod serve_h2;
 mod serve_h3;
+mod serve_heads;
 mod serve_hostile;
 mod serve_idle;
 mod serve_ja4;

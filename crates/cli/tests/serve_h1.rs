@@ -461,7 +461,17 @@ fn malformed_and_oversized_requests() {
 
 #[test]
 fn timeouts_408_idle_close_and_slow_reader() {
-    let s = Server::start(&["-t", "1", "--no-quic", "--timeout", "1s"]);
+    let m = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let metrics = m.to_string();
+    let s = Server::start(&[
+        "-t",
+        "1",
+        "--no-quic",
+        "--timeout",
+        "1s",
+        "--metrics",
+        &metrics,
+    ]);
     // Incomplete head.
     let mut c = connect(s.clear_port);
     c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
@@ -486,7 +496,11 @@ fn timeouts_408_idle_close_and_slow_reader() {
     let mut slow = connect(s.clear_port);
     slow.write_all(b"GET /?s=1g HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Until the server has given up on it (its write timed out, counted).
+    common::wait_until("the slow reader dropped", Duration::from_secs(10), || {
+        common::metrics::scrape(m).sum("loadterm_protections_total", &[("kind", "write_timeout")])
+            >= 1
+    });
     assert_eq!(
         get(s.clear_port, "GET /?s=3 HTTP/1.1\r\nHost: x\r\n\r\n").body,
         b".12"

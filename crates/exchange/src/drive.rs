@@ -1,136 +1,106 @@
-//! The one step driver: [`Exchange::drive`] carries an exchange's [`Step`]s out with an
-//! [`Engine`], the engine's side (its framing, its waits and its clock), and decides in one place
-//! what every engine used to repeat: the order of the steps, the request body's bytes and how its
-//! reading stopped reported back to the exchange, what is pending sent before any wait, and the
-//! clock read again only after a wait (a request with no body and no delay is answered at the
-//! instant its head was read).
-//!
-//! Nothing here does I/O or knows a runtime: the engine's methods are futures, which the engine's
-//! runtime polls. Most of them complete at once (a head or a small body appended to a buffer).
+//! The one step driver, poll-style and without I/O: a [`StepDriver`] turns an exchange's
+//! [`Step`]s into what an engine does next ([`Action`]). The engine asks ([`StepDriver::poll`]),
+//! carries the action out in its own framing, with its own waits (an async task for HTTP/1.x
+//! and HTTP/2, quinn-proto's events for HTTP/3), and reports what the exchange must know
+//! ([`StepDriver::body_read`], [`StepDriver::resumed`]). It decides, for every engine: the
+//! order of the actions, what is pending sent before any wait ([`Action::Flush`]), which head
+//! is interim, the request body's bytes and how its reading stopped given to the exchange, and
+//! the clock: read by the engine only after a wait or a body read (a request with no body and
+//! no delay is answered at the instant its head was read).
 
 use crate::{Body, BodyRead, Exchange, ExchangeEnd, Generated, Piece, ResponseHead, Step};
 use loadterm_plan::is_interim;
 use std::borrow::Cow;
-use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// What an engine supplies to [`Exchange::drive`]: how each step goes on its wire, how a request
-/// body is read, how it sends what is pending and waits, and its clock. The exchange's end
-/// ([`ExchangeEnd`]) is returned to the engine, which carries it out.
-pub trait Engine {
-    /// Why the exchange cannot go on (the stream or the connection failed, or, with
-    /// [`Engine::hold`], a step held back).
-    type Error;
-
-    /// The engine's clock (the exchange reads none).
-    fn now(&self) -> Instant;
-
-    /// Whether [`Engine::hold`] is asked before each step: an engine that never holds one back
-    /// pays nothing for it (moving each step through `hold` cost HTTP/1 about 1% of its
-    /// instructions per request).
-    const HOLDS: bool = false;
-
-    /// A step about to be carried out, or held back: an engine that carries out steps in two
-    /// places (HTTP/2: those that need no wait in the connection's task, the rest on a task of
-    /// its own) returns the first step it cannot carry out here in its error, and carries it out
-    /// later with [`Exchange::drive_from`]. Asked only if [`Engine::HOLDS`].
-    fn hold(&mut self, step: Step) -> Result<Step, Self::Error> {
-        Ok(step)
-    }
-
-    /// Send an interim (1xx) head: the `100 Continue` before the request body is read, or a
-    /// 1xx asked for as the final status (the exchange then ends with [`ExchangeEnd::NoFinal`]).
-    fn interim(&mut self, head: &ResponseHead) -> impl Future<Output = Result<(), Self::Error>>;
-
+/// What the engine does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send an interim (1xx) head at once: the `100 Continue` before the request body is read,
+    /// or a 1xx asked for as the final status (the exchange then ends with
+    /// [`ExchangeEnd::NoFinal`]).
+    Interim(ResponseHead),
     /// Send the final response head (or queue it to go with the body's first bytes).
-    fn head(&mut self, head: &ResponseHead) -> impl Future<Output = Result<(), Self::Error>>;
-
+    Head(ResponseHead),
     /// Send a text/plain body whole.
-    fn text(&mut self, text: Cow<'static, str>) -> impl Future<Output = Result<(), Self::Error>>;
-
+    Text(Cow<'static, str>),
     /// Send a whole generated body.
-    fn generated(&mut self, body: Generated) -> impl Future<Output = Result<(), Self::Error>>;
-
+    Generated(Generated),
     /// Send one piece of a body in pieces, on its own.
-    fn piece(&mut self, piece: Piece) -> impl Future<Output = Result<(), Self::Error>>;
-
-    /// Read and discard the request body, or its first `limit` bytes: the bytes read and how
-    /// the reading stopped ([`BodyRead`]). An error ends the exchange at once.
-    fn drain(
-        &mut self,
-        limit: Option<u64>,
-    ) -> impl Future<Output = Result<(u64, BodyRead), Self::Error>>;
-
-    /// Send everything so far: the exchange is about to wait.
-    fn flush(&mut self) -> impl Future<Output = Result<(), Self::Error>>;
-
-    /// Wait until `t` (the engine's clock).
-    fn sleep_until(&mut self, t: Instant) -> impl Future<Output = ()>;
+    Piece(Piece),
+    /// Read and discard the request body, or its first `limit` bytes, then report the bytes
+    /// read and how the reading stopped with [`StepDriver::body_read`].
+    ReadBody { limit: Option<u64> },
+    /// Send everything so far: a wait follows.
+    Flush,
+    /// Wait until then (`t`), then [`StepDriver::resumed`].
+    WaitUntil(Instant),
+    /// Wait this long from now (`P` after the response, `p` between pieces), then
+    /// [`StepDriver::resumed`].
+    Pause(Duration),
+    /// The exchange is over: the engine carries its end out.
+    Done(ExchangeEnd),
 }
 
-impl Exchange {
-    /// Carry the exchange out with `engine`, from `now` (the instant the request head was
-    /// read), to its end, which the engine then carries out.
-    pub fn drive<'a, E: Engine>(
-        &'a mut self,
-        now: Instant,
-        engine: &'a mut E,
-    ) -> impl Future<Output = Result<ExchangeEnd, E::Error>> + 'a {
-        self.steps(None, now, engine)
+/// An exchange being carried out: the exchange, its clock, and the wait that follows a flush.
+#[derive(Debug)]
+pub struct StepDriver {
+    x: Exchange,
+    /// The clock as the exchange reads it: when the request head was read, then after the last
+    /// wait or body read.
+    now: Instant,
+    /// The wait to ask for once the flush before it is done.
+    wait: Option<Action>,
+}
+
+impl StepDriver {
+    /// Drive `x`, whose request head was read at `now`.
+    pub fn new(x: Exchange, now: Instant) -> StepDriver {
+        StepDriver { x, now, wait: None }
     }
 
-    /// [`Exchange::drive`] from a step an engine held back ([`Engine::hold`]) at `now`, the
-    /// clock as it was then.
-    pub fn drive_from<'a, E: Engine>(
-        &'a mut self,
-        step: Step,
-        now: Instant,
-        engine: &'a mut E,
-    ) -> impl Future<Output = Result<ExchangeEnd, E::Error>> + 'a {
-        self.steps(Some(step), now, engine)
+    /// The exchange driven (its `idle` time, once done).
+    pub fn exchange(&self) -> &Exchange {
+        &self.x
     }
 
-    async fn steps<E: Engine>(
-        &mut self,
-        first: Option<Step>,
-        mut now: Instant,
-        e: &mut E,
-    ) -> Result<ExchangeEnd, E::Error> {
-        let mut step = match first {
-            Some(step) => step,
-            None => self.next(now),
-        };
-        loop {
-            if E::HOLDS {
-                step = e.hold(step)?;
-            }
-            match step {
-                Step::Continue => e.interim(&ResponseHead::interim(100)).await?,
-                Step::ReadBody { limit } => {
-                    let (bytes, how) = e.drain(limit).await?;
-                    self.body_read(bytes, how);
-                    now = e.now();
-                }
-                Step::WaitUntil(t) => {
-                    e.flush().await?;
-                    e.sleep_until(t).await;
-                    now = e.now();
-                }
-                Step::Pause(d) => {
-                    e.flush().await?;
-                    let t = e.now() + d;
-                    e.sleep_until(t).await;
-                    now = e.now();
-                }
-                Step::Head(head) if is_interim(head.status) => e.interim(&head).await?,
-                Step::Head(head) => e.head(&head).await?,
-                Step::Body(Body::Text(text)) => e.text(text).await?,
-                Step::Body(Body::Generated(body)) => e.generated(body).await?,
-                Step::Body(Body::Piece(piece)) => e.piece(piece).await?,
-                Step::Done(end) => return Ok(end),
-            }
-            step = self.next(now);
+    /// What to do next. Every action but [`Action::Done`] is to be followed by another poll,
+    /// [`Action::ReadBody`] and the waits after their report.
+    #[inline]
+    pub fn poll(&mut self) -> Action {
+        if let Some(wait) = self.wait.take() {
+            return wait;
         }
+        match self.x.next(self.now) {
+            Step::Continue => Action::Interim(ResponseHead::interim(100)),
+            Step::ReadBody { limit } => Action::ReadBody { limit },
+            Step::WaitUntil(t) => {
+                self.wait = Some(Action::WaitUntil(t));
+                Action::Flush
+            }
+            Step::Pause(d) => {
+                self.wait = Some(Action::Pause(d));
+                Action::Flush
+            }
+            Step::Head(head) if is_interim(head.status) => Action::Interim(head),
+            Step::Head(head) => Action::Head(head),
+            Step::Body(Body::Text(text)) => Action::Text(text),
+            Step::Body(Body::Generated(body)) => Action::Generated(body),
+            Step::Body(Body::Piece(piece)) => Action::Piece(piece),
+            Step::Done(end) => Action::Done(end),
+        }
+    }
+
+    /// An [`Action::ReadBody`] done at `now`: `bytes` of the request body read (and discarded),
+    /// and how the reading stopped.
+    pub fn body_read(&mut self, bytes: u64, how: BodyRead, now: Instant) {
+        self.x.body_read(bytes, how);
+        self.now = now;
+    }
+
+    /// An [`Action::WaitUntil`] or [`Action::Pause`] over, at `now`.
+    pub fn resumed(&mut self, now: Instant) {
+        self.now = now;
     }
 }
 
@@ -140,93 +110,67 @@ mod tests {
     use crate::{RequestSummary, Version};
     use loadterm_plan::Rng;
     use std::fmt::Write;
-    use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-    use std::time::Duration;
 
     /// An engine that writes down what it is asked, on a clock of its own that moves only when
-    /// it sleeps or reads a body (3 ms per read). Every future it returns is ready at once.
+    /// it sleeps or reads a body (3 ms per read); `reads` counts the clock reads, which come
+    /// only after a wait or a read.
     struct Log {
         clock: Instant,
         log: String,
         /// The request body's size.
         upload: u64,
-        /// Steps held back (`hold`) while set.
-        hold_reads: bool,
-        /// Clock reads, which the driver makes only after a wait.
-        reads: std::cell::Cell<u32>,
+        reads: u32,
     }
 
-    #[derive(Debug, PartialEq)]
-    enum Stop {
-        Held(Step),
-    }
-
-    impl Engine for Log {
-        type Error = Stop;
-        const HOLDS: bool = true;
-
-        fn now(&self) -> Instant {
-            self.reads.set(self.reads.get() + 1);
+    impl Log {
+        fn now(&mut self) -> Instant {
+            self.reads += 1;
             self.clock
         }
 
-        fn hold(&mut self, step: Step) -> Result<Step, Stop> {
-            match step {
-                Step::ReadBody { .. } if self.hold_reads => Err(Stop::Held(step)),
-                step => Ok(step),
-            }
-        }
-
-        async fn interim(&mut self, head: &ResponseHead) -> Result<(), Stop> {
-            write!(self.log, "interim {}; ", head.status).unwrap();
-            Ok(())
-        }
-
-        async fn head(&mut self, head: &ResponseHead) -> Result<(), Stop> {
-            let mut x_rsp = String::new();
-            head.fields(&mut Vec::new(), &crate::http_date(0), |n, v| {
-                if n == "x-rsp" {
-                    x_rsp = String::from_utf8_lossy(v).into_owned();
+        fn run(&mut self, d: &mut StepDriver) -> ExchangeEnd {
+            loop {
+                match d.poll() {
+                    Action::Interim(head) => write!(self.log, "interim {}; ", head.status).unwrap(),
+                    Action::Head(head) => {
+                        let mut x_rsp = String::new();
+                        head.fields(&mut Vec::new(), &crate::http_date(0), |n, v| {
+                            if n == "x-rsp" {
+                                x_rsp = String::from_utf8_lossy(v).into_owned();
+                            }
+                        });
+                        write!(self.log, "head {} ({x_rsp}); ", head.status).unwrap();
+                    }
+                    Action::Text(text) => write!(self.log, "text {}; ", text.len()).unwrap(),
+                    Action::Generated(body) => write!(self.log, "body {}; ", body.size).unwrap(),
+                    Action::Piece(piece) => write!(self.log, "piece {}; ", piece.len).unwrap(),
+                    Action::ReadBody { .. } => {
+                        self.clock += Duration::from_millis(3);
+                        write!(self.log, "read {}; ", self.upload).unwrap();
+                        let now = self.now();
+                        d.body_read(self.upload, BodyRead::Ended, now);
+                    }
+                    Action::Flush => self.log.push_str("flush; "),
+                    Action::WaitUntil(t) => {
+                        write!(self.log, "sleep {}ms; ", (t - self.clock).as_millis()).unwrap();
+                        self.clock = t;
+                        let now = self.now();
+                        d.resumed(now);
+                    }
+                    Action::Pause(p) => {
+                        let now = self.now();
+                        write!(self.log, "pause {}ms; ", p.as_millis()).unwrap();
+                        self.clock = now + p;
+                        let now = self.now();
+                        d.resumed(now);
+                    }
+                    Action::Done(end) => return end,
                 }
-            });
-            write!(self.log, "head {} ({x_rsp}); ", head.status).unwrap();
-            Ok(())
-        }
-
-        async fn text(&mut self, text: Cow<'static, str>) -> Result<(), Stop> {
-            write!(self.log, "text {}; ", text.len()).unwrap();
-            Ok(())
-        }
-
-        async fn generated(&mut self, body: Generated) -> Result<(), Stop> {
-            write!(self.log, "body {}; ", body.size).unwrap();
-            Ok(())
-        }
-
-        async fn piece(&mut self, piece: Piece) -> Result<(), Stop> {
-            write!(self.log, "piece {}; ", piece.len).unwrap();
-            Ok(())
-        }
-
-        async fn drain(&mut self, _limit: Option<u64>) -> Result<(u64, BodyRead), Stop> {
-            self.clock += Duration::from_millis(3);
-            write!(self.log, "read {}; ", self.upload).unwrap();
-            Ok((self.upload, BodyRead::Ended))
-        }
-
-        async fn flush(&mut self) -> Result<(), Stop> {
-            self.log.push_str("flush; ");
-            Ok(())
-        }
-
-        async fn sleep_until(&mut self, t: Instant) {
-            write!(self.log, "sleep {}ms; ", (t - self.clock).as_millis()).unwrap();
-            self.clock = t;
+            }
         }
     }
 
-    fn exchange(target: &str, upload: Option<u64>, t0: Instant) -> Exchange {
+    fn driver(target: &str, upload: Option<u64>, t0: Instant) -> StepDriver {
         let req = RequestSummary {
             version: Version::H2,
             is_head: false,
@@ -242,7 +186,7 @@ mod tests {
             if_match: None,
             if_none_match: None,
         };
-        Exchange::new(&req, &mut Rng::new(1), t0)
+        StepDriver::new(Exchange::new(&req, &mut Rng::new(1), t0), t0)
     }
 
     fn engine(t0: Instant, upload: u64) -> Log {
@@ -250,65 +194,47 @@ mod tests {
             clock: t0,
             log: String::new(),
             upload,
-            hold_reads: false,
-            reads: Default::default(),
-        }
-    }
-
-    /// The engine's futures are all ready at once: one poll drives the exchange to its end.
-    fn at_once<T>(f: impl Future<Output = T>) -> T {
-        match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(v) => v,
-            Poll::Pending => panic!("the log engine never waits"),
+            reads: 0,
         }
     }
 
     #[test]
     fn an_answer_without_a_wait_reads_no_clock() {
         let t0 = Instant::now();
-        let (mut x, mut e) = (exchange("/?s=10", None, t0), engine(t0, 0));
-        let end = at_once(x.drive(t0, &mut e));
-        assert_eq!(end, Ok(ExchangeEnd::KeepAlive));
+        let (mut d, mut e) = (driver("/?s=10", None, t0), engine(t0, 0));
+        assert_eq!(e.run(&mut d), ExchangeEnd::KeepAlive);
         assert_eq!(
             e.log,
             "head 200 (id=dummy, code=200, cache=1, size=10, time=0 ms (0 real)); body 10; "
         );
-        assert_eq!(e.reads.get(), 0);
+        assert_eq!(e.reads, 0);
     }
 
     #[test]
     fn waits_send_what_is_pending_first_and_read_the_clock_after() {
         let t0 = Instant::now();
-        let (mut x, mut e) = (exchange("/?t=10&s=5&P=20", Some(7), t0), engine(t0, 7));
-        let end = at_once(x.drive(t0, &mut e));
-        assert_eq!(end, Ok(ExchangeEnd::KeepAlive));
+        let (mut d, mut e) = (driver("/?t=10&s=5&P=20", Some(7), t0), engine(t0, 7));
+        assert_eq!(e.run(&mut d), ExchangeEnd::KeepAlive);
         assert_eq!(
             e.log,
             "interim 100; read 7; flush; sleep 10ms; \
              head 200 (id=dummy, code=200, cache=1, size=5, time=10 ms (10 real)); body 5; \
-             flush; sleep 20ms; "
+             flush; pause 20ms; "
         );
         // After the read, after the delay, and before and after the pause.
-        assert_eq!(e.reads.get(), 4);
+        assert_eq!(e.reads, 4);
     }
 
     #[test]
-    fn a_held_step_is_carried_out_from_where_it_was_held() {
+    fn the_delay_counts_from_the_body_read() {
         let t0 = Instant::now();
-        let (mut x, mut e) = (exchange("/?s=1", Some(4), t0), engine(t0, 4));
-        e.hold_reads = true;
-        let held = at_once(x.drive(t0, &mut e));
-        assert_eq!(held, Err(Stop::Held(Step::ReadBody { limit: None })));
-        assert_eq!(e.log, "interim 100; ");
-        let Err(Stop::Held(step)) = held else {
-            unreachable!()
-        };
-        e.hold_reads = false;
-        let end = at_once(x.drive_from(step, t0, &mut e));
-        assert_eq!(end, Ok(ExchangeEnd::KeepAlive));
+        let (mut d, mut e) = (driver("/?t=10&s=1", Some(4), t0), engine(t0, 4));
+        assert_eq!(e.run(&mut d), ExchangeEnd::KeepAlive);
+        // The read took 3 ms: x-req's time, and the delay after it.
         assert_eq!(
             e.log,
-            "interim 100; read 4; head 200 (id=dummy, code=200, cache=1, size=1, time=0 ms (0 real)); body 1; "
+            "interim 100; read 4; flush; sleep 10ms; \
+             head 200 (id=dummy, code=200, cache=1, size=1, time=10 ms (10 real)); body 1; "
         );
     }
 }

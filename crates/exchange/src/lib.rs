@@ -17,16 +17,18 @@
 //!   (`k=2`), and an `ETag` (`e`) with the conditional requests it answers (304, 412).
 //!
 //! The engine never re-derives what this decided; nothing here touches a socket or a clock
-//! (times come in as arguments). [`Exchange::drive`] carries the steps out with an [`Engine`],
-//! the engine's framing, waits and clock.
+//! (times come in as arguments). The engines take the steps through the one [`StepDriver`],
+//! as [`Action`]s in their framing, with their waits and clock.
 
 #![forbid(unsafe_code)]
 
 mod drive;
 pub mod h1;
 pub mod head;
+mod request;
 
-pub use drive::Engine;
+pub use drive::{Action, StepDriver};
+pub use request::HeadBuilder;
 
 pub use head::{
     http_date, FieldName, FieldSink, HeadKind, HttpDate, Reported, ResponseHead, Timing,
@@ -51,8 +53,8 @@ impl Version {
     }
 }
 
-/// What the exchange needs to know of a request, in any protocol: the engine distills its head
-/// into this.
+/// What the exchange needs to know of a request, in any protocol: the engine's
+/// [`HeadBuilder`] distills its head into this.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestSummary<'a> {
     pub version: Version,
@@ -77,8 +79,8 @@ pub struct RequestSummary<'a> {
     pub date: bool,
     /// The method is GET (a matching `If-None-Match` gives 304 to GET and HEAD, 412 otherwise).
     pub is_get: bool,
-    /// `If-Match` and `If-None-Match` values (repeated fields joined with commas); looked at
-    /// only when the plan has an ETag (`e`).
+    /// `If-Match` and `If-None-Match` values (repeated fields joined, [`HeadBuilder`]); looked
+    /// at only when the plan has an ETag (`e`).
     pub if_match: Option<&'a [u8]>,
     pub if_none_match: Option<&'a [u8]>,
 }
@@ -87,19 +89,6 @@ pub struct RequestSummary<'a> {
 /// HTTP/1.1 text, every field as `name: value\r\n` (`fields`: the sum of those lines).
 pub fn head_bytes(method: usize, target: usize, fields: usize) -> u64 {
     (method + target + fields + 12) as u64
-}
-
-/// Append a field line's value to the values of earlier lines of the same field, as
-/// [`Request::if_match`] and [`Request::if_none_match`] take them: one value, the lines joined
-/// with commas (RFC 9110 §5.3). Every engine joins its lines with this.
-pub fn join_field_line(slot: &mut Option<Vec<u8>>, value: &[u8]) {
-    match slot {
-        Some(v) => {
-            v.push(b',');
-            v.extend_from_slice(value);
-        }
-        None => *slot = Some(value.to_vec()),
-    }
 }
 
 /// Response body bytes to send.
@@ -147,7 +136,7 @@ pub struct Piece {
 pub enum Step {
     /// Send the interim `100 Continue` (HTTP/1.1 `HTTP/1.1 100 Continue`, `:status 100`).
     Continue,
-    /// Read the request body and report it with [`Exchange::body_read`]: its bytes, and
+    /// Read the request body and report it with [`StepDriver::body_read`]: its bytes, and
     /// [`BodyRead::Ended`] or [`BodyRead::Failed`]; with a limit (`B`), stop once that many body
     /// bytes were read and report [`BodyRead::LimitReached`] if it is not over.
     ReadBody {
@@ -180,7 +169,7 @@ pub enum ExchangeEnd {
 }
 
 /// What reading the request body ([`Step::ReadBody`]) came to, as every engine reports it with
-/// [`Exchange::body_read`].
+/// [`StepDriver::body_read`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyRead {
     /// The body ended.
@@ -313,7 +302,7 @@ impl Exchange {
     }
 
     /// An error page for a request that could not be parsed or completed (no plan exists);
-    /// `date` as in [`Request::date`].
+    /// `date` as in [`RequestSummary::date`].
     pub fn error(page: ErrorPage, version: Version, date: bool, t_first: Instant) -> Exchange {
         Exchange {
             answer: Answer::Text {
@@ -341,7 +330,7 @@ impl Exchange {
 
     /// Report a [`Step::ReadBody`]: `bytes` of the request body received (and discarded), and
     /// how the reading stopped.
-    pub fn body_read(&mut self, bytes: u64, how: BodyRead) {
+    pub(crate) fn body_read(&mut self, bytes: u64, how: BodyRead) {
         self.req_bytes += bytes;
         match how {
             BodyRead::Ended => self.body_end(),
@@ -400,7 +389,7 @@ impl Exchange {
 
     /// The next thing to do, at `now`.
     #[inline]
-    pub fn next(&mut self, now: Instant) -> Step {
+    pub(crate) fn next(&mut self, now: Instant) -> Step {
         loop {
             match self.state {
                 State::Start => {

@@ -1059,46 +1059,36 @@ fn all_failed(total: &Recorder, startup: &Startup, addr: std::net::SocketAddr) -
 /// SIGINT ends the run early, with its results (the workers watch the returned receiver: the
 /// instant of the interrupt); a second SIGINT kills the process as usual. SIGUSR1 is ignored:
 /// `kill -USR1 $(pidof loadterm)`, meant for the server's statistics, reaches load clients too,
-/// and its default action would kill them. One thread with its own runtime for the signals.
-#[allow(unsafe_code)] // signal: SIGINT's default action restored
+/// and its default action would kill them. signal-hook's handlers, read on a thread of their own.
 fn signals() -> Result<tokio::sync::watch::Receiver<Option<Instant>>> {
-    use tokio::signal::unix::{signal, SignalKind};
+    use signal_hook::consts::{SIGINT, SIGUSR1};
     // A SIGINT ignored when we started (a background job of a non-interactive shell, nohup)
     // stays ignored, as it would without a handler: read before installing one.
     let watch_int = !sigint_ignored();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (int, mut usr1) = {
-        let _in_rt = rt.enter();
-        (
-            watch_int
-                .then(|| signal(SignalKind::interrupt()))
-                .transpose()
-                .context("cannot handle SIGINT")?,
-            signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?,
-        )
+    // Once the first SIGINT is in, the next one has SIGINT's default action: it kills a run
+    // whose summary the user will not wait for. Registered first, so that it runs before the
+    // iterator's handler, which wakes the thread that sets the flag.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    if watch_int {
+        signal_hook::flag::register_conditional_default(SIGINT, interrupted.clone())
+            .context("cannot handle SIGINT")?;
+    }
+    let caught: &[i32] = if watch_int {
+        &[SIGINT, SIGUSR1]
+    } else {
+        &[SIGUSR1]
     };
+    let mut caught =
+        signal_hook::iterator::Signals::new(caught).context("cannot handle signals")?;
     let (tx, rx) = tokio::sync::watch::channel(None);
     std::thread::Builder::new()
         .name("load-signals".into())
         .spawn(move || {
-            rt.block_on(async move {
-                if let Some(mut int) = int {
-                    loop {
-                        tokio::select! {
-                            Some(()) = int.recv() => break,
-                            Some(()) = usr1.recv() => {}
-                            else => return,
-                        }
-                    }
+            for signal in caught.forever() {
+                if signal == SIGINT && !interrupted.swap(true, Ordering::Relaxed) {
                     let _ = tx.send(Some(Instant::now()));
-                    // SAFETY: plain sigaction call; the default action back, so that a second
-                    // SIGINT kills a run whose summary the user will not wait for.
-                    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
                 }
-                while usr1.recv().await.is_some() {}
-            })
+            }
         })
         .context("cannot start the signal thread")?;
     Ok(rx)
@@ -1224,7 +1214,7 @@ mod tests {
             [(vec![0, 2], Some(7)), (vec![1], Some(3))]
         );
         // -n 1 -c 4 -t 4: one worker gets the one request; -n 10: no worker gets twice
-        // another's share (it used to be 2, 2, 2, 4, the run lasting twice as long).
+        // another's share (which would make the run last twice as long).
         let shares = |n| -> Vec<_> { assign(4, 4, Some(n)).into_iter().map(|(_, n)| n).collect() };
         assert_eq!(shares(1), [Some(1), Some(0), Some(0), Some(0)]);
         assert_eq!(shares(10), [Some(3), Some(3), Some(2), Some(2)]);

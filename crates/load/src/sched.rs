@@ -516,7 +516,7 @@ mod tests {
     #[test]
     fn a_connection_that_speaks_http1_gets_the_whole_connection_rate() {
         // With ALPN the protocol is known only after the handshake: -m 4 must not divide the
-        // rate of a connection that ends up on HTTP/1.1 (it used to send at a quarter of it).
+        // rate of a connection that ends up on HTTP/1.1.
         let start = Instant::now();
         let mut s = Schedules::new(&open(100.0, 1), start, 0, 4);
         let h1: Vec<_> = (0..2).map(|_| s.h1.advance().unwrap()).collect();

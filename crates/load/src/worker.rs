@@ -6,6 +6,7 @@ use crate::sched::{Pace, Plan};
 use crate::setup::{ProtoChoice, Setup};
 use crate::shared::{Progress, Startup, Worker};
 use anyhow::{Context, Result};
+use loadterm_runtime::cpus::CpuSet;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -41,8 +42,14 @@ pub(crate) struct Job {
 
 /// Start worker thread `i`.
 pub(crate) fn spawn(i: usize, job: Job) -> Result<JoinHandle<Result<Recorder>>> {
-    loadterm_runtime::spawn(format!("load-{i}"), job.cpu, move || run(job))
-        .context("cannot start a worker thread")
+    loadterm_runtime::spawn(format!("load-{i}"), move || async move {
+        if let Some(cpu) = job.cpu {
+            let set = CpuSet::new(&[cpu]).and_then(|set| set.pin_current().map(|()| set));
+            set.with_context(|| format!("cannot pin load thread {i} to CPU {cpu}"))?;
+        }
+        run(job).await
+    })
+    .context("cannot start a worker thread")
 }
 
 async fn run(job: Job) -> Result<Recorder> {

@@ -175,7 +175,14 @@ pub fn parse_into(query: &[u8], params: &mut Params, rng: &mut Rng) -> Result<()
             apply(key, v, shift, params);
         }
         match rest.get(pos) {
-            Some(&d) if is_delimiter(d) => rest = &rest[pos + 1..],
+            // Spaces after a delimiter: a repeated `x-loadterm` field's values are joined
+            // with ", " (`loadterm_exchange::HeadBuilder`). A target holds none.
+            Some(&d) if is_delimiter(d) => {
+                rest = &rest[pos + 1..];
+                while let [b' ' | b'\t', tail @ ..] = rest {
+                    rest = tail;
+                }
+            }
             _ => break,
         }
     }
@@ -330,7 +337,8 @@ mod tests {
 
     #[test]
     fn every_delimiter() {
-        for d in ["&", ";", "/", "?", ","] {
+        // ", " joins a repeated `x-loadterm` field's values.
+        for d in ["&", ";", "/", "?", ",", ", ", ",\t "] {
             let p = parse(&format!("s=5{d}r=404{d}c=0"));
             assert_eq!(
                 (p.size, p.status, p.cacheable),

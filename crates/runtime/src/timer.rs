@@ -336,7 +336,7 @@ mod tests {
     /// with deadlines close together, on a real timerfd.
     #[test]
     fn no_sleep_ends_before_its_deadline() {
-        let h = crate::spawn("timer-test".into(), None, || async {
+        let h = crate::spawn("timer-test".into(), || async {
             start().unwrap();
             for i in 0..300u64 {
                 DRIVER.with(|d| {

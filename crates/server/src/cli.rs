@@ -218,7 +218,7 @@ fn pinning(maps: &[haterm_cfg::CpuMap], threads: usize) -> Result<Vec<Vec<usize>
     }
     let (pins, warnings) = haterm_cfg::pinning(maps, threads).map_err(usage_error)?;
     warn(&warnings);
-    let allowed = crate::workers::allowed_cpus()?;
+    let allowed = loadterm_runtime::cpus::allowed().context("sched_getaffinity")?;
     if let Some(cpu) = pins.iter().flatten().find(|c| !allowed.contains(c)) {
         return Err(usage_error(format!(
             "cpu-map: CPU {cpu} is not available to this process (allowed: {allowed:?})"

@@ -19,7 +19,7 @@ use tokio_rustls::client::TlsStream;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Nothing below the duplex stream: TLS over it never reaches a socket.
-impl crate::h1::TlsInner for DuplexStream {
+impl crate::stream::TlsInner for DuplexStream {
     fn socket(&self) -> Option<&tokio::net::TcpStream> {
         None
     }

@@ -4,15 +4,16 @@
 use crate::config::listen::{self, Listener, ListenerKind};
 use crate::config::tls::Identity;
 use crate::config::{Config, ExtraHeaders};
-use crate::h1::{ByteStream, TlsInner};
 use crate::h2_engine::{H2ConnError, IdleHandover, Resting};
 use crate::plumbing::shutdown::ConnSlot;
 use crate::plumbing::stats::{self, HandshakeFailure, Metered, Protection, Transport};
 use crate::stream::prefixed::Prefixed;
 use crate::stream::tls_stream;
+use crate::stream::{ByteStream, TlsInner};
 use crate::{h1, h2_engine, h3, ja4, park};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use http::HeaderValue;
+use loadterm_runtime::cpus::CpuSet;
 use rustls::ServerConfig;
 use std::future::Future;
 use std::pin::Pin;
@@ -75,8 +76,12 @@ pub(crate) fn start(
     for (i, sockets) in per_worker.into_iter().enumerate() {
         let (cfg, conns) = (cfg.clone(), conns.clone());
         let cpus = pins.get(i).cloned().unwrap_or_default();
-        loadterm_runtime::spawn(format!("worker-{i}"), None, move || {
-            if let Err(e) = pin(&cpus) {
+        loadterm_runtime::spawn(format!("worker-{i}"), move || {
+            let pinned = match cpus.is_empty() {
+                true => Ok(()),
+                false => CpuSet::new(&cpus).and_then(|set| set.pin_current()),
+            };
+            if let Err(e) = pinned {
                 eprintln!("loadterm: warning: worker {i}: cannot pin to CPUs {cpus:?}: {e}");
             }
             worker(sockets, cfg, conns)
@@ -84,43 +89,6 @@ pub(crate) fn start(
         .context("cannot start a worker thread")?;
     }
     Ok(conns)
-}
-
-/// The CPUs this process may run on (its affinity mask).
-#[allow(unsafe_code)] // sched_getaffinity
-pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the size given is `set`'s own.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
-    }
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `cpu` is below CPU_SETSIZE.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
-}
-
-/// Pin the calling thread to `cpus` (`cpu-map`); nothing for an empty set.
-#[allow(unsafe_code)] // sched_setaffinity
-fn pin(cpus: &[usize]) -> Result<()> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    // SAFETY: as in `allowed_cpus`; CPU_SET is given CPUs below CPU_SETSIZE only.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            bail!("CPU {cpu} is out of range");
-        }
-        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
-    // SAFETY: the size given is `set`'s own; the kernel only reads it.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
 }
 
 async fn worker(sockets: WorkerSockets, cfg: Arc<Config>, conns: Arc<AtomicUsize>) {
@@ -267,7 +235,8 @@ async fn serve_h1_clear(
                 None => return,
             },
             Some(h1::Handover::Upgrade(up)) => {
-                let serving = h2_engine::serve_upgraded(up.io, up.buffered, up.head, cfg.clone());
+                let serving =
+                    h2_engine::serve_upgraded(up.io, up.buffered, up.request, cfg.clone());
                 break serve_h2(Box::pin(serving), cfg, slot);
             }
         };

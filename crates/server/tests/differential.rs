@@ -422,7 +422,7 @@ fn compare(buf: &[u8], head: &RequestHead, reference: Reference) -> Option<Strin
     let got = Reference {
         len: head.len,
         method: buf[head.method.clone()].to_vec(),
-        target: head.target.clone(),
+        target: head.request.target_bytes().to_vec(),
         host,
         framing: head.body.unwrap_or(BodyFraming::None),
     };

@@ -16,10 +16,11 @@ fn exercise(data: &[u8]) {
     let mut head = RequestHead::default();
     if parse(data, &mut head, false) == Parsed::Complete {
         assert!(head.len <= data.len());
+        let s = (head.request).summary(loadterm_exchange::Version::Http11, false, 0, false);
         let req = Query {
-            target: &head.target,
-            control: head.control.as_deref(),
-            is_head: head.is_head,
+            target: s.target,
+            control: s.control,
+            is_head: s.is_head,
         };
         if let Outcome::Respond(p) = Plan::from_request(&req, &mut Rng::new(1)) {
             assert!((100..=999).contains(&p.status));

@@ -3,8 +3,8 @@
 //! hosts' clocks, measured again before every window.
 
 use super::auth;
-use super::proto::{AgentReply, AgentRequest, SEQ_HEADER, VERSION};
-use super::wire;
+use super::proto::{Reply, Request, SEQ_HEADER, VERSION};
+use super::wire::{self, Start};
 use crate::contam::Settings;
 use crate::env::HostFacts;
 use crate::station::{
@@ -96,8 +96,8 @@ impl AgentClient {
                 cpus: 0,
             },
         };
-        match client.call(&AgentRequest::Hello { version: VERSION }, CALL_TIMEOUT)? {
-            AgentReply::Welcome { version, host } if version == VERSION => client.facts = host,
+        match client.call(&Request::Hello { version: VERSION }, CALL_TIMEOUT)? {
+            Reply::Welcome { version, host } if version == VERSION => client.facts = host,
             other => bail!("the agent at {url} answered hello with {other:?}"),
         }
         Ok(client)
@@ -107,7 +107,7 @@ impl AgentClient {
         &self.url
     }
 
-    fn call(&self, req: &AgentRequest, timeout: Duration) -> Result<AgentReply> {
+    fn call(&self, req: &Request, timeout: Duration) -> Result<Reply> {
         let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         c.seq += 1;
         let seq = c.seq.to_string();
@@ -130,47 +130,50 @@ impl AgentClient {
         )
         .with_context(what)?;
         let msg = wire::read_message(&mut c.stream).with_context(what)?;
-        let status = msg.start.split_whitespace().nth(1).unwrap_or_default();
-        let reply: AgentReply = serde_json::from_slice(&msg.body)
-            .with_context(|| format!("{}: the reply ({}) is not one", what(), msg.start))?;
+        let status = match msg.start {
+            Start::Reply { status } => status,
+            Start::Request { .. } => bail!("{}: a request where a reply was due", what()),
+        };
+        let reply: Reply = serde_json::from_slice(&msg.body)
+            .with_context(|| format!("{}: the reply (status {status}) is not one", what()))?;
         match (status, reply) {
-            ("200", r) => Ok(r),
-            (_, AgentReply::Failed { error }) => bail!("{}: {error}", what()),
-            (_, r) => bail!("{}: {} {r:?}", what(), msg.start),
+            (200, r) => Ok(r),
+            (_, Reply::Failed { error }) => bail!("{}: {error}", what()),
+            (_, r) => bail!("{}: {status} {r:?}", what()),
         }
     }
 
     pub(crate) fn launch(&self, l: &Launch) -> Result<Launched> {
-        match self.call(&AgentRequest::Launch(Box::new(l.clone())), CALL_TIMEOUT)? {
-            AgentReply::Launched(l) => Ok(*l),
+        match self.call(&Request::Launch(Box::new(l.clone())), CALL_TIMEOUT)? {
+            Reply::Launched(l) => Ok(*l),
             other => bail!("agent {}: launch answered {other:?}", self.url),
         }
     }
 
     pub(crate) fn sample(&self, ids: &[u64]) -> Result<HostSample> {
-        match self.call(&AgentRequest::Sample { ids: ids.to_vec() }, CALL_TIMEOUT)? {
-            AgentReply::Sample(s) => Ok(s),
+        match self.call(&Request::Sample { ids: ids.to_vec() }, CALL_TIMEOUT)? {
+            Reply::Sample(s) => Ok(s),
             other => bail!("agent {}: sample answered {other:?}", self.url),
         }
     }
 
     pub(crate) fn exited(&self, id: u64) -> Result<Option<String>> {
-        match self.call(&AgentRequest::Exited { id }, CALL_TIMEOUT)? {
-            AgentReply::Exited { why } => Ok(why),
+        match self.call(&Request::Exited { id }, CALL_TIMEOUT)? {
+            Reply::Exited { why } => Ok(why),
             other => bail!("agent {}: exited answered {other:?}", self.url),
         }
     }
 
     pub(crate) fn stop(&self, id: u64) -> Result<()> {
-        match self.call(&AgentRequest::Stop { id }, CALL_TIMEOUT)? {
-            AgentReply::Stopped => Ok(()),
+        match self.call(&Request::Stop { id }, CALL_TIMEOUT)? {
+            Reply::Stopped => Ok(()),
             other => bail!("agent {}: stop answered {other:?}", self.url),
         }
     }
 
     pub(crate) fn settings(&self, cpu: usize) -> Result<Settings> {
-        match self.call(&AgentRequest::Settings { cpu }, CALL_TIMEOUT)? {
-            AgentReply::Settings(s) => Ok(s),
+        match self.call(&Request::Settings { cpu }, CALL_TIMEOUT)? {
+            Reply::Settings(s) => Ok(s),
             other => bail!("agent {}: settings answered {other:?}", self.url),
         }
     }
@@ -182,8 +185,8 @@ impl AgentClient {
             .duration_since(SystemTime::now())
             .unwrap_or_default();
         let timeout = wait + Duration::from_secs_f64(w.duration_s) + CALL_TIMEOUT;
-        match self.call(&AgentRequest::Load(Box::new(w.clone())), timeout)? {
-            AgentReply::Loaded(done) => Ok(*done),
+        match self.call(&Request::Load(Box::new(w.clone())), timeout)? {
+            Reply::Loaded(done) => Ok(*done),
             other => bail!("agent {}: load answered {other:?}", self.url),
         }
     }
@@ -194,8 +197,7 @@ impl AgentClient {
         let mut best: Option<ClockOffset> = None;
         for _ in 0..CLOCK_EXCHANGES {
             let (t0, i0) = (SystemTime::now(), Instant::now());
-            let AgentReply::Clock { unix_s } = self.call(&AgentRequest::Clock, CALL_TIMEOUT)?
-            else {
+            let Reply::Clock { unix_s } = self.call(&Request::Clock, CALL_TIMEOUT)? else {
                 bail!("agent {}: clock answered something else", self.url);
             };
             let rtt_s = i0.elapsed().as_secs_f64();
@@ -220,7 +222,7 @@ impl AgentClient {
     ) -> Result<(WindowReadings, f64)> {
         let clock = self.clock()?;
         let at_agent = host::unix_s(at) + clock.offset_s;
-        let req = AgentRequest::Window {
+        let req = Request::Window {
             ids: ids.to_vec(),
             at_unix_s: at_agent,
             duration_s: duration.as_secs_f64(),
@@ -229,7 +231,7 @@ impl AgentClient {
         };
         let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
         match self.call(&req, wait + duration + CALL_TIMEOUT)? {
-            AgentReply::Window(readings) => {
+            Reply::Window(readings) => {
                 let misaligned_s = (readings.before.unix_s - at_agent).abs() + clock.rtt_s / 2.0;
                 Ok((*readings, misaligned_s))
             }

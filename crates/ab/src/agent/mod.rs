@@ -1,6 +1,6 @@
 //! `loadterm agent`: the server host's side of `loadterm ab --server-host`. It starts, pins,
 //! reads and stops the variants and backends of one comparison at a time, exactly as ab does
-//! on its own machine (`host::Station`), and nothing else.
+//! on its own machine (`station::Station`), and nothing else.
 
 mod auth;
 pub(crate) mod client;

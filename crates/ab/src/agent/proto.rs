@@ -18,7 +18,7 @@ pub(crate) const MAX_BODY: usize = 4 << 20;
 /// What ab asks of the agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
-pub(crate) enum AgentRequest {
+pub(crate) enum Request {
     /// The first request: both sides' versions must match.
     Hello {
         version: u32,
@@ -52,19 +52,19 @@ pub(crate) enum AgentRequest {
     Load(Box<LoadWindow>),
 }
 
-impl AgentRequest {
+impl Request {
     /// The request's name, its path's last part.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            AgentRequest::Hello { .. } => "hello",
-            AgentRequest::Clock => "clock",
-            AgentRequest::Launch(_) => "launch",
-            AgentRequest::Sample { .. } => "sample",
-            AgentRequest::Window { .. } => "window",
-            AgentRequest::Exited { .. } => "exited",
-            AgentRequest::Stop { .. } => "stop",
-            AgentRequest::Settings { .. } => "settings",
-            AgentRequest::Load(_) => "load",
+            Request::Hello { .. } => "hello",
+            Request::Clock => "clock",
+            Request::Launch(_) => "launch",
+            Request::Sample { .. } => "sample",
+            Request::Window { .. } => "window",
+            Request::Exited { .. } => "exited",
+            Request::Stop { .. } => "stop",
+            Request::Settings { .. } => "settings",
+            Request::Load(_) => "load",
         }
     }
 }
@@ -73,7 +73,7 @@ impl AgentRequest {
 /// and the CPU maps' number keys (strings in JSON) would no longer read as numbers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum AgentReply {
+pub(crate) enum Reply {
     Welcome {
         version: u32,
         host: HostFacts,

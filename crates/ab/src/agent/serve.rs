@@ -4,10 +4,10 @@
 //! SIGTERM, every process it started is stopped and every cgroup removed.
 
 use super::auth::AgentCredentials;
-use super::proto::{AgentReply, AgentRequest, SEQ_HEADER, VERSION};
-use super::wire::{self, WireError};
+use super::proto::{Reply, Request, SEQ_HEADER, VERSION};
+use super::wire::{self, Start, WireError};
 use crate::procs;
-use crate::station::{self as host, Station};
+use crate::station::{self, Station};
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -23,10 +23,10 @@ pub(crate) struct AgentConfig {
     pub lease: Duration,
 }
 
-/// AgentShared by the connections: who holds the agent, and every live connection's socket (shut
+/// Shared by the connections: who holds the agent, and every live connection's socket (shut
 /// down on SIGTERM, which ends its session).
 #[derive(Default)]
-struct AgentShared {
+struct Shared {
     holder: Mutex<Option<SocketAddr>>,
     sockets: Mutex<Vec<(SocketAddr, TcpStream)>>,
 }
@@ -42,7 +42,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen)
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     listener.set_nonblocking(true)?;
-    procs::catch_interrupts();
+    procs::catch_interrupts()?;
     crate::cgroup::adopt_orphans();
     crate::fixture::remove_leftovers();
     eprintln!(
@@ -56,7 +56,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
         cfg.lease.as_secs()
     );
     let cfg = Arc::new(cfg);
-    let shared = Arc::new(AgentShared::default());
+    let shared = Arc::new(Shared::default());
     let mut threads = Vec::new();
     while !procs::interrupted() {
         match listener.accept() {
@@ -95,7 +95,7 @@ pub(crate) fn serve(cfg: AgentConfig) -> Result<()> {
     Ok(())
 }
 
-fn connection(cfg: &AgentConfig, shared: &AgentShared, tcp: TcpStream, peer: SocketAddr) {
+fn connection(cfg: &AgentConfig, shared: &Shared, tcp: TcpStream, peer: SocketAddr) {
     let registered = tcp.try_clone().map(|s| {
         shared
             .sockets
@@ -133,7 +133,7 @@ fn connection(cfg: &AgentConfig, shared: &AgentShared, tcp: TcpStream, peer: Soc
 }
 
 /// The holder's claim on the agent, given back when dropped.
-struct Claim<'a>(&'a AgentShared);
+struct Claim<'a>(&'a Shared);
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
@@ -141,11 +141,15 @@ impl Drop for Claim<'_> {
     }
 }
 
-fn reply(s: &mut impl Write, status: &str, body: &AgentReply) -> Result<()> {
+/// A reply, its status line's reason phrase the standard one for `status`.
+fn reply(s: &mut impl Write, status: u16, body: &Reply) -> Result<()> {
     let json = serde_json::to_vec(body)?;
     wire::write_message(
         s,
-        &format!("HTTP/1.1 {status}"),
+        &format!(
+            "HTTP/1.1 {status} {}",
+            loadterm_plan::reason::phrase(status)
+        ),
         &[("content-type", "application/json")],
         &json,
     )
@@ -153,14 +157,14 @@ fn reply(s: &mut impl Write, status: &str, body: &AgentReply) -> Result<()> {
 }
 
 /// Refuse a request: nothing of it ran, and the connection ends.
-fn refuse(s: &mut impl Write, status: &str, why: String) -> Result<()> {
-    let _ = reply(s, status, &AgentReply::Failed { error: why.clone() });
+fn refuse(s: &mut impl Write, status: u16, why: String) -> Result<()> {
+    let _ = reply(s, status, &Reply::Failed { error: why.clone() });
     bail!("refused ({status}): {why}")
 }
 
 fn session<S: Read + Write>(
     cfg: &AgentConfig,
-    shared: &AgentShared,
+    shared: &Shared,
     stream: S,
     peer: SocketAddr,
 ) -> Result<()> {
@@ -173,10 +177,10 @@ fn session<S: Read + Write>(
             Ok(m) => m,
             Err(WireError::Closed) => return Ok(()),
             Err(e @ (WireError::Malformed(_) | WireError::TooLarge(_))) => {
-                return refuse(r.get_mut(), "400 Bad AgentRequest", e.to_string())
+                return refuse(r.get_mut(), 400, e.to_string())
             }
             Err(e @ WireError::Truncated(_)) => {
-                let _ = refuse(r.get_mut(), "400 Bad AgentRequest", e.to_string());
+                let _ = refuse(r.get_mut(), 400, e.to_string());
                 bail!("{e}: nothing of it ran")
             }
         };
@@ -187,38 +191,39 @@ fn session<S: Read + Write>(
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or_default();
             if !wire::constant_time_eq(given.as_bytes(), c.token.as_bytes()) {
-                return refuse(w, "401 Unauthorized", "no valid token".into());
+                return refuse(w, 401, "no valid token".into());
             }
         }
         let seq: Option<u64> = msg.header(SEQ_HEADER).and_then(|v| v.parse().ok());
         if seq != Some(expected) {
             return refuse(
                 w,
-                "409 Conflict",
+                409,
                 format!(
                     "a replayed or out-of-order request: sequence {seq:?}, expected {expected}"
                 ),
             );
         }
         expected += 1;
-        let req: AgentRequest = match serde_json::from_slice(&msg.body) {
+        let req: Request = match serde_json::from_slice(&msg.body) {
             Ok(r) => r,
-            Err(e) => return refuse(w, "400 Bad AgentRequest", format!("not a request: {e}")),
+            Err(e) => return refuse(w, 400, format!("not a request: {e}")),
         };
-        let path = format!("POST /v1/{} ", req.name());
-        if !msg.start.starts_with(&path) {
+        let path = format!("/v1/{}", req.name());
+        if !matches!(&msg.start, Start::Request { method, path: p } if method == "POST" && *p == path)
+        {
             return refuse(
                 w,
-                "400 Bad AgentRequest",
-                format!("{:?} does not match a {} request", msg.start, req.name()),
+                400,
+                format!("{} does not match a {} request", msg.start, req.name()),
             );
         }
         let station = match (&held, &req) {
-            (None, AgentRequest::Hello { version }) => {
+            (None, Request::Hello { version }) => {
                 if *version != VERSION {
                     return refuse(
                         w,
-                        "400 Bad AgentRequest",
+                        400,
                         format!("protocol version {version}; this agent speaks {VERSION}: use the same loadterm release on both hosts"),
                     );
                 }
@@ -227,7 +232,7 @@ fn session<S: Read + Write>(
                     drop(holder);
                     return refuse(
                         w,
-                        "409 Conflict",
+                        409,
                         format!(
                             "busy: {h} runs a comparison here (two would share the server cores)"
                         ),
@@ -239,45 +244,43 @@ fn session<S: Read + Write>(
                 eprintln!("agent: {peer}: comparison started");
                 reply(
                     w,
-                    "200 OK",
-                    &AgentReply::Welcome {
+                    200,
+                    &Reply::Welcome {
                         version: VERSION,
                         host: crate::env::host_facts(),
                     },
                 )?;
                 continue;
             }
-            (None, _) => return refuse(w, "409 Conflict", "hello first".into()),
-            (Some(_), AgentRequest::Hello { .. }) => {
-                return refuse(w, "409 Conflict", "a second hello".into())
-            }
+            (None, _) => return refuse(w, 409, "hello first".into()),
+            (Some(_), Request::Hello { .. }) => return refuse(w, 409, "a second hello".into()),
             (Some((s, _)), _) => s,
         };
         let answer = match handle(station, req) {
             Ok(a) => a,
-            Err(e) => AgentReply::Failed {
+            Err(e) => Reply::Failed {
                 error: format!("{e:#}"),
             },
         };
-        let status = if matches!(answer, AgentReply::Failed { .. }) {
-            "422 Unprocessable Content"
+        let status = if matches!(answer, Reply::Failed { .. }) {
+            422
         } else {
-            "200 OK"
+            200
         };
         reply(w, status, &answer)?;
     }
 }
 
-fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
+fn handle(station: &Mutex<Station>, req: Request) -> Result<Reply> {
     let lock = || station.lock().unwrap_or_else(|e| e.into_inner());
     Ok(match req {
-        AgentRequest::Hello { .. } => bail!("a second hello"),
-        AgentRequest::Clock => AgentReply::Clock {
-            unix_s: host::unix_s(std::time::SystemTime::now()),
+        Request::Hello { .. } => bail!("a second hello"),
+        Request::Clock => Reply::Clock {
+            unix_s: station::unix_s(std::time::SystemTime::now()),
         },
-        AgentRequest::Launch(l) => AgentReply::Launched(Box::new(lock().launch(&l)?)),
-        AgentRequest::Sample { ids } => AgentReply::Sample(lock().sample(&ids)?),
-        AgentRequest::Window {
+        Request::Launch(l) => Reply::Launched(Box::new(lock().launch(&l)?)),
+        Request::Sample { ids } => Reply::Sample(lock().sample(&ids)?),
+        Request::Window {
             ids,
             at_unix_s,
             duration_s,
@@ -287,7 +290,7 @@ fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
             if !(0.0..=3600.0).contains(&duration_s) {
                 bail!("a window of {duration_s} s");
             }
-            let at = host::from_unix_s(at_unix_s);
+            let at = station::from_unix_s(at_unix_s);
             if at
                 .duration_since(std::time::SystemTime::now())
                 .unwrap_or_default()
@@ -301,8 +304,8 @@ fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
             let others: Vec<usize> = (0..crate::env::host_facts().cpus)
                 .filter(|c| !server_cpus.contains(c))
                 .collect();
-            procs::pin_self(&others);
-            AgentReply::Window(Box::new(host::window_here(
+            procs::pin_self(&others)?;
+            Reply::Window(Box::new(station::window_here(
                 station,
                 &ids,
                 at,
@@ -311,21 +314,41 @@ fn handle(station: &Mutex<Station>, req: AgentRequest) -> Result<AgentReply> {
                 profile,
             )?))
         }
-        AgentRequest::Exited { id } => AgentReply::Exited {
+        Request::Exited { id } => Reply::Exited {
             why: lock().exited(id)?,
         },
-        AgentRequest::Stop { id } => {
+        Request::Stop { id } => {
             lock().stop(id);
-            AgentReply::Stopped
+            Reply::Stopped
         }
-        AgentRequest::Settings { cpu } => AgentReply::Settings(crate::contam::settings(cpu)),
-        AgentRequest::Load(w) => {
-            if w.at_unix_s > host::unix_s(std::time::SystemTime::now()) + 60.0
+        Request::Settings { cpu } => Reply::Settings(crate::contam::settings(cpu)),
+        Request::Load(w) => {
+            if w.at_unix_s > station::unix_s(std::time::SystemTime::now()) + 60.0
                 || !(0.0..=3600.0).contains(&w.duration_s)
             {
                 bail!("a load window over a minute ahead, or over an hour long");
             }
-            AgentReply::Loaded(Box::new(host::load_here(&w)?))
+            Reply::Loaded(Box::new(station::load_here(&w)?))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal's status line is HTTP's own, whatever the Rust names around it.
+    #[test]
+    fn refusals_carry_the_standard_reason_phrase() {
+        for (status, line) in [
+            (400, "HTTP/1.1 400 Bad Request\r\n"),
+            (401, "HTTP/1.1 401 Unauthorized\r\n"),
+            (409, "HTTP/1.1 409 Conflict\r\n"),
+            (422, "HTTP/1.1 422 Unprocessable Content\r\n"),
+        ] {
+            let mut out = Vec::new();
+            assert!(refuse(&mut out, status, "why".into()).is_err());
+            assert!(out.starts_with(line.as_bytes()), "{status}");
+        }
+    }
 }

@@ -1,12 +1,17 @@
 //! HTTP/1.1 framing of the agent's requests and replies: a request line or status line,
-//! headers, and a body of exactly `Content-Length` bytes. Small, because both ends are ours;
-//! strict, because one end may be an attacker: a head over 16 KiB, a body over `MAX_BODY`, or
-//! a body cut short is an error, never a request.
+//! headers, and a body of exactly `Content-Length` bytes, the head parsed by httparse (as the
+//! server's and the load client's HTTP/1 heads are). Strict, because one end may be an
+//! attacker: a head over 16 KiB, a body over `MAX_BODY`, or a body cut short is an error, never
+//! a request.
 
 use super::proto::MAX_BODY;
+use std::fmt;
 use std::io::{BufRead, Write};
 
 const MAX_HEAD: usize = 16 << 10;
+
+/// Most header fields a message may have (ours have three).
+const MAX_FIELDS: usize = 32;
 
 /// Why a message could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -23,10 +28,26 @@ pub(crate) enum WireError {
     TooLarge(String),
 }
 
+/// A message's first line: a request's (what ab sends) or a reply's (what the agent answers).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    Request { method: String, path: String },
+    Reply { status: u16 },
+}
+
+impl fmt::Display for Start {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Start::Request { method, path } => write!(f, "{method} {path}"),
+            Start::Reply { status } => write!(f, "status {status}"),
+        }
+    }
+}
+
 /// A message's first line, its headers (names in lower case) and its body.
 #[derive(Debug)]
 pub(crate) struct AgentMessage {
-    pub start: String,
+    pub start: Start,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -51,50 +72,30 @@ fn io_error(e: std::io::Error, what: &str) -> WireError {
 
 /// Read one message. Between messages, a closed connection is `Closed`.
 pub(crate) fn read_message(r: &mut impl BufRead) -> Result<AgentMessage, WireError> {
-    let mut head_len = 0usize;
-    let mut lines = Vec::new();
-    loop {
-        let mut line = Vec::new();
-        let n = std::io::Read::take(&mut *r, (MAX_HEAD - head_len + 1) as u64)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| {
-                // A TLS peer that closes without close_notify between messages has ended.
-                if head_len == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    WireError::Closed
-                } else {
-                    io_error(e, "reading the head")
-                }
-            })?;
-        if n == 0 {
-            return Err(if lines.is_empty() {
-                WireError::Closed
-            } else {
-                WireError::Truncated("the head ends before its blank line".into())
-            });
+    let head = read_head(r)?;
+    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let malformed = |e: httparse::Error| WireError::Malformed(format!("the head: {e}"));
+    let start = if head.starts_with(b"HTTP/") {
+        let mut reply = httparse::Response::new(&mut fields);
+        reply.parse(&head).map_err(malformed)?;
+        Start::Reply {
+            status: reply.code.unwrap_or_default(),
         }
-        head_len += n;
-        if head_len > MAX_HEAD {
-            return Err(WireError::TooLarge(format!("head over {MAX_HEAD} bytes")));
+    } else {
+        let mut req = httparse::Request::new(&mut fields);
+        req.parse(&head).map_err(malformed)?;
+        Start::Request {
+            method: req.method.unwrap_or_default().to_owned(),
+            path: req.path.unwrap_or_default().to_owned(),
         }
-        if !line.ends_with(b"\n") {
-            return Err(WireError::Truncated("the head ends mid-line".into()));
-        }
-        let line = String::from_utf8(line)
-            .map_err(|_| WireError::Malformed("a head line is not UTF-8".into()))?;
-        let line = line.trim_end_matches(['\r', '\n']).to_owned();
-        if line.is_empty() {
-            break;
-        }
-        lines.push(line);
-    }
-    let start = lines.remove(0);
-    let headers = lines
-        .into_iter()
-        .map(|l| {
-            let (n, v) = l
-                .split_once(':')
-                .ok_or_else(|| WireError::Malformed(format!("header without a colon: {l:?}")))?;
-            Ok((n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+    };
+    let headers = fields
+        .iter()
+        .take_while(|h| !h.name.is_empty())
+        .map(|h| {
+            let value = std::str::from_utf8(h.value)
+                .map_err(|_| WireError::Malformed(format!("{} is not UTF-8", h.name)))?;
+            Ok((h.name.to_ascii_lowercase(), value.to_owned()))
         })
         .collect::<Result<Vec<_>, WireError>>()?;
     let msg = AgentMessage {
@@ -116,6 +117,41 @@ pub(crate) fn read_message(r: &mut impl BufRead) -> Result<AgentMessage, WireErr
     r.read_exact(&mut body)
         .map_err(|e| io_error(e, &format!("reading a body of {len} bytes")))?;
     Ok(AgentMessage { body, ..msg })
+}
+
+/// The head's bytes, through its blank line, read line by line up to `MAX_HEAD` (nothing of
+/// the body).
+fn read_head(r: &mut impl BufRead) -> Result<Vec<u8>, WireError> {
+    let mut head = Vec::new();
+    loop {
+        let before = head.len();
+        let n = std::io::Read::take(&mut *r, (MAX_HEAD - before + 1) as u64)
+            .read_until(b'\n', &mut head)
+            .map_err(|e| {
+                // A TLS peer that closes without close_notify between messages has ended.
+                if before == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    WireError::Closed
+                } else {
+                    io_error(e, "reading the head")
+                }
+            })?;
+        if n == 0 {
+            return Err(if before == 0 {
+                WireError::Closed
+            } else {
+                WireError::Truncated("the head ends before its blank line".into())
+            });
+        }
+        if head.len() > MAX_HEAD {
+            return Err(WireError::TooLarge(format!("head over {MAX_HEAD} bytes")));
+        }
+        if !head.ends_with(b"\n") {
+            return Err(WireError::Truncated("the head ends mid-line".into()));
+        }
+        if matches!(&head[before..], b"\r\n" | b"\n") {
+            return Ok(head);
+        }
+    }
 }
 
 /// Write one message: `start` line, `headers`, and `body` with its length.
@@ -159,9 +195,20 @@ mod tests {
         let mut out = Vec::new();
         write_message(&mut out, "POST /v1/clock HTTP/1.1", &[("x-a", "1")], b"{}").unwrap();
         let m = read(&out).unwrap();
-        assert_eq!(m.start, "POST /v1/clock HTTP/1.1");
+        let start = Start::Request {
+            method: "POST".into(),
+            path: "/v1/clock".into(),
+        };
+        assert_eq!(m.start, start);
         assert_eq!(m.header("x-a"), Some("1"));
         assert_eq!(m.body, b"{}");
+    }
+
+    #[test]
+    fn a_reply_has_its_status() {
+        let mut out = Vec::new();
+        write_message(&mut out, "HTTP/1.1 409 Conflict", &[], b"{}").unwrap();
+        assert_eq!(read(&out).unwrap().start, Start::Reply { status: 409 });
     }
 
     #[test]

@@ -393,6 +393,18 @@ impl Connection {
         }
     }
 
+    /// The upgrading request's stream (RFC 7540 §3.2: stream 1, half-closed (remote), its
+    /// request the HTTP/1.1 one that asked for the upgrade), after [`Connection::upgrade_settings`]
+    /// took its settings: its id, to answer on.
+    pub fn upgraded_stream(&mut self) -> u32 {
+        debug_assert!(self.role == Role::Server && self.last_peer == 0);
+        self.last_peer = 1;
+        let mut stream = self.new_stream(true, 0);
+        stream.recv_open = false;
+        self.streams.insert(1, stream);
+        1
+    }
+
     /// Frames the connection queued itself, appended to `out` (after what `out` holds: a
     /// stream's frames stay before its RST_STREAM, everything before GOAWAY).
     pub fn take_control(&mut self, out: &mut Vec<u8>) {

@@ -1120,6 +1120,27 @@ fn http2_settings_are_the_clients_first_settings_and_get_no_ack() {
     }
 }
 
+/// `Upgrade: h2c`: stream 1 is the upgrading request's, open for the answer only; the client's
+/// next request is stream 3.
+#[test]
+fn the_upgraded_stream_is_half_closed_remote() {
+    let mut c = Connection::new(Role::Server, server_cfg());
+    sent(&mut c);
+    assert_eq!(c.upgraded_stream(), 1);
+    assert!(c.is_send_open(1) && !c.is_recv_open(1));
+    let hello = [
+        PREFACE,
+        &frame(SETTINGS, 0, 0, &[]),
+        &frame(HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &get("/")),
+    ]
+    .concat();
+    let evs = feed(&mut c, &hello, 7).unwrap();
+    assert!(matches!(evs.last(), Some(Ev::Headers(3, ..))), "{evs:?}");
+    let mut out = Vec::new();
+    assert!(c.headers(&mut out, 1, true, |o| o.push(0x88)));
+    assert_eq!(c.open_streams(), 1, "stream 1 closed with its answer");
+}
+
 /// `HTTP2-Settings` goes through the SETTINGS frame's rules: what a frame may not carry is the
 /// same connection error from the field (its GOAWAY after our SETTINGS), and a value that is
 /// not base64url without padding a PROTOCOL_ERROR.

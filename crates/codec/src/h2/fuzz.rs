@@ -1,5 +1,5 @@
 //! The bodies of the HTTP/2 fuzz targets: `fuzz/fuzz_targets/h2_frames.rs` and `h2_server.rs`
-//! (cargo-fuzz, nightly) call them, and so does a stable test (`tests/h2_fuzz.rs`, in CI),
+//! (cargo-fuzz, nightly) call them, and so does a stable test (`h2::fuzz_tests`, in CI),
 //! which feeds them a seeded stream of mutated conversations for a bounded time. Each takes
 //! any bytes and panics on a finding: a panic of the connection itself, events that depend on
 //! how the bytes were split into reads, output that is not well-formed HTTP/2 or grows without

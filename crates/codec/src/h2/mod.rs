@@ -86,7 +86,12 @@ pub fn frame_len(head: &[u8]) -> usize {
 
 mod conn;
 mod flood;
+// The fuzz targets' bodies: for cargo-fuzz (which builds with `--cfg fuzzing`) and the stable
+// test beside them, not in the production codec.
+#[cfg(any(test, fuzzing))]
 pub mod fuzz;
+#[cfg(test)]
+mod fuzz_tests;
 mod streams;
 
 pub use conn::{ConnError, Connection, Dormant, Event, LocalSettings, Role};

@@ -408,7 +408,7 @@ impl rustls::server::StoresServerSessions for Sessions {
 /// §5.2). Each suite is aws-lc-rs's with a [`NoRecordLayer`] AEAD: rustls sets record-layer
 /// keys at each key change even under QUIC, which protects packets with its own keys
 /// (`Tls13CipherSuite::quic`) and never uses them: two AEAD contexts held for a connection's
-/// life, 1.8 KB of each HTTP/3 connection's RSS (docs/RELIABILITY.md, round 3).
+/// life, 1.8 KB of each HTTP/3 connection's RSS (docs/RELIABILITY.md).
 fn quic_suites(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuite> {
     /// aws-lc-rs's TLS 1.3 suites so changed, made once: rustls takes suites as `'static`.
     static QUIC: LazyLock<Vec<SupportedCipherSuite>> = LazyLock::new(|| {

@@ -15,26 +15,24 @@ use super::head::{self, Parsed, RequestHead};
 use super::Upgrade;
 use crate::buffers;
 use crate::config::Config;
+use crate::park::PARK_AFTER;
 use crate::plumbing::shutdown::Shutdown;
-use crate::plumbing::stats::{self, Metered, Proto, Transport};
-use crate::stream::arrival;
-use crate::stream::prefixed::Prefixed;
-use crate::stream::tls_stream::TlsStream;
+use crate::plumbing::stats::{self, Proto};
+use crate::stream::ByteStream;
 use loadterm_exchange::{
-    BodyFailure, BodyRead, Engine, Exchange, ExchangeEnd, Generated, Piece, RequestSummary,
-    ResponseHead, Version,
+    Action, BodyFailure, BodyRead, Exchange, ExchangeEnd, Generated, Piece, ResponseHead,
+    StepDriver, Version,
 };
 use loadterm_plan::body::BodyKind;
 use loadterm_plan::pages::ErrorPage;
 use loadterm_runtime::within;
-use std::borrow::Cow;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::futures::Notified;
 use tokio::time::Sleep;
@@ -53,11 +51,6 @@ const IOV: usize = 8;
 /// How long a busy period waits for a next request before the connection turns idle (under
 /// load the next request comes sooner, and a busy period's box and buffers are then kept).
 const IDLE_HOLD: Duration = Duration::from_millis(10);
-/// How long an idle connection keeps its task before it is handed over to be parked (`park`).
-/// Parking and resuming cost about six system calls (epoll registrations moved between tokio's
-/// set and the worker's), negligible once per second but not once per request: a connection
-/// whose requests come less than this apart stays in its task.
-pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a busy period ends: what `run` does with the connection next.
 #[derive(Debug)]
@@ -74,162 +67,11 @@ enum PeriodEnd {
     Failed(io::Error),
     /// `Upgrade: h2c` accepted (the 101 is buffered): once it is flushed, hand over to HTTP/2
     /// the upgrading request's head and the bytes the client sent after it.
-    Upgrade { head: Vec<u8>, buffered: Vec<u8> },
-}
-
-/// A connection's byte stream; clear TCP exposes its socket so large bodies can be spliced.
-pub(crate) trait ByteStream: AsyncRead + AsyncWrite + Unpin {
-    fn tcp(&self) -> Option<&TcpStream> {
-        None
-    }
-
-    /// The socket whose readiness announces the next request, if nothing this stream holds
-    /// would be read first: waiting on it needs no buffer.
-    fn idle_socket(&self) -> Option<&TcpStream>;
-
-    /// The connection turns idle: give back the buffers the stream holds with nothing in them.
-    fn release(&mut self) {}
-
-    /// The stream is its socket, and nothing more, whenever `idle_socket` gives it: once idle
-    /// for `PARK_AFTER` it can be handed over whole (`Handover::Idle`) and the task end.
-    const PARKS: bool = false;
-
-    /// Have the kernel stamp the bytes that arrive from now on (`crate::stream::arrival`);
-    /// `false` if this stream cannot tell when its bytes arrived.
-    fn stamp_arrivals(&mut self) -> bool {
-        false
-    }
-
-    /// Read into `buf` as `read_buf` does, with the arrival of the bytes read if the kernel
-    /// stamped them.
-    async fn read_stamped(&mut self, buf: &mut Vec<u8>) -> io::Result<(usize, Option<Instant>)> {
-        self.read_buf(buf).await.map(|n| (n, None))
-    }
-}
-
-impl ByteStream for Metered<TcpStream> {
-    fn tcp(&self) -> Option<&TcpStream> {
-        Some(self.get_ref())
-    }
-
-    fn idle_socket(&self) -> Option<&TcpStream> {
-        Some(self.get_ref())
-    }
-
-    const PARKS: bool = true;
-
-    fn stamp_arrivals(&mut self) -> bool {
-        arrival::enable(self.get_ref()).is_ok()
-    }
-
-    async fn read_stamped(&mut self, buf: &mut Vec<u8>) -> io::Result<(usize, Option<Instant>)> {
-        let read = arrival::read(self.get_ref(), buf).await;
-        if let Ok((n, _)) = read {
-            self.layer.count_in(n);
-        }
-        read
-    }
-}
-
-/// HTTP/2 after `Upgrade: h2c`, behind the rewritten request: it parks as its socket does once
-/// that has been read.
-impl<IO: ByteStream> ByteStream for Prefixed<IO> {
-    fn idle_socket(&self) -> Option<&TcpStream> {
-        self.drained()?.idle_socket()
-    }
-
-    const PARKS: bool = IO::PARKS;
-}
-
-/// What TLS runs over: a TCP socket, or one behind the replayed ClientHello (`--ja4`).
-pub(crate) trait TlsInner: Sized {
-    /// The socket, once reading the stream means reading it.
-    fn socket(&self) -> Option<&TcpStream>;
-
-    /// The socket can be taken out (`detach`) for the connection to be parked while idle,
-    /// rustls's state kept apart (`tls_stream::Parked`).
-    const PARKS: bool = false;
-
-    /// Take the socket out, to park the connection: nothing else of this stream is kept,
-    /// `attach` makes it again (`None`, the stream dropped, unless `PARKS`).
-    fn detach(self) -> Option<TcpStream> {
-        None
-    }
-
-    /// The stream again around the socket `detach` took (a stream that does not park is never
-    /// given one).
-    fn attach(sock: TcpStream) -> Option<Self> {
-        drop(sock);
-        None
-    }
-}
-
-impl TlsInner for TcpStream {
-    fn socket(&self) -> Option<&TcpStream> {
-        Some(self)
-    }
-
-    const PARKS: bool = true;
-
-    fn detach(self) -> Option<TcpStream> {
-        Some(self)
-    }
-
-    fn attach(sock: TcpStream) -> Option<Self> {
-        Some(sock)
-    }
-}
-
-/// Metered as `workers::handshake` meters what TLS runs over: made again around a parked
-/// socket, it counts its bytes as TLS's too.
-impl<IO: TlsInner> TlsInner for Metered<IO> {
-    fn socket(&self) -> Option<&TcpStream> {
-        self.get_ref().socket()
-    }
-
-    const PARKS: bool = IO::PARKS;
-
-    fn detach(self) -> Option<TcpStream> {
-        self.io.detach()
-    }
-
-    fn attach(sock: TcpStream) -> Option<Self> {
-        Some(Metered::new(IO::attach(sock)?, Transport::Tls))
-    }
-}
-
-/// Parked only once the ClientHello's replay is over (it is, by the first idle spell): nothing
-/// is left to replay when it is made again.
-impl TlsInner for Prefixed<TcpStream> {
-    fn socket(&self) -> Option<&TcpStream> {
-        self.drained()
-    }
-
-    const PARKS: bool = true;
-
-    fn detach(self) -> Option<TcpStream> {
-        self.drained()?;
-        Some(self.io)
-    }
-
-    fn attach(sock: TcpStream) -> Option<Self> {
-        Some(Prefixed::new(Vec::new(), sock))
-    }
-}
-
-impl<IO: AsyncRead + AsyncWrite + Unpin + TlsInner> ByteStream for TlsStream<IO> {
-    /// Only when the stream holds no ciphertext, plaintext or close_notify (a read would
-    /// return them at once) and has no output to send.
-    fn idle_socket(&self) -> Option<&TcpStream> {
-        self.is_quiet().then(|| self.get_ref().socket()).flatten()
-    }
-
-    fn release(&mut self) {
-        TlsStream::release(self);
-    }
-
-    /// rustls's state stays in the stream; `workers` takes the socket out to park it.
-    const PARKS: bool = IO::PARKS;
+    Upgrade {
+        // Boxed: every request's result carries a `PeriodEnd`.
+        request: Box<super::Upgrading>,
+        buffered: Vec<u8>,
+    },
 }
 
 /// Per-listener behaviour.
@@ -394,8 +236,12 @@ async fn run<IO: ByteStream>(
                 return None;
             }
             PeriodEnd::Abort | PeriodEnd::Failed(_) => return None,
-            PeriodEnd::Upgrade { head, buffered } => {
-                return Some(Handover::Upgrade(Upgrade { io, buffered, head }));
+            PeriodEnd::Upgrade { request, buffered } => {
+                return Some(Handover::Upgrade(Upgrade {
+                    io,
+                    buffered,
+                    request,
+                }));
             }
         }
     }
@@ -444,14 +290,15 @@ async fn busy<IO: ByteStream>(
         arrived: None,
     };
     let end = loop {
-        let (mut x, t_first) = match c.request().await {
+        let (x, t_first) = match c.request().await {
             Ok(next) => next,
             Err(end) => break end,
         };
         // Driven here, not inside `request`: a future nested in that one costs instructions on
         // every request.
-        let end = x.drive(t_first, &mut c).await;
-        if let Err(end) = c.ended(&x, end) {
+        let mut steps = StepDriver::new(x, t_first);
+        let end = c.carry_out(&mut steps).await;
+        if let Err(end) = c.ended(steps.exchange(), end) {
             break end;
         }
     };
@@ -776,41 +623,34 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
         self.ready_out();
         let head_len = self.head.len;
         if self.h2c_upgrade && self.head.upgrade_h2c {
-            let head = self.buffered()[..head_len].to_vec();
+            let settings = self.head.http2_settings.clone().unwrap_or_default();
+            let request = Box::new(super::Upgrading {
+                head: std::mem::take(&mut self.head.request),
+                head_bytes: head_len as u64,
+                http2_settings: self.buffered()[settings].trim_ascii().to_vec(),
+            });
             self.consume(head_len);
             self.out.extend_from_slice(encode::SWITCHING);
             stats::interim(Proto::H1);
             let buffered = self.buffered().to_vec();
-            return Err(PeriodEnd::Upgrade { head, buffered });
+            return Err(PeriodEnd::Upgrade { request, buffered });
         }
         self.consume(head_len);
         let framing = self.head.body.unwrap_or(head::BodyFraming::None);
-        let req = RequestSummary {
-            version: if self.head.is_11 {
-                Version::Http11
-            } else {
-                Version::Http10
-            },
-            is_head: self.head.is_head,
-            target: &self.head.target,
-            control: self.head.control.as_deref(),
-            expect_continue: self.head.expect,
-            conn_close: self.head.conn_close,
-            conn_keep_alive: self.head.conn_keep_alive,
-            has_body: framing != head::BodyFraming::None,
-            head_bytes: head_len as u64,
-            date: self.date,
-            is_get: self.head.is_get,
-            if_match: self.head.if_match.as_deref(),
-            if_none_match: self.head.if_none_match.as_deref(),
+        let version = if self.head.is_11 {
+            Version::Http11
+        } else {
+            Version::Http10
         };
+        let has_body = framing != head::BodyFraming::None;
+        let req = (self.head.request).summary(version, has_body, head_len as u64, self.date);
         let x = crate::plumbing::thread_ctx::exchange(&req, t_first);
         self.in_request = true;
         self.req_body = RequestBody::new(framing);
         Ok((x, t_first))
     }
 
-    /// Carry out the end of an exchange driven with `Engine` (below): the next request
+    /// Carry out the end of an exchange (`carry_out`): the next request
     /// (`Ok`), or how the busy period ends.
     fn ended(&mut self, x: &Exchange, end: io::Result<ExchangeEnd>) -> Result<(), PeriodEnd> {
         match end {
@@ -946,13 +786,36 @@ impl<IO: ByteStream> Conn<'_, '_, IO> {
     }
 }
 
-/// The HTTP/1 side of [`Exchange::drive`]: heads and bodies appended to the output buffer
-/// (flushed as it fills), waits preceded by a flush.
-impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
-    type Error = io::Error;
-
-    fn now(&self) -> Instant {
-        Instant::now()
+/// The HTTP/1 side of the step driver: heads and bodies appended to the output buffer (flushed
+/// as it fills), waits preceded by a flush (`Action::Flush`).
+impl<IO: ByteStream> Conn<'_, '_, IO> {
+    /// Carry an exchange's actions out, to its end.
+    async fn carry_out(&mut self, steps: &mut StepDriver) -> io::Result<ExchangeEnd> {
+        loop {
+            match steps.poll() {
+                Action::Interim(head) => self.interim(&head).await?,
+                Action::Head(head) => self.head(&head).await?,
+                Action::Text(text) => self.out.extend_from_slice(text.as_bytes()),
+                Action::Generated(body) => self.generated(body).await?,
+                Action::Piece(piece) => self.piece(piece).await?,
+                Action::ReadBody { limit } => {
+                    // Boxed: few requests have a body, and its reads would otherwise enlarge
+                    // every busy period's future.
+                    let (bytes, how) = Box::pin(self.read_body(limit)).await;
+                    steps.body_read(bytes, how, Instant::now());
+                }
+                Action::Flush => self.flush().await?,
+                Action::WaitUntil(t) => {
+                    self.sleep_until(t).await;
+                    steps.resumed(Instant::now());
+                }
+                Action::Pause(pause) => {
+                    self.sleep_until(Instant::now() + pause).await;
+                    steps.resumed(Instant::now());
+                }
+                Action::Done(end) => return Ok(end),
+            }
+        }
     }
 
     async fn interim(&mut self, head: &ResponseHead) -> io::Result<()> {
@@ -974,11 +837,6 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
         }
         self.status = head.status;
         encode::head(&mut self.out, head, self.extra_head);
-        Ok(())
-    }
-
-    async fn text(&mut self, text: Cow<'static, str>) -> io::Result<()> {
-        self.out.extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -1007,17 +865,7 @@ impl<IO: ByteStream> Engine for Conn<'_, '_, IO> {
                 encode::chunk_end(&mut self.out);
             }
         }
-        Conn::flush(self).await
-    }
-
-    async fn drain(&mut self, limit: Option<u64>) -> io::Result<(u64, BodyRead)> {
-        // Boxed: few requests have a body, and its reads would otherwise enlarge every busy
-        // period's future.
-        Ok(Box::pin(self.read_body(limit)).await)
-    }
-
-    async fn flush(&mut self) -> io::Result<()> {
-        Conn::flush(self).await
+        self.flush().await
     }
 
     async fn sleep_until(&mut self, t: Instant) {

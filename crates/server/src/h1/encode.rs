@@ -154,7 +154,7 @@ mod tests {
     use super::*;
     use loadterm_codec::chunked;
     use loadterm_exchange::{
-        http_date, Body, Exchange, ExchangeEnd, RequestSummary, Step, Version,
+        http_date, Action, Exchange, ExchangeEnd, RequestSummary, StepDriver, Version,
     };
     use loadterm_plan::{pages, Rng};
     use std::borrow::Cow;
@@ -177,7 +177,8 @@ mod tests {
             if_none_match: None,
         };
         let now = Instant::now();
-        let Step::Head(h) = Exchange::new(&req, &mut Rng::new(1), now).next(now) else {
+        let x = Exchange::new(&req, &mut Rng::new(1), now);
+        let Action::Head(h) = StepDriver::new(x, now).poll() else {
             panic!("{target}: no head first")
         };
         h
@@ -192,19 +193,15 @@ mod tests {
     #[test]
     fn error_pages_without_a_plan() {
         let page = pages::ErrorPage::HeadersTooLarge;
-        let mut x = Exchange::error(page, Version::Http11, false, Instant::now());
-        let Step::Head(h) = x.next(Instant::now()) else {
-            panic!()
-        };
+        let x = Exchange::error(page, Version::Http11, false, Instant::now());
+        let mut d = StepDriver::new(x, Instant::now());
+        let Action::Head(h) = d.poll() else { panic!() };
         assert_eq!(
             rendered(&h, &http_date(0), b""),
             format!("HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n", page.body().len())
         );
-        assert_eq!(
-            x.next(Instant::now()),
-            Step::Body(Body::Text(Cow::Borrowed(page.body())))
-        );
-        assert_eq!(x.next(Instant::now()), Step::Done(ExchangeEnd::Close));
+        assert_eq!(d.poll(), Action::Text(Cow::Borrowed(page.body())));
+        assert_eq!(d.poll(), Action::Done(ExchangeEnd::Close));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Request-head parsing (sans-I/O): bytes in, a `RequestHead` or a verdict out.
 
-use loadterm_exchange::join_field_line;
+use loadterm_exchange::HeadBuilder;
 use loadterm_plan::pages::ErrorPage;
 use std::ops::Range;
 
@@ -14,10 +14,6 @@ pub const MAX_FIELD: usize = 8 * 1024;
 pub const MAX_METHOD: usize = 32;
 /// Most header fields accepted (431 beyond); haterm's limit is 101.
 pub const MAX_HEADERS: usize = 100;
-/// Largest head honoured for `Upgrade: h2c`: its fields, HPACK-coded as literals, must fit the
-/// single 16 KiB HEADERS frame of stream 1 (pseudo-fields and integer prefixes add well under
-/// 256 bytes to the head's own size).
-const MAX_UPGRADE_HEAD: usize = 16 * 1024 - 256;
 
 /// How the request body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,32 +23,24 @@ pub enum BodyFraming {
     Chunked,
 }
 
-/// What the engine needs from a request head; target and control header are copied out so that
-/// the read buffer can be reused.
+/// What the engine needs from a request head: its framing here, what the exchange reads of it
+/// in `request` (copied out, so that the read buffer can be reused).
 #[derive(Debug, Default)]
 pub struct RequestHead {
     pub len: usize,
     pub is_11: bool,
-    pub is_head: bool,
-    pub is_get: bool,
-    pub conn_close: bool,
-    pub conn_keep_alive: bool,
-    /// `Expect: 100-continue`.
-    pub expect: bool,
+    /// The method, target and fields, as every engine builds them.
+    pub request: HeadBuilder,
     /// `Upgrade: h2c` to honour (RFC 7540 §3.2): with `Connection: Upgrade, HTTP2-Settings`
     /// and exactly one `HTTP2-Settings` field (§3.2.1), on a GET or HEAD (methods that carry
-    /// no body), head small enough.
+    /// no body).
     pub upgrade_h2c: bool,
+    /// Where the (last) `HTTP2-Settings` value lies in the parsed buffer.
+    pub http2_settings: Option<Range<usize>>,
     /// Where the method and the (last) Host value lie in the parsed buffer: offsets, not copies,
     /// so that the differential test can compare them at no cost to the server.
     pub method: Range<usize>,
     pub host: Option<Range<usize>>,
-    pub target: Vec<u8>,
-    pub control: Option<Vec<u8>>,
-    /// `If-Match` and `If-None-Match` values, repeated fields joined with commas (RFC 9110
-    /// §5.3); copied only when present.
-    pub if_match: Option<Vec<u8>>,
-    pub if_none_match: Option<Vec<u8>>,
     pub body: Option<BodyFraming>,
 }
 
@@ -115,20 +103,14 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
     }
     head.len = len;
     head.is_11 = version >= 1;
-    head.is_head = method == "HEAD";
-    head.is_get = method == "GET";
+    head.request.begin();
+    head.request.method(method.as_bytes());
+    head.request.target(path.as_bytes());
     let m = offset(buf, method.as_bytes());
     head.method = m..m + method.len();
     head.host = None;
-    head.target.clear();
-    head.target.extend_from_slice(path.as_bytes());
-    head.conn_close = false;
-    head.conn_keep_alive = false;
-    head.expect = false;
     head.upgrade_h2c = false;
-    head.control = None;
-    head.if_match = None;
-    head.if_none_match = None;
+    head.http2_settings = None;
     let seen = match read_fields(buf, req.headers, head, lenient) {
         Ok(seen) => seen,
         Err(page) => return Parsed::Error(page),
@@ -136,8 +118,7 @@ pub fn parse(buf: &[u8], head: &mut RequestHead, lenient: bool) -> Parsed {
     head.upgrade_h2c &= seen.upgrade
         && seen.settings_option
         && seen.settings == 1
-        && matches!(method, "GET" | "HEAD")
-        && len <= MAX_UPGRADE_HEAD;
+        && matches!(method, "GET" | "HEAD");
     match body_framing(buf, head, form, &seen, lenient) {
         Ok(framing) => {
             head.body = Some(framing);
@@ -211,24 +192,21 @@ fn read_fields(
             // An empty value is no coding at all: some proxies frame by Content-Length then.
             seen.other_te |= !any;
         } else if name.eq_ignore_ascii_case(b"connection") {
+            // Its `close` and `keep-alive` are the exchange's (`request`); an upgrade's options
+            // are read here.
             for t in tokens(h.value) {
-                head.conn_close |= t.eq_ignore_ascii_case(b"close");
-                head.conn_keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
                 seen.upgrade |= t.eq_ignore_ascii_case(b"upgrade");
                 seen.settings_option |= t.eq_ignore_ascii_case(b"http2-settings");
             }
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            head.expect = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+            head.request.field(name, h.value);
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade_h2c = tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"h2c"));
         } else if name.eq_ignore_ascii_case(b"http2-settings") {
             seen.settings += 1;
-        } else if name.eq_ignore_ascii_case(loadterm_plan::CONTROL_HEADER.as_bytes()) {
-            head.control = Some(h.value.to_vec());
-        } else if name.eq_ignore_ascii_case(b"if-none-match") {
-            join_field_line(&mut head.if_none_match, h.value);
-        } else if name.eq_ignore_ascii_case(b"if-match") {
-            join_field_line(&mut head.if_match, h.value);
+            let at = offset(buf, h.value);
+            head.http2_settings = Some(at..at + h.value.len());
+        } else {
+            head.request.field(name, h.value);
         }
     }
     Ok(seen)
@@ -530,6 +508,11 @@ mod tests {
         (parse(s.as_bytes(), &mut h, false), h)
     }
 
+    fn summary(h: &RequestHead) -> loadterm_exchange::RequestSummary<'_> {
+        h.request
+            .summary(loadterm_exchange::Version::Http11, false, 0, false)
+    }
+
     fn lenient(s: &str) -> Parsed {
         parse(s.as_bytes(), &mut RequestHead::default(), true)
     }
@@ -539,14 +522,15 @@ mod tests {
         let req = "GET /?s=1 HTTP/1.1\r\nHost: x\r\nConnection: Keep-Alive, foo\r\nx-loadterm: r=404\r\n\r\n";
         let (r, h) = p(&format!("{req}rest"));
         assert_eq!(r, Parsed::Complete);
-        assert!(h.is_11 && h.conn_keep_alive && !h.conn_close);
-        assert_eq!(h.target, b"/?s=1");
-        assert_eq!(h.control.as_deref(), Some(&b"r=404"[..]));
+        let s = summary(&h);
+        assert!(h.is_11 && s.conn_keep_alive && !s.conn_close);
+        assert_eq!(s.target, b"/?s=1");
+        assert_eq!(s.control, Some(&b"r=404"[..]));
         assert_eq!(h.len, req.len());
         assert_eq!(h.body, Some(BodyFraming::None));
-        assert_eq!((h.method, h.host), (0..3, Some(26..27)));
+        assert_eq!((h.method.clone(), h.host.clone()), (0..3, Some(26..27)));
         assert_eq!(
-            (h.if_match.as_deref(), h.if_none_match.as_deref()),
+            (summary(&h).if_match, summary(&h).if_none_match),
             (None, None)
         );
     }
@@ -557,8 +541,9 @@ mod tests {
                    If-None-Match: W/\"b\"\r\n\r\n";
         let (r, h) = p(req);
         assert_eq!(r, Parsed::Complete);
-        assert_eq!(h.if_none_match.as_deref(), Some(&b"\"a\",W/\"b\""[..]));
-        assert_eq!(h.if_match.as_deref(), Some(&b"*"[..]));
+        let s = summary(&h);
+        assert_eq!(s.if_none_match, Some(&b"\"a\", W/\"b\""[..]));
+        assert_eq!(s.if_match, Some(&b"*"[..]));
     }
 
     #[test]
@@ -776,7 +761,7 @@ mod tests {
     #[test]
     fn versions_and_upgrade() {
         assert!(!p("GET / HTTP/1.0\r\n\r\n").1.is_11);
-        assert!(p("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n").1.is_head);
+        assert!(p("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n").1.request.is_head());
         let up = "Host: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n";
         assert!(p(&format!("GET / HTTP/1.1\r\n{up}\r\n")).1.upgrade_h2c);
         assert!(p(&format!("HEAD / HTTP/1.1\r\n{up}\r\n")).1.upgrade_h2c);
@@ -801,11 +786,12 @@ mod tests {
         );
         let twice = format!("{up}HTTP2-Settings: AAMAAABkAAQAAP__\r\n");
         assert!(!p(&format!("GET / HTTP/1.1\r\n{twice}\r\n")).1.upgrade_h2c);
-        let big = format!(
-            "GET / HTTP/1.1\r\n{up}x: {}\r\ny: {}\r\n\r\n",
-            "a".repeat(MAX_UPGRADE_HEAD / 2),
-            "a".repeat(MAX_UPGRADE_HEAD / 2)
+        // The value, for the HTTP/2 connection's first settings.
+        let req = format!("GET / HTTP/1.1\r\n{up}\r\n");
+        let h = p(&req).1;
+        assert_eq!(
+            &req.as_bytes()[h.http2_settings.unwrap()],
+            b"AAMAAABkAAQAAP__"
         );
-        assert!(!p(&big).1.upgrade_h2c);
     }
 }

@@ -11,7 +11,7 @@ pub mod head;
 mod sim_tests;
 mod splice;
 
-pub(crate) use conn::{serve, ByteStream, Handover, ListenerOptions, TlsInner, PARK_AFTER};
+pub(crate) use conn::{serve, Handover, ListenerOptions};
 
 /// A connection that switched to HTTP/2 with `Upgrade: h2c`: the `101` is out; the HTTP/2 engine
 /// takes it from here, the upgrading request becoming its stream 1.
@@ -19,6 +19,16 @@ pub struct Upgrade<IO> {
     pub io: IO,
     /// What the client sent after the upgrading request (its preface, usually).
     pub buffered: Vec<u8>,
-    /// The upgrading request's head.
-    pub head: Vec<u8>,
+    /// The upgrading request, as the exchange reads it: answered on stream 1 as it was parsed.
+    pub request: Box<Upgrading>,
+}
+
+/// The request that asked for `Upgrade: h2c`.
+#[derive(Debug)]
+pub struct Upgrading {
+    pub head: loadterm_exchange::HeadBuilder,
+    /// Its head's size in bytes (for `x-req`).
+    pub head_bytes: u64,
+    /// Its `HTTP2-Settings` value: the client's first settings.
+    pub http2_settings: Vec<u8>,
 }

@@ -3,10 +3,10 @@
 //! both ends wait, so timeouts are reached at once and measured in simulated time). No socket:
 //! the duplex stream has none to wait on, so an idle connection waits in its busy period.
 
-use super::conn::ByteStream;
 use super::{serve, ListenerOptions};
 use crate::config;
 use crate::plumbing::shutdown::Trigger;
+use crate::stream::ByteStream;
 use loadterm_plan::body::{self, BodyKind};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};

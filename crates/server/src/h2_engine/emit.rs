@@ -21,8 +21,8 @@ use tokio::io::AsyncWrite;
 /// The pass a stream's DATA fills up to before it waits for the pass to be written: sealed
 /// (TLS adds at most 29 bytes per 16 KiB record) it fits one TCP segment of 64 KiB, GSO's and
 /// loopback's largest (an MSS of 65 483 bytes), and it is one write of the TLS stream. Passes
-/// of 64 KiB and a frame more took a second write for their last bytes, and twice the
-/// segments (docs/PERFORMANCE.md, round 3).
+/// of 64 KiB and a frame more take a second write for their last bytes, and twice the
+/// segments (docs/PERFORMANCE.md).
 pub(super) const LIMIT: usize = 60 * 1024;
 const _: () = assert!(LIMIT <= crate::stream::tls_stream::WRITE_BATCH);
 /// Segments per vectored write (Linux takes 1024; the TLS stream seals 64 KiB per call anyway).

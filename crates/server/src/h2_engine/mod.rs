@@ -12,16 +12,17 @@ mod emit;
 #[cfg(test)]
 mod sim_tests;
 mod stream;
-pub(crate) mod upgrade;
 
 use crate::config::{Config, ExtraHeaders};
-use crate::h1::{ByteStream, PARK_AFTER};
+use crate::h1::Upgrading;
+use crate::park::PARK_AFTER;
 use crate::plumbing::stats::{self, CountedError, Protection};
 use crate::stream::prefixed::Prefixed;
+use crate::stream::ByteStream;
 use loadterm_codec::fields::{self, RequestFields};
 use loadterm_codec::h2::{code, ConnError, Connection, Dormant, Event, LocalSettings, Role};
 use loadterm_codec::hpack::{put_literal, DormantDecoder, HpackDecoder, HpackError};
-use loadterm_exchange::{join_field_line, Exchange, RequestSummary, Version};
+use loadterm_exchange::{Exchange, HeadBuilder, StepDriver, Version};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -65,25 +66,24 @@ impl H2ConnError {
 }
 
 /// Serve a connection that switched from HTTP/1.1 (`Upgrade: h2c`, the `101` sent): `buffered`
-/// is what the client sent after the upgrading request, whose head becomes stream 1 and whose
-/// `HTTP2-Settings` the client's first settings. Once the replayed bytes are read, it is handed
-/// over idle as any other (then served by `resume`).
-pub(crate) async fn serve_upgraded<IO>(
+/// is what the client sent after the upgrading request, which is answered on stream 1 as HTTP/1
+/// parsed it, its `HTTP2-Settings` the client's first settings. Once the buffered bytes are
+/// read, it is handed over idle as any other (then served by `resume`).
+pub(crate) fn serve_upgraded<IO>(
     io: IO,
     buffered: Vec<u8>,
-    head: Vec<u8>,
+    request: Box<Upgrading>,
     cfg: Arc<Config>,
-) -> Result<Option<IdleHandover<Prefixed<IO>>>, H2ConnError>
+) -> impl Future<Output = Result<Option<IdleHandover<Prefixed<IO>>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
-    let Some((block, settings)) = upgrade::upgrading(&head) else {
-        return Ok(None);
-    };
-    let Some(io) = upgrade::rewind(io, buffered, &block, cfg.timeout).await else {
-        return Ok(None);
-    };
-    serve_new(io, cfg, Box::default(), Some(settings)).await
+    serve_new(
+        Prefixed::new(buffered, io),
+        cfg,
+        Box::default(),
+        Some(request),
+    )
 }
 
 /// What an idle connection must remember while parked (128 bytes): the codec's connection put
@@ -162,52 +162,23 @@ impl Shared {
     }
 }
 
-/// What a request head says, taken from its HPACK block into buffers reused for every request.
+/// A request head taken from its HPACK block, into buffers reused for every request: what
+/// the exchange reads of it, and its validation.
 #[derive(Default)]
 struct Head {
-    method: Vec<u8>,
-    path: Vec<u8>,
-    control: Option<Vec<u8>>,
-    expect_continue: bool,
-    if_match: Option<Vec<u8>>,
-    if_none_match: Option<Vec<u8>>,
-    /// Regular fields' size as HTTP/1.1 lines (`name: value\r\n`), for `x-req`.
-    fields: usize,
+    request: HeadBuilder,
     check: RequestFields,
 }
 
 impl Head {
     fn begin(&mut self) {
-        self.method.clear();
-        self.path.clear();
-        self.control = None;
-        self.expect_continue = false;
-        self.if_match = None;
-        self.if_none_match = None;
-        self.fields = 0;
+        self.request.begin();
         self.check.begin();
     }
 
     fn field(&mut self, name: &[u8], value: &[u8]) {
         self.check.field(name, value);
-        match name {
-            b":method" => self.method.extend_from_slice(value),
-            b":path" => self.path.extend_from_slice(value),
-            _ if name.starts_with(b":") => {}
-            _ => {
-                self.fields += name.len() + value.len() + 4;
-                match name {
-                    b"x-loadterm" => self
-                        .control
-                        .get_or_insert_with(Vec::new)
-                        .extend_from_slice(value),
-                    b"expect" => self.expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
-                    b"if-match" => join_field_line(&mut self.if_match, value),
-                    b"if-none-match" => join_field_line(&mut self.if_none_match, value),
-                    _ => {}
-                }
-            }
-        }
+        self.request.field(name, value);
     }
 }
 
@@ -242,25 +213,27 @@ where
 }
 
 /// A new connection served: `extra`, the fields' HPACK block added to every response;
-/// `http2_settings`, an upgrade's `HTTP2-Settings` value, the client's first settings.
+/// `upgrading`, the request that asked for `Upgrade: h2c`, to answer on stream 1.
 fn serve_new<IO>(
     io: IO,
     cfg: Arc<Config>,
     extra: Box<[u8]>,
-    http2_settings: Option<&[u8]>,
+    upgrading: Option<Box<Upgrading>>,
 ) -> impl Future<Output = Result<Option<IdleHandover<IO>>, H2ConnError>>
 where
     IO: ByteStream + 'static,
 {
     let mut conn = Connection::new(Role::Server, local_settings(&cfg));
-    if let Some(settings) = http2_settings {
-        // Bad settings get what a SETTINGS frame with them would ("as it would any other
-        // SETTINGS frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps
-        // the error, its GOAWAY goes out first and the first read ends the connection with it
-        // (counted).
-        let _ = conn.upgrade_settings(settings);
+    // Bad settings get what a SETTINGS frame with them would ("as it would any other SETTINGS
+    // frame", RFC 7540 §3.2.1), not hidden behind HTTP/1.1: the connection keeps the error, its
+    // GOAWAY goes out first and the first read ends the connection with it (counted); stream 1
+    // is not processed.
+    let upgraded = upgrading.filter(|up| conn.upgrade_settings(&up.http2_settings).is_ok());
+    let mut driver = Driver::new(cfg, conn, HpackDecoder::default(), extra, 0);
+    if let Some(up) = upgraded {
+        driver.answer_upgraded(&up);
     }
-    Driver::new(cfg, conn, HpackDecoder::default(), extra, 0).serve(io, None)
+    driver.serve(io, None)
 }
 
 /// Serve a connection parked idle (`rest`) again until it ends or is handed over idle once
@@ -710,42 +683,47 @@ impl Driver {
 
     /// The exchange of the request whose head was just decoded.
     fn exchange(&mut self, end_stream: bool, now: Instant) -> Exchange {
-        let h = &self.head;
-        let target: &[u8] = if h.path.is_empty() { b"/" } else { &h.path };
-        let x = crate::plumbing::thread_ctx::exchange(
-            &RequestSummary {
-                version: Version::H2,
-                is_head: h.method == b"HEAD",
-                target,
-                control: h.control.as_deref(),
-                expect_continue: h.expect_continue,
-                conn_close: false,
-                conn_keep_alive: false,
-                has_body: !end_stream,
-                head_bytes: loadterm_exchange::head_bytes(h.method.len(), target.len(), h.fields),
-                date: self.cfg.date,
-                is_get: h.method == b"GET",
-                if_match: h.if_match.as_deref(),
-                if_none_match: h.if_none_match.as_deref(),
-            },
-            now,
-        );
+        let h = &self.head.request;
+        let req = h.summary(Version::H2, !end_stream, h.text_size(), self.cfg.date);
+        let x = crate::plumbing::thread_ctx::exchange(&req, now);
         // `w` holds from this request until the next.
         self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
         x
     }
 
+    /// The upgrading request, stream 1, answered first: after our SETTINGS, which are the
+    /// connection's first frame.
+    fn answer_upgraded(&mut self, up: &Upgrading) {
+        let req = (up.head).summary(Version::H2, false, up.head_bytes, self.cfg.date);
+        let x = crate::plumbing::thread_ctx::exchange(&req, Instant::now());
+        self.idle_ms = x.idle().map_or(0, |w| w.as_millis() as u64);
+        let stream = {
+            let mut sh = self.shared.borrow_mut();
+            let Shared {
+                conn,
+                pass,
+                requests,
+                ..
+            } = &mut *sh;
+            conn.take_control(pass.buf());
+            pass.copied();
+            let stream = conn.upgraded_stream();
+            let request = Request {
+                ended: true,
+                ..Request::default()
+            };
+            requests.insert(stream, request);
+            stream
+        };
+        self.answer((stream, x));
+    }
+
     /// Answer a request: at once if it needs no wait, else on a task of its own.
     fn answer(&mut self, (stream, x): (u32, Exchange)) {
-        let s = stream::H2Stream::new(
-            x,
-            Instant::now(),
-            self.shared.clone(),
-            stream,
-            self.cfg.timeout,
-        );
-        if let Some((s, step)) = s.try_now() {
-            tokio::task::spawn_local(s.run(step));
+        let steps = StepDriver::new(x, Instant::now());
+        let s = stream::H2Stream::new(steps, self.shared.clone(), stream, self.cfg.timeout);
+        if let Some((s, action)) = s.at_once() {
+            tokio::task::spawn_local(s.run(action));
         }
     }
 }

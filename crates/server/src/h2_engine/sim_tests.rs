@@ -220,7 +220,7 @@ impl AsyncWrite for Recorder {
     }
 }
 
-impl crate::h1::ByteStream for Recorder {
+impl crate::stream::ByteStream for Recorder {
     fn idle_socket(&self) -> Option<&tokio::net::TcpStream> {
         None
     }

@@ -9,7 +9,7 @@ use crate::plumbing::stats::{self, CountedError, Protection, Proto};
 use bytes::{Buf, Bytes};
 use http::{HeaderName, HeaderValue};
 use loadterm_exchange::{
-    join_field_line, Body, BodyFailure, BodyRead, Exchange, ExchangeEnd, ResponseHead, Step,
+    Action, BodyFailure, BodyRead, Exchange, ExchangeEnd, HeadBuilder, ResponseHead, StepDriver,
     Version,
 };
 use loadterm_h3::fields::{self, BodyLength, FieldError, RequestFacts, RequestFields};
@@ -17,28 +17,18 @@ use loadterm_h3::frame::{self, code};
 use loadterm_h3::message::{Message, MessageError, MessageEvent};
 use loadterm_h3::qpack::{self, QpackError};
 use loadterm_plan::body::{self, BodyKind};
-use loadterm_plan::is_interim;
 use loadterm_plan::pages::ErrorPage;
 use quinn_proto::{self as proto, StreamId};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-/// What the server takes from a request's field section.
+/// What the server takes from a request's field section: what the exchange reads of it, and
+/// its validation.
 #[derive(Default)]
 struct H3RequestHead {
     decoder: qpack::QpackDecoder,
     fields: RequestFields,
-    method: Vec<u8>,
-    path: Vec<u8>,
-    /// The `x-loadterm` control header, if any.
-    control: Option<Vec<u8>>,
-    /// Regular fields as `name: value\r\n`, for the x-req size.
-    field_bytes: u64,
-    /// `expect: 100-continue` was sent.
-    expect: bool,
-    /// `if-match` and `if-none-match` values, repeated fields joined with commas.
-    if_match: Option<Vec<u8>>,
-    if_none_match: Option<Vec<u8>>,
+    request: HeadBuilder,
 }
 
 /// Why a request's field section is refused.
@@ -53,41 +43,13 @@ impl H3RequestHead {
         let H3RequestHead {
             decoder,
             fields,
-            method,
-            path,
-            control,
-            field_bytes,
-            expect,
-            if_match,
-            if_none_match,
+            request,
         } = self;
-        method.clear();
-        path.clear();
-        *control = None;
-        *if_match = None;
-        *if_none_match = None;
-        *field_bytes = 0;
-        *expect = false;
+        request.begin();
         fields.begin();
         let decoded = decoder.decode(section, max, |name, value| {
             fields.field(name, value);
-            match name {
-                b":method" => method.extend_from_slice(value),
-                b":path" => path.extend_from_slice(value),
-                n if n.starts_with(b":") => {}
-                n => {
-                    *field_bytes += (n.len() + value.len() + 4) as u64;
-                    if n == loadterm_plan::CONTROL_HEADER.as_bytes() {
-                        *control = Some(value.to_vec());
-                    }
-                    *expect |= n == b"expect" && value.eq_ignore_ascii_case(b"100-continue");
-                    match n {
-                        b"if-match" => join_field_line(if_match, value),
-                        b"if-none-match" => join_field_line(if_none_match, value),
-                        _ => {}
-                    }
-                }
-            }
+            request.field(name, value);
         });
         decoded.map_err(HeadError::Qpack)?;
         fields.finish().map_err(HeadError::Malformed)
@@ -182,7 +144,7 @@ pub(super) enum H3Progress {
 }
 
 /// A request stream being answered: the request's head read, then its exchange carried out
-/// step by step (`Exchange::next`), each step's frames written before the next step.
+/// action by action (`StepDriver::poll`), each action's frames written before the next.
 pub(super) struct H3Request {
     pub(super) id: StreamId,
     /// quinn-proto reported the stream readable, writable or stopped: run it.
@@ -212,10 +174,7 @@ enum Phase {
 
 /// An exchange under way.
 struct Answering {
-    x: Exchange,
-    /// The exchange's clock: read again only after a wait or a body read, as
-    /// `Exchange::drive` does.
-    now: Instant,
+    steps: StepDriver,
     /// `w` of the request.
     idle: Option<Duration>,
     /// A write not taken whole by then is given up (the client stopped reading).
@@ -235,7 +194,7 @@ struct Answering {
     status: u16,
 }
 
-/// A `Step::ReadBody` under way.
+/// An `Action::ReadBody` under way.
 struct Reading {
     limit: Option<u64>,
     /// Body bytes read before it.
@@ -346,8 +305,7 @@ impl H3Request {
             };
             self.phase = Phase::Exchange(Box::new(Answering {
                 idle: x.idle(),
-                x,
-                now: self.t_first,
+                steps: StepDriver::new(x, self.t_first),
                 write_deadline: None,
                 wait: None,
                 reading: None,
@@ -416,32 +374,15 @@ impl H3Request {
                 return Err(Abort::Reset(code::REQUEST_REJECTED));
             }
             self.content_length = facts.content_length;
-            let req = loadterm_exchange::RequestSummary {
-                version: Version::H3,
-                is_head: head.method == b"HEAD",
-                target: &head.path,
-                control: head.control.as_deref(),
-                expect_continue: head.expect,
-                conn_close: false,
-                conn_keep_alive: false,
-                // Whether the stream ends after its HEADERS is only known by reading on.
-                has_body: true,
-                head_bytes: loadterm_exchange::head_bytes(
-                    head.method.len(),
-                    head.path.len(),
-                    head.field_bytes as usize,
-                ),
-                date: cfg.date,
-                is_get: head.method == b"GET",
-                if_match: head.if_match.as_deref(),
-                if_none_match: head.if_none_match.as_deref(),
-            };
+            let h = &head.request;
+            // Whether the stream ends after its HEADERS is only known by reading on.
+            let req = h.summary(Version::H3, true, h.text_size(), cfg.date);
             Ok(Some(crate::plumbing::thread_ctx::exchange(&req, t_first)))
         })
     }
 
-    /// Carry out the exchange's steps: each one's frames are written whole before the next
-    /// is asked for, as `Exchange::drive` has an engine do.
+    /// Carry out the step driver's actions: each one's frames are written whole before the
+    /// next is asked for.
     fn steps(
         &mut self,
         q: &mut proto::Connection,
@@ -479,7 +420,7 @@ impl H3Request {
                     return Ok(H3Progress::Pending);
                 }
                 run.wait = None;
-                run.now = now;
+                run.steps.resumed(now);
             }
             if let Some(r) = &run.reading {
                 let (limit, before, deadline) = (r.limit, r.before, r.deadline);
@@ -504,9 +445,8 @@ impl H3Request {
                 };
                 let received = self.length.map_or(0, |l| l.received());
                 self.read_all = how == BodyRead::Ended;
-                run.x.body_read(received - before, how);
+                run.steps.body_read(received - before, how, now);
                 run.reading = None;
-                run.now = now;
             }
             if run.ended {
                 // Complete, or a 1xx as the only head: the stream ends with what was sent (a
@@ -523,50 +463,41 @@ impl H3Request {
                     finished: true,
                 });
             }
-            match run.x.next(run.now) {
-                Step::Continue => {
+            match run.steps.poll() {
+                // Sent at once: the client may wait for it (`100 Continue`).
+                Action::Interim(head) => {
                     stats::interim(Proto::H3);
-                    run.head(&ResponseHead::interim(100), extra);
+                    run.head(&head, extra);
                     run.flush();
                 }
-                Step::ReadBody { limit } => {
+                // It goes out with the body's first bytes.
+                Action::Head(head) => {
+                    run.status = head.status;
+                    run.head(&head, extra);
+                }
+                Action::Text(text) => {
+                    let mut out = run.take_pending();
+                    frame::put_frame(&mut out, frame::DATA, text.as_bytes());
+                    run.out.frame = out.into();
+                }
+                Action::Generated(g) => run.data(g.kind, 0, g.size),
+                Action::Piece(p) => run.data(p.kind, p.offset, p.len),
+                Action::ReadBody { limit } => {
                     run.reading = Some(Reading {
                         limit,
                         before: self.length.map_or(0, |l| l.received()),
                         deadline: now + cfg.timeout,
                     });
                 }
-                // Everything so far is sent before any wait.
-                Step::WaitUntil(t) => {
-                    run.flush();
-                    run.wait = Some(t);
-                }
-                Step::Pause(d) => {
-                    run.flush();
-                    run.wait = Some(now + d);
-                }
-                // Sent at once: the client may wait for it (`100 Continue`).
-                Step::Head(head) if is_interim(head.status) => {
-                    stats::interim(Proto::H3);
-                    run.head(&head, extra);
-                    run.flush();
-                }
-                // It goes out with the body's first bytes.
-                Step::Head(head) => {
-                    run.status = head.status;
-                    run.head(&head, extra);
-                }
-                Step::Body(Body::Text(text)) => {
-                    let mut out = run.take_pending();
-                    frame::put_frame(&mut out, frame::DATA, text.as_bytes());
-                    run.out.frame = out.into();
-                }
-                Step::Body(Body::Generated(g)) => run.data(g.kind, 0, g.size),
-                Step::Body(Body::Piece(p)) => run.data(p.kind, p.offset, p.len),
-                Step::Done(ExchangeEnd::Abort) => {
+                Action::Flush => run.flush(),
+                Action::WaitUntil(t) => run.wait = Some(t),
+                Action::Pause(d) => run.wait = Some(now + d),
+                Action::Done(ExchangeEnd::Abort) => {
                     return Err(Abort::Reset(code::REQUEST_CANCELLED))
                 }
-                Step::Done(ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                Action::Done(
+                    ExchangeEnd::KeepAlive | ExchangeEnd::Close | ExchangeEnd::NoFinal,
+                ) => {
                     run.flush();
                     run.ended = true;
                 }

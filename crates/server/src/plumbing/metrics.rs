@@ -54,8 +54,13 @@ fn answer(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
     conn.set_write_timeout(Some(IO_TIMEOUT))?;
     let (status, body, openmetrics) = match read_head(&mut conn)? {
         ScrapeRequest::TooLarge => ("431 Request Header Fields Too Large", String::new(), false),
-        ScrapeRequest::Request { line, openmetrics } => {
-            let (status, body) = route(&line, registry);
+        ScrapeRequest::Malformed => ("400 Bad Request", String::new(), false),
+        ScrapeRequest::Request {
+            get,
+            path,
+            openmetrics,
+        } => {
+            let (status, body) = route(get, &path, registry);
             (status, body, openmetrics)
         }
     };
@@ -75,22 +80,46 @@ fn answer(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
 
 enum ScrapeRequest {
     Request {
-        line: String,
+        get: bool,
+        /// The target's path (no query).
+        path: String,
         /// The client accepts OpenMetrics (Prometheus does); others get the Prometheus text
         /// format, which older tools (promtool) parse.
         openmetrics: bool,
     },
     TooLarge,
+    /// Not an HTTP/1.x request head (httparse refused it, or the client closed before its end).
+    Malformed,
 }
 
-/// Read the request head (up to `MAX_HEAD` bytes, within `IO_TIMEOUT`), return its first line.
+/// Read the request head (up to `MAX_HEAD` bytes, within `IO_TIMEOUT`) and parse it (httparse,
+/// as the HTTP/1 engine's parser).
 fn read_head(conn: &mut TcpStream) -> std::io::Result<ScrapeRequest> {
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
-        if buf.len() > MAX_HEAD {
-            return Ok(ScrapeRequest::TooLarge);
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut fields);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => {
+                let openmetrics = req.headers.iter().any(|h| {
+                    h.name.eq_ignore_ascii_case("accept")
+                        && String::from_utf8_lossy(h.value).contains("application/openmetrics-text")
+                });
+                let target = req.path.unwrap_or_default();
+                return Ok(ScrapeRequest::Request {
+                    get: req.method == Some("GET"),
+                    path: target.split('?').next().unwrap_or_default().to_owned(),
+                    openmetrics,
+                });
+            }
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Ok(ScrapeRequest::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => return Ok(ScrapeRequest::TooLarge),
+            Err(_) => return Ok(ScrapeRequest::Malformed),
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -98,45 +127,24 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<ScrapeRequest> {
         }
         conn.set_read_timeout(Some(left))?;
         match conn.read(&mut chunk)? {
-            0 => break,
+            0 => return Ok(ScrapeRequest::Malformed),
             n => buf.extend_from_slice(&chunk[..n]),
         }
     }
-    let head = String::from_utf8_lossy(&buf);
-    let mut lines = head.lines();
-    let line = lines.next().unwrap_or_default().to_string();
-    let openmetrics = lines.any(|l| {
-        l.split_once(':').is_some_and(|(name, value)| {
-            name.eq_ignore_ascii_case("accept") && value.contains("application/openmetrics-text")
-        })
-    });
-    Ok(ScrapeRequest::Request { line, openmetrics })
 }
 
-/// The status and body for a request line: the exposition for `GET /metrics`.
-fn route(line: &str, registry: &Registry) -> (&'static str, String) {
-    let mut parts = line.split(' ');
-    let (method, target, version) = (parts.next(), parts.next(), parts.next());
-    if parts.next().is_some() || !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
-        return ("400 Bad Request", String::new());
-    }
-    let path = target
-        .unwrap_or_default()
-        .split('?')
-        .next()
-        .unwrap_or_default();
+/// The status and body for a request: the exposition for `GET /metrics`.
+fn route(get: bool, path: &str, registry: &Registry) -> (&'static str, String) {
     if path != "/metrics" {
         return ("404 Not Found", String::new());
     }
-    match method {
-        Some("GET") => {
-            let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => ("200 OK", body),
-                Err(_) => ("500 Internal Server Error", String::new()),
-            }
-        }
-        _ => ("405 Method Not Allowed", String::new()),
+    if !get {
+        return ("405 Method Not Allowed", String::new());
+    }
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
+        Ok(()) => ("200 OK", body),
+        Err(_) => ("500 Internal Server Error", String::new()),
     }
 }
 

@@ -1,5 +1,6 @@
-//! A stream that replays bytes before reading its socket again: the HTTP/2 upgrade (the
-//! rewritten request as stream 1) and `--ja4` (the ClientHello, read before rustls) use it.
+//! A stream that replays bytes before reading its socket again: the HTTP/2 upgrade (what the
+//! client sent after the upgrading request) and `--ja4` (the ClientHello, read before rustls)
+//! use it.
 
 use crate::stream::layer::{Layer, Layered};
 use std::io;

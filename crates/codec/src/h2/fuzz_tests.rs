@@ -1,4 +1,4 @@
-//! The HTTP/2 fuzz targets' bodies (`loadterm_codec::h2::fuzz`, which `fuzz/` runs under
+//! The HTTP/2 fuzz targets' bodies (`crate::h2::fuzz`, which `fuzz/` runs under
 //! cargo-fuzz on nightly) on stable, in CI: a seeded stream of mutations of valid client
 //! conversations — frame-aware (frames dropped, repeated, swapped, spliced from another
 //! conversation, their type, flags, stream or length changed, payloads cut) and on the bytes
@@ -6,10 +6,10 @@
 //! inputs. `LOADTERM_FUZZ_SEED` and `LOADTERM_FUZZ_ITERS` replay or lengthen a run; the seed is
 //! printed (`--nocapture`) so that a failing run can be repeated.
 
-use loadterm_codec::h2::{flag, fuzz, setting, PREFACE};
-use loadterm_codec::h2::{CONTINUATION, DATA, GOAWAY, HEADERS, PING, PRIORITY, RST_STREAM};
-use loadterm_codec::h2::{SETTINGS, WINDOW_UPDATE};
-use loadterm_codec::hpack::put_field;
+use crate::h2::{flag, fuzz, setting, PREFACE};
+use crate::h2::{CONTINUATION, DATA, GOAWAY, HEADERS, PING, PRIORITY, RST_STREAM};
+use crate::h2::{SETTINGS, WINDOW_UPDATE};
+use crate::hpack::put_field;
 
 /// Inputs per run in CI (each runs both bodies; `frames` twice): about 4 s of CPU in a debug build.
 const ITERS: u64 = 120_000;
@@ -258,7 +258,7 @@ fn mutated_conversations_meet_the_fuzz_targets_checks() {
 /// HTTP/2, so what they find is the mutation's doing.
 #[test]
 fn the_conversations_are_valid() {
-    use loadterm_codec::h2::{Connection, LocalSettings, Role};
+    use crate::h2::{Connection, LocalSettings, Role};
     for (i, frames) in conversations().iter().enumerate() {
         let mut c = Connection::new(Role::Server, LocalSettings::default());
         let mut input = PREFACE.to_vec();
