@@ -542,7 +542,7 @@ impl Bisect<'_> {
                     .stdin(Stdio::null())
                     .stdout(log.try_clone()?)
                     .stderr(log);
-                crate::procs::pin(&mut c, self.cpus.clone());
+                crate::procs::pin(&mut c, &self.cpus)?;
                 let ok = c
                     .status()
                     .with_context(|| format!("cannot run the build command {cmd:?}"))?

@@ -7,7 +7,7 @@ use crate::cgroup::{self, Accounting};
 use crate::contam::{self, CpuTicks, Settings};
 use crate::fixture::{self, Scratch, Vars};
 use crate::procs::{self, PortRange, ServerProc, UsageSample};
-use crate::profile::record::{Recorder, WindowProfile};
+use crate::profile::record::{PerfSampler, WindowProfile};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -259,7 +259,7 @@ pub(crate) fn window_here(
     let read = || lock(station).sample(ids);
     let mut recorder = if profile {
         let cpus = lock(station).server_cpus();
-        Some(Recorder::start(&cpus)?)
+        Some(PerfSampler::start(&cpus)?)
     } else {
         None
     };

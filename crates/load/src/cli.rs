@@ -3,7 +3,7 @@
 
 use crate::record::Recorder;
 use crate::report::{self, RunInfo};
-use crate::sched::{Pace, Plan};
+use crate::sched::{Pace, RatePlan};
 use crate::search::{self, Search, Slo, Trial};
 use crate::setup::{ProtoChoice, Setup, SetupOptions};
 use crate::shared::{Progress, Startup};
@@ -114,7 +114,7 @@ pub struct LoadArgs {
     /// the first connection brought a ticket), `never` (every handshake a full one), or a
     /// fraction of the connections (0.5), spread evenly.
     #[arg(long, default_value = "always", value_name = "never|always|FRACTION")]
-    tls_resume: crate::tls::Resume,
+    tls_resume: crate::tls::ResumePolicy,
     /// Close each connection once it has started this many requests, and open a new one: new
     /// connections at the request rate / N, to measure handshakes.
     #[arg(long, value_name = "N")]
@@ -389,7 +389,7 @@ fn proto(a: &LoadArgs) -> Result<Option<ProtoChoice>> {
 }
 
 /// Open loop when a rate plan is given, shared out over the run's connections.
-fn pace(plan: Option<&Arc<Plan>>, connections: usize) -> Pace {
+fn pace(plan: Option<&Arc<RatePlan>>, connections: usize) -> Pace {
     match plan {
         Some(plan) => Pace::Open {
             plan: plan.clone(),
@@ -602,7 +602,7 @@ fn find_max_rate(
         search.record(rate, trial.passed());
         trials.push(trial);
     }
-    let outcome = search::Outcome::new(
+    let outcome = search::Finding::new(
         Some(shell_line(std::env::args_os().skip(1))),
         &find.slos,
         &search,
@@ -683,12 +683,12 @@ struct Share {
     slots: Vec<u64>,
     threads: usize,
     /// The open-loop rate plan of the whole run (all shards), if any.
-    plan: Option<Arc<Plan>>,
+    plan: Option<Arc<RatePlan>>,
     pace: Pace,
 }
 
 impl Share {
-    fn new(a: &LoadArgs, shard: Option<Shard>, plan: Option<Arc<Plan>>) -> Result<Share> {
+    fn new(a: &LoadArgs, shard: Option<Shard>, plan: Option<Arc<RatePlan>>) -> Result<Share> {
         let cpus = a
             .cpus
             .as_deref()
@@ -729,7 +729,7 @@ impl Share {
 
     /// The same share at a constant `rate` (a trial of `--find-max-rate`).
     fn at_rate(&self, rate: f64, warm: Duration) -> Share {
-        let plan = Arc::new(Plan::constant(rate, warm));
+        let plan = Arc::new(RatePlan::constant(rate, warm));
         Share {
             // No shards with --find-max-rate: these are all the run's connections.
             pace: pace(Some(&plan), self.slots.len()),
@@ -865,7 +865,7 @@ struct Checked {
     /// h2load's `-w`, `-W`, `-f`, `--header-table-size`.
     offer: crate::setup::Offer,
     /// The open-loop rate plan (`--rate`, `--rate-per-conn`).
-    plan: Option<Arc<Plan>>,
+    plan: Option<Arc<RatePlan>>,
     /// `--find-max-rate`.
     find: Option<Find>,
 }
@@ -929,12 +929,12 @@ fn checked(a: &mut LoadArgs) -> Result<Checked> {
 }
 
 /// The open-loop plan of `--rate` (a schedule sets -D when none is given) or `--rate-per-conn`.
-fn rate_plan(a: &mut LoadArgs) -> Result<Option<Arc<Plan>>> {
+fn rate_plan(a: &mut LoadArgs) -> Result<Option<Arc<RatePlan>>> {
     let warm = a.warm_up_time.unwrap_or_default();
     let plan = match (&a.rate, a.rate_per_conn) {
         (Some(spec), _) => {
             let (plan, length) =
-                Plan::parse(spec, a.step_duration, a.duration, warm).context("--rate")?;
+                RatePlan::parse(spec, a.step_duration, a.duration, warm).context("--rate")?;
             if length.is_some() && a.requests.is_some() {
                 bail!(
                     "a schedule runs for a time: use -D (or none: the schedule's length), not -n"
@@ -944,7 +944,7 @@ fn rate_plan(a: &mut LoadArgs) -> Result<Option<Arc<Plan>>> {
             plan
         }
         (None, Some(r)) if r > 0.0 && r.is_finite() => {
-            Plan::constant(r * a.connections as f64, warm)
+            RatePlan::constant(r * a.connections as f64, warm)
         }
         (None, Some(_)) => bail!("--rate-per-conn must be a positive number"),
         (None, None) if a.step_duration.is_some() => {

@@ -2,7 +2,7 @@
 //! knee where queueing starts), the latency objectives, and the rate found; SVG with
 //! `plotters`, or an HTML page holding it and the trials' table.
 
-use crate::search::{Metric, Slo, Trial, QUANTILES};
+use crate::search::{Quantity, Slo, Trial, QUANTILES};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
@@ -44,7 +44,7 @@ fn draw(
         .flat_map(|t| t.corrected_us.iter().flatten().map(|(_, v)| ms(*v)))
         .chain(
             slos.iter()
-                .filter(|s| s.metric != Metric::Errors)
+                .filter(|s| s.metric != Quantity::Errors)
                 .map(|s| ms(s.bound)),
         );
     let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
@@ -94,7 +94,7 @@ fn draw(
             Circle::new((x, y), 4, style)
         }))?;
     }
-    for slo in slos.iter().filter(|s| s.metric != Metric::Errors) {
+    for slo in slos.iter().filter(|s| s.metric != Quantity::Errors) {
         let y = ms(slo.bound);
         chart
             .draw_series(DashedLineSeries::new(

@@ -165,9 +165,9 @@ pub fn reports(runs: &[(String, Report)], force: bool) -> Result<Report> {
 
 /// The steps of runs of the same schedule (shards), summed step by step: counts added,
 /// percentiles from the summed histograms. Runs whose steps differ have none merged.
-fn merged_steps(runs: &[(String, Report)]) -> Result<Vec<report::Step>> {
+fn merged_steps(runs: &[(String, Report)]) -> Result<Vec<report::StepReport>> {
     let (_, first) = &runs[0];
-    let same = |a: &report::Step, b: &report::Step| {
+    let same = |a: &report::StepReport, b: &report::StepReport| {
         (a.plan.start_s, a.plan.duration_s) == (b.plan.start_s, b.plan.duration_s)
     };
     if runs.iter().any(|(_, r)| {
@@ -180,7 +180,7 @@ fn merged_steps(runs: &[(String, Report)]) -> Result<Vec<report::Step>> {
     for k in 0..first.steps.len() {
         let mut latency = Histogram::<u64>::new(3).expect("valid histogram");
         let mut corrected = latency.clone();
-        let mut step = report::Step {
+        let mut step = report::StepReport {
             plan: report::StepPlan {
                 intended: 0.0,
                 rate_from: 0.0,

@@ -115,7 +115,7 @@ pub struct Report {
     pub handshakes: crate::record::Handshakes,
     /// With a `--rate` schedule: each step apart (none at a constant rate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<Step>,
+    pub steps: Vec<StepReport>,
 }
 
 /// One step of a rate schedule (or piece of a ramp) as planned, for this process's share.
@@ -133,7 +133,7 @@ pub struct StepPlan {
 
 /// What one step came to: its requests are those whose intended send time fell in it.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Step {
+pub struct StepReport {
     #[serde(flatten)]
     pub plan: StepPlan,
     pub requests: Requests,
@@ -153,7 +153,7 @@ pub struct StepHistograms {
 
 /// The steps of a run: each plan's figures from its record (`duration_s` cuts the last ones
 /// short when the run was interrupted).
-fn steps(r: &Recorder, plans: &[StepPlan], duration_s: f64) -> Vec<Step> {
+fn steps(r: &Recorder, plans: &[StepPlan], duration_s: f64) -> Vec<StepReport> {
     plans
         .iter()
         .zip(&r.steps)
@@ -164,7 +164,7 @@ fn steps(r: &Recorder, plans: &[StepPlan], duration_s: f64) -> Vec<Step> {
             } else {
                 0.0
             };
-            Step {
+            StepReport {
                 plan: *p,
                 requests: Requests {
                     started: st.started,
@@ -503,7 +503,7 @@ pub fn text(r: &Report) -> String {
 }
 
 /// One step's table: what it intended and got, its latencies.
-fn step_text(k: usize, of: usize, st: &Step) -> String {
+fn step_text(k: usize, of: usize, st: &StepReport) -> String {
     let p = &st.plan;
     let rate = if p.rate_from == p.rate_to {
         format!("{:.0} req/s", p.rate_from)

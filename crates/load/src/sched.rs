@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 /// One piece of a rate plan: from `start` (seconds from the start of the measured window) for
 /// `len` seconds, the rate going linearly from `from` to `to` requests per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Segment {
+pub(crate) struct RateSegment {
     pub start: f64,
     pub len: f64,
     pub from: f64,
     pub to: f64,
 }
 
-impl Segment {
+impl RateSegment {
     /// Sends intended in the first `x` seconds of the segment.
     fn count(&self, x: f64) -> f64 {
         let slope = (self.to - self.from) / self.len;
@@ -35,12 +35,12 @@ impl Segment {
 /// The run's total rate over time: the segments, then the last rate held; the warm-up before
 /// the window runs at the first segment's rate. `steps` are where the report cuts the window.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Plan {
-    segments: Vec<Segment>,
+pub(crate) struct RatePlan {
+    segments: Vec<RateSegment>,
     /// Sends intended before each segment (from the start of the window).
     before: Vec<f64>,
     warm: f64,
-    steps: Vec<Segment>,
+    steps: Vec<RateSegment>,
 }
 
 /// A schedule item: `R` or the ramp `A..B`.
@@ -118,11 +118,11 @@ fn file_segments(text: &str) -> Result<(Vec<Timed>, Option<f64>)> {
     Ok((items, end))
 }
 
-impl Plan {
+impl RatePlan {
     /// A constant rate.
-    pub(crate) fn constant(rate: f64, warm: Duration) -> Plan {
-        Plan::new(
-            vec![Segment {
+    pub(crate) fn constant(rate: f64, warm: Duration) -> RatePlan {
+        RatePlan::new(
+            vec![RateSegment {
                 start: 0.0,
                 len: f64::INFINITY,
                 from: rate,
@@ -133,7 +133,7 @@ impl Plan {
         )
     }
 
-    fn new(segments: Vec<Segment>, warm: Duration, steps: Vec<Segment>) -> Plan {
+    fn new(segments: Vec<RateSegment>, warm: Duration, steps: Vec<RateSegment>) -> RatePlan {
         let mut before = Vec::with_capacity(segments.len());
         let mut sum = 0.0;
         for s in &segments {
@@ -144,7 +144,7 @@ impl Plan {
                 0.0
             };
         }
-        Plan {
+        RatePlan {
             segments,
             before,
             warm: warm.as_secs_f64(),
@@ -161,7 +161,7 @@ impl Plan {
         step: Option<Duration>,
         run: Option<Duration>,
         warm: Duration,
-    ) -> Result<(Plan, Option<Duration>)> {
+    ) -> Result<(RatePlan, Option<Duration>)> {
         let step = step.map(|d| d.as_secs_f64());
         let run_s = run.map(|d| d.as_secs_f64());
         let (items, mut end) = if let Some(path) = spec.strip_prefix('@') {
@@ -175,10 +175,10 @@ impl Plan {
                     if step.is_some() {
                         bail!("--step-duration needs a schedule (steps A,B,C or a ramp A..B)");
                     }
-                    return Ok((Plan::constant(a, warm), None));
+                    return Ok((RatePlan::constant(a, warm), None));
                 }
                 let len = run_s.context("a ramp A..B needs -D, the time it takes")?;
-                return Ok((Plan::ramp(a, b, len, step, warm)?, run));
+                return Ok((RatePlan::ramp(a, b, len, step, warm)?, run));
             }
             let len = step.context("steps A,B,C need --step-duration, how long each lasts")?;
             if len <= 0.0 {
@@ -204,10 +204,10 @@ impl Plan {
             bail!("-D {end_s}s ends before the schedule's last line ({last}s)");
         }
         end = end.or(Some(end_s));
-        let mut segments: Vec<Segment> = items
+        let mut segments: Vec<RateSegment> = items
             .iter()
             .zip(items.iter().skip(1).map(|i| i.0).chain(end))
-            .map(|(&(start, from, to), next)| Segment {
+            .map(|(&(start, from, to), next)| RateSegment {
                 start,
                 len: next - start,
                 from,
@@ -221,27 +221,27 @@ impl Plan {
         }
         let sched_end = end.unwrap_or(end_s);
         if end_s > sched_end + 1e-9 {
-            steps.push(Segment {
+            steps.push(RateSegment {
                 start: sched_end,
                 len: end_s - sched_end,
                 from: hold,
                 to: hold,
             });
         }
-        segments.push(Segment {
+        segments.push(RateSegment {
             start: sched_end,
             len: f64::INFINITY,
             from: hold,
             to: hold,
         });
         Ok((
-            Plan::new(segments, warm, steps),
+            RatePlan::new(segments, warm, steps),
             Some(Duration::from_secs_f64(end_s)),
         ))
     }
 
     /// A ramp from `a` to `b` over `len` seconds, reported in pieces of `step` (ten by default).
-    fn ramp(a: f64, b: f64, len: f64, step: Option<f64>, warm: Duration) -> Result<Plan> {
+    fn ramp(a: f64, b: f64, len: f64, step: Option<f64>, warm: Duration) -> Result<RatePlan> {
         if b <= 0.0 {
             bail!("a ramp must not end at rate 0 (it would never send again)");
         }
@@ -252,7 +252,7 @@ impl Plan {
         if piece <= 0.0 {
             bail!("--step-duration must be more than 0");
         }
-        let ramp = Segment {
+        let ramp = RateSegment {
             start: 0.0,
             len,
             from: a,
@@ -264,7 +264,7 @@ impl Plan {
                 let start = k as f64 * piece;
                 let end = (start + piece).min(len);
                 let at = |t: f64| a + (b - a) * t / len;
-                Segment {
+                RateSegment {
                     start,
                     len: end - start,
                     from: at(start),
@@ -272,17 +272,17 @@ impl Plan {
                 }
             })
             .collect();
-        let hold = Segment {
+        let hold = RateSegment {
             start: len,
             len: f64::INFINITY,
             from: b,
             to: b,
         };
-        Ok(Plan::new(vec![ramp, hold], warm, steps))
+        Ok(RatePlan::new(vec![ramp, hold], warm, steps))
     }
 
     /// The steps the report shows one by one (none for a constant rate).
-    pub(crate) fn steps(&self) -> &[Segment] {
+    pub(crate) fn steps(&self) -> &[RateSegment] {
         &self.steps
     }
 
@@ -338,7 +338,10 @@ pub(crate) enum Pace {
     /// The run's requests follow `plan`, shared out evenly: slot `k` (of `connections × -m`
     /// on HTTP/2 and 3, of `connections` on HTTP/1.1) sends the run's sends `k`, `k + slots`,
     /// ... `connections` is the run's total, for phasing the slots evenly.
-    Open { plan: Arc<Plan>, connections: u64 },
+    Open {
+        plan: Arc<RatePlan>,
+        connections: u64,
+    },
 }
 
 /// Open-loop schedule of one slot: its intended send times. A sender that falls behind still
@@ -349,7 +352,7 @@ pub(crate) struct Schedule {
     /// Which of the run's sends is `next`, and the step to the slot's following one.
     n: u64,
     stride: u64,
-    plan: Option<Arc<Plan>>,
+    plan: Option<Arc<RatePlan>>,
     start: Instant,
 }
 
@@ -425,7 +428,7 @@ mod tests {
 
     fn open(rate_per_conn: f64, connections: u64) -> Pace {
         Pace::Open {
-            plan: Arc::new(Plan::constant(
+            plan: Arc::new(RatePlan::constant(
                 rate_per_conn * connections as f64,
                 Duration::ZERO,
             )),
@@ -527,8 +530,12 @@ mod tests {
         assert_eq!(h2[0] - start, Duration::from_millis(30));
     }
 
-    fn plan(spec: &str, step: Option<u64>, run: Option<u64>) -> Result<(Plan, Option<Duration>)> {
-        Plan::parse(
+    fn plan(
+        spec: &str,
+        step: Option<u64>,
+        run: Option<u64>,
+    ) -> Result<(RatePlan, Option<Duration>)> {
+        RatePlan::parse(
             spec,
             step.map(Duration::from_secs),
             run.map(Duration::from_secs),
@@ -585,7 +592,7 @@ mod tests {
 
     #[test]
     fn warm_up_runs_at_the_first_rate() {
-        let (p, _) = Plan::parse(
+        let (p, _) = RatePlan::parse(
             "10,100",
             Some(Duration::from_secs(1)),
             None,

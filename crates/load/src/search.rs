@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// What an objective bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Metric {
+pub enum Quantity {
     /// A percentile (0..100) of the corrected latency, from the intended send time.
     Percentile(f64),
     Mean,
@@ -23,7 +23,7 @@ pub enum Metric {
 /// One objective: `metric <= bound` (µs for latencies, a fraction for errors).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slo {
-    pub metric: Metric,
+    pub metric: Quantity,
     pub bound: f64,
     /// As the user wrote it, for the report.
     text: String,
@@ -40,9 +40,9 @@ impl Slo {
             })?;
         let (name, bound) = (name.trim().to_ascii_lowercase(), bound.trim());
         let metric = match name.as_str() {
-            "errors" => Metric::Errors,
-            "mean" => Metric::Mean,
-            "max" => Metric::Max,
+            "errors" => Quantity::Errors,
+            "mean" => Quantity::Mean,
+            "max" => Quantity::Max,
             p => {
                 let q: f64 = p
                     .strip_prefix('p')
@@ -53,10 +53,10 @@ impl Slo {
                 if !(q > 0.0 && q < 100.0) {
                     bail!("'{s}': a percentile between 0 and 100");
                 }
-                Metric::Percentile(q)
+                Quantity::Percentile(q)
             }
         };
-        let bound = if metric == Metric::Errors {
+        let bound = if metric == Quantity::Errors {
             let v = match bound.strip_suffix('%') {
                 Some(pct) => pct.trim().parse::<f64>().map(|v| v / 100.0),
                 None => bound.parse::<f64>(),
@@ -88,10 +88,10 @@ impl Slo {
     /// What a trial came to on this objective; `None` when it has no figure (nothing completed).
     fn value(&self, t: &Trial) -> Option<f64> {
         match self.metric {
-            Metric::Errors => Some(t.errors),
-            Metric::Mean => t.corrected_mean_us,
-            Metric::Max => t.latency_at(100.0),
-            Metric::Percentile(q) => t.latency_at(q),
+            Quantity::Errors => Some(t.errors),
+            Quantity::Mean => t.corrected_mean_us,
+            Quantity::Max => t.latency_at(100.0),
+            Quantity::Percentile(q) => t.latency_at(q),
         }
     }
 }
@@ -167,7 +167,7 @@ impl Trial {
         };
         for slo in slos {
             let value = match slo.metric {
-                Metric::Percentile(q) if !hist.is_empty() => {
+                Quantity::Percentile(q) if !hist.is_empty() => {
                     Some(hist.value_at_quantile(q / 100.0) as f64)
                 }
                 _ => slo.value(&t),
@@ -284,7 +284,7 @@ impl Search {
 
 /// What the search found, as reported (text, JSON, plot).
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct Finding {
     pub tool: String,
     pub version: String,
     pub command: Option<String>,
@@ -300,8 +300,8 @@ pub struct Outcome {
     pub trials: Vec<Trial>,
 }
 
-impl Outcome {
-    pub fn new(command: Option<String>, slos: &[Slo], s: &Search, trials: Vec<Trial>) -> Outcome {
+impl Finding {
+    pub fn new(command: Option<String>, slos: &[Slo], s: &Search, trials: Vec<Trial>) -> Finding {
         let (max_rate, first_failing_rate) = s.bounds();
         let client_limit = first_failing_rate.and_then(|f| {
             trials
@@ -309,7 +309,7 @@ impl Outcome {
                 .find(|t| t.rate == f)
                 .and_then(|t| t.client_limit.clone())
         });
-        Outcome {
+        Finding {
             tool: "loadterm".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             command,
@@ -443,12 +443,12 @@ mod tests {
     #[test]
     fn objectives() {
         let s = Slo::parse("p99<=10ms").unwrap();
-        assert_eq!((s.metric, s.bound), (Metric::Percentile(99.0), 10_000.0));
+        assert_eq!((s.metric, s.bound), (Quantity::Percentile(99.0), 10_000.0));
         assert_eq!(Slo::parse("p99.9 <= 1s").unwrap().bound, 1e6);
         let e = Slo::parse("errors<=0.1%").unwrap();
-        assert_eq!(e.metric, Metric::Errors);
+        assert_eq!(e.metric, Quantity::Errors);
         assert!((e.bound - 0.001).abs() < 1e-12);
-        assert_eq!(Slo::parse("mean<2ms").unwrap().metric, Metric::Mean);
+        assert_eq!(Slo::parse("mean<2ms").unwrap().metric, Quantity::Mean);
         for bad in [
             "p99",
             "p100<=1ms",

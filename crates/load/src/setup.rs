@@ -2,7 +2,7 @@
 //! client configs, prebuilt requests.
 
 use crate::request;
-use crate::tls::{Configs, Resume};
+use crate::tls::{Configs, ResumePolicy};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use rustls::pki_types::ServerName;
@@ -69,7 +69,7 @@ pub(crate) struct Setup {
     pub tls_config: Option<Configs<Arc<rustls::ClientConfig>>>,
     pub quic_config: Option<Configs<quinn::ClientConfig>>,
     /// `--tls-resume`.
-    pub resume: Resume,
+    pub resume: ResumePolicy,
     /// `--requests-per-conn`.
     pub requests_per_conn: Option<u64>,
     /// `--0rtt` (HTTP/3): requests sent as 0-RTT data on resumed connections.
@@ -137,7 +137,7 @@ pub(crate) struct SetupOptions<'a> {
     pub streams: usize,
     pub timeout: Duration,
     pub offer: Offer,
-    pub resume: Resume,
+    pub resume: ResumePolicy,
     pub requests_per_conn: Option<u64>,
     pub zero_rtt: bool,
 }
@@ -412,7 +412,7 @@ mod tests {
             streams: 1,
             timeout: Duration::from_secs(1),
             offer: Offer::default(),
-            resume: Resume::Always,
+            resume: ResumePolicy::Always,
             requests_per_conn: None,
             zero_rtt: false,
         };

@@ -99,9 +99,9 @@ impl Worker {
     /// Whether the next connection resumes a TLS session (`--tls-resume`).
     pub(crate) fn resume_next(&self) -> bool {
         match self.setup.resume {
-            crate::tls::Resume::Never => false,
-            crate::tls::Resume::Always => true,
-            crate::tls::Resume::Fraction(f) => {
+            crate::tls::ResumePolicy::Never => false,
+            crate::tls::ResumePolicy::Always => true,
+            crate::tls::ResumePolicy::Fraction(f) => {
                 let sum = self.resumed_share.get() + f;
                 let resume = sum >= 1.0;
                 self.resumed_share.set(if resume { sum - 1.0 } else { sum });
@@ -252,7 +252,7 @@ mod tests {
             streams: 1,
             timeout: Duration::from_secs(1),
             offer: Default::default(),
-            resume: crate::tls::Resume::Always,
+            resume: crate::tls::ResumePolicy::Always,
             requests_per_conn: None,
             zero_rtt: false,
         })

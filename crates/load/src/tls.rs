@@ -385,21 +385,21 @@ fn validity(der: &[u8]) -> Option<(u64, u64)> {
 
 /// When a connection resumes a TLS session (`--tls-resume`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Resume {
+pub(crate) enum ResumePolicy {
     Never,
     Always,
     /// This share of the connections, spread evenly.
     Fraction(f64),
 }
 
-impl std::str::FromStr for Resume {
+impl std::str::FromStr for ResumePolicy {
     type Err = String;
-    fn from_str(s: &str) -> Result<Resume, String> {
+    fn from_str(s: &str) -> Result<ResumePolicy, String> {
         match s {
-            "never" => Ok(Resume::Never),
-            "always" => Ok(Resume::Always),
+            "never" => Ok(ResumePolicy::Never),
+            "always" => Ok(ResumePolicy::Always),
             f => match f.parse::<f64>() {
-                Ok(v) if (0.0..=1.0).contains(&v) => Ok(Resume::Fraction(v)),
+                Ok(v) if (0.0..=1.0).contains(&v) => Ok(ResumePolicy::Fraction(v)),
                 _ => Err(format!(
                     "'{s}': never, always, or a fraction of the connections (0.5)"
                 )),

@@ -2,7 +2,7 @@
 //! each, `conn::run`), with its own recorder, returned when its work is done.
 
 use crate::record::Recorder;
-use crate::sched::{Pace, Plan};
+use crate::sched::{Pace, RatePlan};
 use crate::setup::{ProtoChoice, Setup};
 use crate::shared::{Progress, Startup, Worker};
 use anyhow::{Context, Result};
@@ -125,7 +125,7 @@ async fn run(job: Job) -> Result<Recorder> {
 /// connection cannot carry its share of the rate at the latency seen: `-m` requests in flight
 /// for `latency` each give at most `-m / latency` per second, and the rest would be sent late
 /// and counted missed. Read from this worker's recorder, off the request path.
-async fn check_rate(w: Rc<Worker>, from: Instant, plan: Arc<Plan>, connections: u64) {
+async fn check_rate(w: Rc<Worker>, from: Instant, plan: Arc<RatePlan>, connections: u64) {
     let mut at = from;
     for k in 1..=10 {
         at += Duration::from_secs(1);

@@ -41,7 +41,7 @@ pub(crate) struct WindowProfile {
 }
 
 /// perf recording the server cores, its events disabled until `enable`.
-pub(crate) struct Recorder {
+pub(crate) struct PerfSampler {
     child: Child,
     data: PathBuf,
     ctl: std::fs::File,
@@ -60,9 +60,9 @@ fn mkfifo(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-impl Recorder {
+impl PerfSampler {
     /// Start perf on `cpus`, its events off; returns once it answers commands.
-    pub(crate) fn start(cpus: &[usize]) -> Result<Recorder> {
+    pub(crate) fn start(cpus: &[usize]) -> Result<PerfSampler> {
         let scratch = Scratch::new("perf")?;
         let (ctl_path, ack_path) = (scratch.path().join("ctl"), scratch.path().join("ack"));
         mkfifo(&ctl_path)?;
@@ -112,7 +112,7 @@ impl Recorder {
                 }
             }
         };
-        let mut r = Recorder {
+        let mut r = PerfSampler {
             child,
             data,
             ctl,
