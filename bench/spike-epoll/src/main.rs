@@ -23,7 +23,7 @@
 //! bench/spike-epoll/target/release/spike-epoll 127.0.0.1:18888
 //! ```
 
-use loadterm_exchange::{Body, Exchange, ExchangeEnd, Generated, RequestSummary, Step, Version};
+use loadterm_exchange::{Action, Exchange, ExchangeEnd, Generated, StepDriver, Version};
 use loadterm_plan::Rng;
 use loadterm_server::h1::encode;
 use loadterm_server::h1::head::{self, BodyFraming, Parsed, RequestHead};
@@ -221,7 +221,7 @@ impl Conn {
                 return Ok(true);
             }
             let t_first = Instant::now();
-            let mut x = match head::parse(&self.buf[self.start..self.end], &mut self.head, false) {
+            let x = match head::parse(&self.buf[self.start..self.end], &mut self.head, false) {
                 Parsed::Partial => return Ok(false),
                 Parsed::Error(page) => {
                     // The engine answers the error page and closes; so does the spike.
@@ -230,31 +230,19 @@ impl Conn {
                 }
                 Parsed::Complete => {
                     let h = &self.head;
-                    let req = RequestSummary {
-                        version: if h.is_11 {
-                            Version::Http11
-                        } else {
-                            Version::Http10
-                        },
-                        is_head: h.is_head,
-                        target: &h.target,
-                        control: h.control.as_deref(),
-                        expect_continue: h.expect,
-                        conn_close: h.conn_close,
-                        conn_keep_alive: h.conn_keep_alive,
-                        has_body: h.body.is_some_and(|b| b != BodyFraming::None),
-                        head_bytes: h.len as u64,
-                        // `serve`'s default: a `date` field in every response.
-                        date: true,
-                        is_get: h.is_get,
-                        if_match: h.if_match.as_deref(),
-                        if_none_match: h.if_none_match.as_deref(),
+                    let version = if h.is_11 {
+                        Version::Http11
+                    } else {
+                        Version::Http10
                     };
+                    let has_body = h.body.is_some_and(|b| b != BodyFraming::None);
+                    // `serve`'s default: a `date` field in every response.
+                    let req = h.request.summary(version, has_body, h.len as u64, true);
                     self.start += h.len;
                     Exchange::new(&req, rng, t_first)
                 }
             };
-            self.respond(&mut x, t_first)?;
+            self.respond(x, t_first)?;
         }
         Ok(false)
     }
@@ -262,18 +250,19 @@ impl Conn {
     /// Carry out the exchange's steps into the output: a head and a body, then keep-alive or
     /// close. No clock is read: without a wait, the answer is complete at the instant the
     /// request was (as the engine does).
-    fn respond(&mut self, x: &mut Exchange, now: Instant) -> Result<(), Closed> {
+    fn respond(&mut self, x: Exchange, now: Instant) -> Result<(), Closed> {
+        let mut d = StepDriver::new(x, now);
         loop {
-            match x.next(now) {
-                Step::Head(h) => encode::head(&mut self.out, &h, b""),
-                Step::Body(Body::Text(text)) => self.out.extend_from_slice(text.as_bytes()),
-                Step::Body(Body::Generated(Generated {
+            match d.poll() {
+                Action::Head(h) => encode::head(&mut self.out, &h, b""),
+                Action::Text(text) => self.out.extend_from_slice(text.as_bytes()),
+                Action::Generated(Generated {
                     kind,
                     size,
                     chunked,
                     byte_chunks: false,
                     ..
-                })) => {
+                }) => {
                     for data in encode::slices(kind, 0, size) {
                         if chunked {
                             encode::chunk_start(&mut self.out, data.len());
@@ -287,19 +276,22 @@ impl Conn {
                         self.out.extend_from_slice(encode::LAST_CHUNK);
                     }
                 }
-                Step::Done(ExchangeEnd::KeepAlive) => return Ok(()),
-                Step::Done(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
+                // Only a wait follows a flush, and the spike closes at a wait.
+                Action::Flush => {}
+                Action::Done(ExchangeEnd::KeepAlive) => return Ok(()),
+                Action::Done(ExchangeEnd::Close | ExchangeEnd::NoFinal) => {
                     self.close = true;
                     return Ok(());
                 }
                 // A wait (a body to read, 100 Continue, a delay, a pause, pieces), one-byte
                 // chunks, or an abort: out of the spike's scope, the connection closes.
-                Step::Continue
-                | Step::ReadBody { .. }
-                | Step::WaitUntil(_)
-                | Step::Pause(_)
-                | Step::Body(_)
-                | Step::Done(ExchangeEnd::Abort) => return Err(Closed),
+                Action::Interim(_)
+                | Action::ReadBody { .. }
+                | Action::WaitUntil(_)
+                | Action::Pause(_)
+                | Action::Piece(_)
+                | Action::Generated(_)
+                | Action::Done(ExchangeEnd::Abort) => return Err(Closed),
             }
         }
     }
