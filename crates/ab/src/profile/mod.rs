@@ -134,9 +134,10 @@ fn functions(stack: &str) -> (&str, BTreeSet<&str>) {
     (leaf, frames.into_iter().collect())
 }
 
-/// µs per request of each function in one run: (self, inclusive), and the run's total.
-fn per_function(r: &Run, p: &RunProfile) -> (BTreeMap<String, (f64, f64)>, f64) {
-    let scale = p.period_us / (r.requests.max(1) as f64);
+/// µs per request of each function in one run: (self, inclusive), and the run's total, each
+/// times `factor` (the variant's unprofiled CPU per request over its profiled one).
+fn per_function(r: &Run, p: &RunProfile, factor: f64) -> (BTreeMap<String, (f64, f64)>, f64) {
+    let scale = factor * p.period_us / (r.requests.max(1) as f64);
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut total = 0.0;
     for (stack, n) in &p.stacks {
@@ -189,7 +190,7 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
         let mut sum: BTreeMap<String, u64> = BTreeMap::new();
         for &k in &rounds {
             let Some((r, p)) = run(name, k) else { continue };
-            totals.push(per_function(r, p).1);
+            totals.push(per_function(r, p, 1.0).1);
             for (stack, n) in &p.stacks {
                 *sum.entry(stack.clone()).or_insert(0) += n;
                 all += n;
@@ -212,10 +213,22 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
         });
         folded.push((name.clone(), sum));
     }
+    // Sampling makes a profiled round cost more (the overhead above), and its cost falls on
+    // every µs the server runs: each variant's figures are scaled back to its unprofiled CPU
+    // per request, so that they are in the verdicts' units and a cost defined relative to the
+    // server's own (`serve --burn`) is not counted larger than it is in the measured rounds.
+    let factor = |name: &str| {
+        cpu_median(measured, name)
+            .zip(cpu_median(&kept, name))
+            .filter(|&(m, p)| m > 0.0 && p > 0.0)
+            .map_or(1.0, |(m, p)| m / p)
+    };
+    let fa_base = factor(base);
     let mut totals = Vec::new();
     let mut functions_out = Vec::new();
     let mut flame = Vec::new();
     for name in &names[1..] {
+        let fv_name = factor(name);
         let mut per: BTreeMap<String, RoundPairs> = BTreeMap::new();
         let mut total_pairs = Vec::new();
         let mut stacks: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -223,8 +236,8 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
             let (Some((ra, pa)), Some((rv, pv))) = (run(base, k), run(name, k)) else {
                 continue;
             };
-            let (fa, ta) = per_function(ra, pa);
-            let (fv, tv) = per_function(rv, pv);
+            let (fa, ta) = per_function(ra, pa, fa_base);
+            let (fv, tv) = per_function(rv, pv, fv_name);
             total_pairs.push((ta, tv));
             let names: BTreeSet<&String> = fa.keys().chain(fv.keys()).collect();
             for f in names {
@@ -232,8 +245,8 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
                 let v = fv.get(f).copied().unwrap_or_default();
                 per.entry(f.clone()).or_default().push((a, v));
             }
-            for (which, r, p) in [(0, ra, pa), (1, rv, pv)] {
-                let scale = p.period_us * 1e3 / r.requests.max(1) as f64;
+            for (which, r, p, f) in [(0, ra, pa, fa_base), (1, rv, pv, fv_name)] {
+                let scale = f * p.period_us * 1e3 / r.requests.max(1) as f64;
                 for (stack, n) in &p.stacks {
                     let e = stacks.entry(stack.clone()).or_default();
                     let ns = *n as f64 * scale / rounds.len() as f64;
