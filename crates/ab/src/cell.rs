@@ -909,15 +909,19 @@ fn profile_check(
                 .find(|c| c.variant == *name && c.metric == Metric::CpuUsPerReq)?;
             let (lo, hi) = c.ci_pct?;
             let (lo, hi) = (lo / 100.0 * a, hi / 100.0 * a);
+            // Two estimates of one change, from different rounds: the profile's within the
+            // verdict's interval, or at least their intervals overlapping, is agreement.
+            let agreement = if (lo..=hi).contains(&total.diff_us) {
+                "within its interval"
+            } else if total.ci_us.is_some_and(|(plo, phi)| plo <= hi && phi >= lo) {
+                "outside its interval, but the two intervals overlap: they agree within their noise"
+            } else {
+                "APART from it: the profiled rounds' cost differs from the measured ones'"
+            };
             Some(format!(
-                "profile of {name}: the functions' differences add up to {} per request, the CPU verdict's {:+.3} µs (95% CI {lo:+.3} to {hi:+.3}): {}",
+                "profile of {name}: the functions' differences add up to {} per request, the CPU verdict's {:+.3} µs (95% CI {lo:+.3} to {hi:+.3}): {agreement}",
                 total.text(),
                 c.change_pct / 100.0 * a,
-                if (lo..=hi).contains(&total.diff_us) {
-                    "within its interval"
-                } else {
-                    "OUTSIDE its interval (the profiled rounds' cost differs from the measured ones')"
-                }
             ))
         })
         .collect()

@@ -152,7 +152,10 @@ fn profile_finds_the_burn_and_adds_up_to_the_verdict() {
             .ends_with("thread_ctx::spin"),
         "{increases:#?}"
     );
-    // The injected cost: 10% of the server's own CPU per request (A's, measured).
+    // The injected cost: 10% of the server's own CPU per request, A's as measured; while
+    // profiled, that CPU includes what sampling costs it (the overhead reported), so the burn
+    // is larger in the profiled rounds by as much.
+    let overhead = p["variants"][0]["overhead_pct"].as_f64().unwrap();
     let a_cpu: Vec<f64> = cell["runs"]
         .as_array()
         .unwrap()
@@ -162,7 +165,7 @@ fn profile_finds_the_burn_and_adds_up_to_the_verdict() {
         .collect();
     let mut sorted = a_cpu.clone();
     sorted.sort_by(f64::total_cmp);
-    let injected = sorted[sorted.len() / 2] * 0.10;
+    let injected = sorted[sorted.len() / 2] * 0.10 * (1.0 + overhead / 100.0);
     let d = &top["self"];
     let (est, lo, hi) = (
         d["diff_us"].as_f64().unwrap(),
@@ -174,7 +177,8 @@ fn profile_finds_the_burn_and_adds_up_to_the_verdict() {
         lo <= injected * 1.3 && hi >= injected * 0.7,
         "spin {est:.3} µs (CI {lo:.3} to {hi:.3}) against {injected:.3} µs injected"
     );
-    // Every function's self difference adds up to the CPU verdict, within its interval.
+    // Every function's self difference adds up to the CPU verdict: within its interval, or
+    // their intervals overlapping (two estimates from different rounds).
     let notes: Vec<&str> = cell["notes"]
         .as_array()
         .unwrap()
@@ -184,7 +188,7 @@ fn profile_finds_the_burn_and_adds_up_to_the_verdict() {
     assert!(
         notes.iter().any(
             |n| n.starts_with("profile of B: the functions' differences add up to")
-                && n.ends_with("within its interval")
+                && (n.ends_with("within its interval") || n.contains("the two intervals overlap"))
         ),
         "{notes:#?}"
     );

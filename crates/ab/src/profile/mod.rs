@@ -89,6 +89,9 @@ pub(crate) struct VariantProfile {
     /// Median CPU per request of the profiled rounds (its cgroup) over the unprofiled ones',
     /// as a change in percent: what sampling cost.
     pub overhead_pct: Option<f64>,
+    /// Median over the profiled rounds: the CPU sampled over the CPU measured (its cgroup),
+    /// percent. The per-function figures apportion the measured CPU by the samples.
+    pub coverage_pct: Option<f64>,
     /// Share of its samples whose innermost frame has no symbol, percent.
     pub unknown_pct: f64,
 }
@@ -134,10 +137,23 @@ fn functions(stack: &str) -> (&str, BTreeSet<&str>) {
     (leaf, frames.into_iter().collect())
 }
 
-/// µs per request of each function in one run: (self, inclusive), and the run's total, each
-/// times `factor` (the variant's unprofiled CPU per request over its profiled one).
+/// µs of CPU per request that one sample of the run stands for: the run's measured CPU per
+/// request (its cgroup) apportioned by the samples, times `factor` (the variant's unprofiled
+/// CPU per request over its profiled one). Samples × period alone miss what sampling itself
+/// costs (its interrupts are not sampled) and what the machine charges differently; the
+/// measured CPU is what the verdicts count. Without a CPU reading, samples × period.
+fn us_per_sample(r: &Run, p: &RunProfile, factor: f64) -> f64 {
+    let samples: u64 = p.stacks.values().sum();
+    let per_req = 1.0 / r.requests.max(1) as f64;
+    match r.cpu_us_per_req {
+        Some(cpu) if samples > 0 => factor * cpu / samples as f64,
+        _ => factor * p.period_us * per_req,
+    }
+}
+
+/// µs per request of each function in one run: (self, inclusive), and the run's total.
 fn per_function(r: &Run, p: &RunProfile, factor: f64) -> (BTreeMap<String, (f64, f64)>, f64) {
-    let scale = factor * p.period_us / (r.requests.max(1) as f64);
+    let scale = us_per_sample(r, p, factor);
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut total = 0.0;
     for (stack, n) in &p.stacks {
@@ -150,6 +166,11 @@ fn per_function(r: &Run, p: &RunProfile, factor: f64) -> (BTreeMap<String, (f64,
         }
     }
     (out, total)
+}
+
+/// Samples × period per request: the CPU the samples saw, µs.
+fn sampled_us(r: &Run, p: &RunProfile) -> f64 {
+    p.stacks.values().sum::<u64>() as f64 * p.period_us / r.requests.max(1) as f64
 }
 
 /// The profile of a cell from its profiled runs (`profiled`, numbered by profiled round) and
@@ -186,11 +207,16 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
     let mut variants = Vec::new();
     let mut folded = Vec::new();
     for name in names {
-        let (mut totals, mut unknown, mut all) = (Vec::new(), 0u64, 0u64);
+        let (mut totals, mut coverage) = (Vec::new(), Vec::new());
+        let (mut unknown, mut all) = (0u64, 0u64);
         let mut sum: BTreeMap<String, u64> = BTreeMap::new();
         for &k in &rounds {
             let Some((r, p)) = run(name, k) else { continue };
-            totals.push(per_function(r, p, 1.0).1);
+            let sampled = sampled_us(r, p);
+            totals.push(sampled);
+            if let Some(cpu) = r.cpu_us_per_req.filter(|&c| c > 0.0) {
+                coverage.push(sampled / cpu * 100.0);
+            }
             for (stack, n) in &p.stacks {
                 *sum.entry(stack.clone()).or_insert(0) += n;
                 all += n;
@@ -209,14 +235,16 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
             overhead_pct: cpu_median(&kept, name)
                 .zip(cpu_median(measured, name))
                 .map(|(p, m)| (p / m - 1.0) * 100.0),
+            coverage_pct: (!coverage.is_empty()).then(|| median(&coverage)),
             unknown_pct: unknown as f64 * 100.0 / all.max(1) as f64,
         });
         folded.push((name.clone(), sum));
     }
-    // Sampling makes a profiled round cost more (the overhead above), and its cost falls on
-    // every µs the server runs: each variant's figures are scaled back to its unprofiled CPU
-    // per request, so that they are in the verdicts' units and a cost defined relative to the
-    // server's own (`serve --burn`) is not counted larger than it is in the measured rounds.
+    // Each profiled run's measured CPU is apportioned by its samples (`us_per_sample`), and
+    // sampling makes a profiled round cost more (the overhead above) on every µs the server
+    // runs: each variant's figures are scaled back to its unprofiled CPU per request, so that
+    // they are in the verdicts' units and a cost defined relative to the server's own (`serve
+    // --burn`) is not counted larger than it is in the measured rounds.
     let factor = |name: &str| {
         cpu_median(measured, name)
             .zip(cpu_median(&kept, name))
@@ -246,7 +274,7 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
                 per.entry(f.clone()).or_default().push((a, v));
             }
             for (which, r, p, f) in [(0, ra, pa, fa_base), (1, rv, pv, fv_name)] {
-                let scale = f * p.period_us * 1e3 / r.requests.max(1) as f64;
+                let scale = us_per_sample(r, p, f) * 1e3;
                 for (stack, n) in &p.stacks {
                     let e = stacks.entry(stack.clone()).or_default();
                     let ns = *n as f64 * scale / rounds.len() as f64;
@@ -326,6 +354,11 @@ impl CellProfile {
                 "profile of {}: {:.2} µs per request sampled (median); CPU per request while profiled {overhead} against the unprofiled rounds",
                 v.name, v.sampled_us_per_req
             );
+            if let Some(c) = v.coverage_pct {
+                s += &format!(
+                    "; the samples saw {c:.0}% of its CPU while profiled (sampling's own interrupts are not sampled), and the functions share out the CPU measured"
+                );
+            }
             if v.unknown_pct >= 1.0 {
                 s += &format!(
                     "; {:.0}% of its samples have no symbol (a stripped binary, JIT code, or a binary perf could not read): they show as [unknown]",
@@ -349,7 +382,9 @@ mod tests {
 
     /// A profiled run: `spin` samples in the burn and 100 in the rest, per 1000 requests.
     fn run(variant: &str, round: usize, spin: u64, rest: u64) -> Run {
-        let mut r = crate::compare::tests::run(variant, round, 10.0);
+        // The samples see 80% of the CPU measured.
+        let sampled = (spin + rest) as f64 * 250.0 / 1000.0;
+        let mut r = crate::compare::tests::run(variant, round, sampled / 0.8);
         let mut stacks = BTreeMap::new();
         stacks.insert("loadterm;main;handle;write_[k]".to_owned(), rest);
         if spin > 0 {
@@ -373,10 +408,13 @@ mod tests {
         let p = analyse(&names, &runs, &[]).unwrap();
         let top = p.top("B", 1).next().unwrap();
         assert_eq!(top.function, "loadterm::spin");
-        // 4.5 samples of 250 µs per 1000 requests: 1.125 µs per request.
-        assert!((top.own.diff_us - 1.125).abs() < 1e-9, "{top:?}");
+        // 4.5 samples of 250 µs per 1000 requests, 1.125 µs per request sampled, of the CPU
+        // measured: 1.40625 µs.
+        assert!((top.own.diff_us - 1.406_25).abs() < 1e-9, "{top:?}");
         let (lo, hi) = top.own.ci_us.unwrap();
-        assert!(lo < 1.125 && 1.125 < hi && lo > 0.0);
+        assert!(lo < 1.406_25 && 1.406_25 < hi && lo > 0.0);
+        let b = &p.variants[1];
+        assert!((b.coverage_pct.unwrap() - 80.0).abs() < 1e-9, "{b:?}");
         // `handle` holds the burn and the rest: its inclusive difference is the total's.
         let handle = p.functions.iter().find(|f| f.function == "handle").unwrap();
         let total = &p.totals[0].1;
