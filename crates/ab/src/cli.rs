@@ -126,6 +126,12 @@ pub struct AbArgs {
     /// throughput, found by a pilot, and lowered until the servers and clients have room.
     #[arg(long, value_name = "F", default_value_t = 0.5)]
     rate_fraction: f64,
+    /// The comparison at each of these loads, fractions of the baseline's closed-loop
+    /// throughput (e.g. 0.25,0.5,0.9): every level a cell of its own, with its pilot and its
+    /// paired rounds, and the effect reported as a curve over the levels (a table, a chart in
+    /// the HTML). A level without room for the servers or clients is kept, with a warning.
+    #[arg(long, value_delimiter = ',', value_name = "F,F,…", conflicts_with_all = ["closed_loop", "rate", "rate_fraction", "a_endpoint"])]
+    levels: Vec<f64>,
     /// A fresh server process for every run, instead of one per variant kept for the cell.
     #[arg(long)]
     fresh_process: bool,
@@ -216,7 +222,7 @@ pub struct AbArgs {
     html: Option<PathBuf>,
     /// Results for a history tool (repeatable): bencher=FILE writes Bencher Metric Format
     /// JSON (`bencher run --adapter json --file FILE`), csv=FILE one flat CSV (timestamp,
-    /// commit, proto, url, variant, metric, value, ci_low, ci_high): every variant's medians,
+    /// commit, proto, url, variant, metric, value, ci_low, ci_high, level): every variant's medians,
     /// every candidate's change against the baseline with its interval.
     #[arg(long = "export", value_name = "FORMAT=FILE")]
     exports: Vec<crate::export::Export>,
@@ -714,7 +720,7 @@ fn regime(a: &AbArgs, endpoint_mode: bool) -> Regime {
     }
 }
 
-/// Every cell of the matrix (protocols × sizes) measured in turn, until an interrupt.
+/// Every cell of the matrix (protocols × sizes × levels) measured in turn, until an interrupt.
 fn run_cells(
     a: &AbArgs,
     variants: &[(String, VariantServer)],
@@ -726,20 +732,42 @@ fn run_cells(
     } else {
         a.size.iter().map(Some).collect()
     };
-    let cell_count = a.proto.len() * sizes.len();
+    let levels: Vec<Option<f64>> = if a.levels.is_empty() {
+        vec![None]
+    } else {
+        a.levels.iter().copied().map(Some).collect()
+    };
+    let cell_count = a.proto.len() * sizes.len() * levels.len();
     let mut cells = Vec::new();
     for proto in &a.proto {
         for size in &sizes {
-            if procs::interrupted() {
-                break;
-            }
-            // What is left of the budget, shared by the cells still to run.
-            let left = a.max_time.saturating_sub(t_start.elapsed());
-            let cells_left = (cell_count - cells.len()) as u32;
-            let deadline = std::time::Instant::now() + left / cells_left.max(1);
-            match run_cell(a, variants, bench, proto, *size, deadline)? {
-                Some(cell) => cells.push(cell),
-                None => break,
+            // Every level of a request a fraction of the first level's closed-loop throughput.
+            let mut closed = Vec::new();
+            for level in &levels {
+                if procs::interrupted() {
+                    return Ok(cells);
+                }
+                // What is left of the budget, shared by the cells still to run.
+                let left = a.max_time.saturating_sub(t_start.elapsed());
+                let cells_left = (cell_count - cells.len()) as u32;
+                let deadline = std::time::Instant::now() + left / cells_left.max(1);
+                match run_cell(
+                    a,
+                    variants,
+                    bench,
+                    proto,
+                    *size,
+                    level.map(|l| (l, &closed[..])),
+                    deadline,
+                )? {
+                    Some(cell) => {
+                        if closed.is_empty() {
+                            closed.clone_from(&cell.closed_pilot);
+                        }
+                        cells.push(cell);
+                    }
+                    None => return Ok(cells),
+                }
             }
         }
     }
@@ -754,6 +782,8 @@ fn run_cell(
     bench: &mut Bench,
     proto: &str,
     size: Option<&String>,
+    // The level (`--levels`) and the closed-loop pilot of the request's first level, if run.
+    level: Option<(f64, &[crate::measure::Run])>,
     deadline: std::time::Instant,
 ) -> Result<Option<Cell>> {
     let t_cell = std::time::Instant::now();
@@ -764,7 +794,10 @@ fn run_cell(
     let (vs, specs) = cell_variants(a, variants, size, &template);
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let base = names[0].clone();
-    let tag = format!("[{proto} {}]", vs[0].url);
+    let tag = match level {
+        Some((l, _)) => format!("[{proto} {} level {l}]", vs[0].url),
+        None => format!("[{proto} {}]", vs[0].url),
+    };
     let mut servers = if bench.fresh {
         Servers::Fresh
     } else {
@@ -776,7 +809,7 @@ fn run_cell(
         names,
         specs,
         twin: a.aa || a.calibrate,
-        regime: bench.regime,
+        regime: level.map_or(bench.regime, |(l, _)| Regime::Level(l)),
         rounds: a.rounds,
         // ±1/2 of the target: a change of the target's size then clears zero by about two
         // standard errors (±2/3 would leave one run in seven not significant).
@@ -788,6 +821,7 @@ fn run_cell(
         together: !a.alternate,
         series: a.series,
         profile: a.profile,
+        closed: level.map_or_else(Vec::new, |(_, c)| c.to_vec()),
         backends: &mut bench.backends,
         rng: &mut bench.rng,
     }
@@ -905,6 +939,16 @@ fn validate(a: &AbArgs) -> Result<()> {
     }
     if !(a.rate_fraction > 0.0 && a.rate_fraction <= 1.0) {
         return Err(usage_error("--rate-fraction must be in (0, 1]"));
+    }
+    if a.levels.iter().any(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(usage_error("--levels: each level must be in (0, 1]"));
+    }
+    if a.levels
+        .iter()
+        .enumerate()
+        .any(|(i, f)| a.levels[..i].contains(f))
+    {
+        return Err(usage_error("--levels: a level is given twice"));
     }
     if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return Err(usage_error(

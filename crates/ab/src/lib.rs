@@ -11,6 +11,7 @@ mod env;
 mod export;
 mod fixture;
 mod host;
+mod levels;
 mod measure;
 mod metric;
 mod plot;

@@ -23,6 +23,15 @@ pub(crate) struct Cell {
     pub steps: Vec<Comparison>,
     /// The load regime every verdict of this cell is about.
     pub regime: String,
+    /// The load level asked for (`--levels`): a fraction of the baseline's closed-loop
+    /// throughput.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
+    /// The open-loop rate of the rounds, per variant (none in a closed loop).
+    pub rate: Option<f64>,
+    /// The pilot's closed-loop window, which the next levels of the request reuse.
+    #[serde(skip)]
+    pub closed_pilot: Vec<Run>,
     /// Measured rounds (planned from a pilot with `--target-effect`).
     pub rounds: usize,
     /// How the rounds were planned, or what the calibration found (sentences).
@@ -294,6 +303,11 @@ fn profile_heading(c: &Cell) -> Option<String> {
     ))
 }
 
+/// A level's cell is its request at that level (`--levels`).
+fn level_words(c: &Cell) -> String {
+    c.level.map_or_else(String::new, |l| format!(", level {l}"))
+}
+
 fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
@@ -314,9 +328,10 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
     }
     for c in &r.cells {
         s += &format!(
-            "\n== {} {} — medians (min–max); {} ==\n",
+            "\n== {} {}{} — medians (min–max); {} ==\n",
             c.proto,
             c.url,
+            level_words(c),
             cell_heading(r, c)
         );
         let rows = cell_rows(c);
@@ -367,6 +382,11 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
                 );
             }
         }
+    }
+    let curves = crate::levels::curves(r);
+    if !curves.is_empty() {
+        s += "\n== by load level ==\n";
+        s += &crate::levels::terminal(&curves);
     }
     s
 }
@@ -489,8 +509,13 @@ pub(crate) fn markdown(r: &MatrixReport) -> String {
         s += &format!("\n**Not measured:** {n}\n");
     }
     for c in &r.cells {
-        s += &format!("\n### {} `{}`\n\n", c.proto, c.url);
+        s += &format!("\n### {} `{}`{}\n\n", c.proto, c.url, level_words(c));
         s += &markdown_cell(r, c);
+    }
+    let curves = crate::levels::curves(r);
+    if !curves.is_empty() {
+        s += "\n## By load level\n\n";
+        s += &crate::levels::markdown(&curves);
     }
     s += "\n<details><summary>Environment and commands</summary>\n\n```\n";
     s += &environment_text(r);
@@ -517,7 +542,12 @@ pub(crate) fn html(
         s += &format!("<p><b>Not measured:</b> {}</p>\n", escape(n));
     }
     for c in &r.cells {
-        s += &format!("<h2>{} <code>{}</code></h2>\n", c.proto, escape(&c.url));
+        s += &format!(
+            "<h2>{} <code>{}</code>{}</h2>\n",
+            c.proto,
+            escape(&c.url),
+            level_words(c)
+        );
         s += &chart(c)?;
         s += "\n<table>\n<tr>";
         for h in HEADERS {
@@ -595,6 +625,29 @@ pub(crate) fn html(
             s += "</ul>\n</details>\n";
         }
     }
+    let curves = crate::levels::curves(r);
+    for g in crate::levels::by_request(&curves) {
+        s += &format!(
+            "<h2>{} <code>{}</code> by load level</h2>\n",
+            g[0].proto,
+            escape(g[0].url)
+        );
+        s += &crate::plot::levels_svg(&g)?;
+        let (head, rows) = crate::levels::table(&g);
+        s += "\n<table>\n<tr>";
+        for h in head {
+            s += &format!("<th>{}</th>", escape(&h));
+        }
+        s += "</tr>\n";
+        for row in rows {
+            s += "<tr>";
+            for v in row {
+                s += &format!("<td>{}</td>", escape(&v));
+            }
+            s += "</tr>\n";
+        }
+        s += "</table>\n";
+    }
     s += &format!(
         "<h2>Environment and commands</h2>\n<pre>{}</pre>\n</body></html>\n",
         escape(&environment_text(r))
@@ -670,6 +723,9 @@ pub(crate) mod tests {
                 comparisons,
                 steps: Vec::new(),
                 regime: "open loop at 5000 req/s".into(),
+                level: None,
+                rate: Some(5000.0),
+                closed_pilot: Vec::new(),
                 rounds: 12,
                 notes: vec!["servers kept".into()],
                 profiled_runs: Vec::new(),
@@ -785,6 +841,25 @@ pub(crate) mod tests {
             .map(str::to_owned)
             .collect();
         (probe, console)
+    }
+
+    /// With `--levels`, the HTML report's curve in a real browser: no console message, and the
+    /// levels chart drawn at its size below the cells' charts, with its points and legend dot.
+    #[test]
+    fn levels_chart_renders_in_chromium() {
+        let Some(browser) = chromium() else { return };
+        let dir = std::env::temp_dir().join(format!("loadterm-ab-levels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = html(&crate::levels::tests::at_levels(), crate::plot::cell_svg).unwrap();
+        let (probe, console) = browse(browser, &dir, "levels.html", &page);
+        assert!(console.is_empty(), "{console:#?}");
+        let svgs = probe
+            .split(';')
+            .find_map(|f| f.strip_prefix("svgs="))
+            .unwrap_or_else(|| panic!("svgs in {probe}"));
+        // Two cells' charts, then the curve: 2 levels' points and B's legend dot.
+        assert_eq!(svgs, "1000x360/34,1000x360/34,1000x380/3", "{probe}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The HTML report in a real browser (Debian's headless chromium): no console message at
