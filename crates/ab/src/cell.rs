@@ -8,7 +8,7 @@ use crate::host::Backends;
 use crate::measure::{self, Run, RunSpec, Started};
 use crate::metric::Metric;
 use crate::procs;
-use crate::report::{Capacity, Cell, Variant};
+use crate::results::{Capacity, Cell, Variant};
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;

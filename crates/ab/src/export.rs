@@ -4,7 +4,7 @@
 //! of each metric, and every candidate's change against the baseline.
 
 use crate::metric::Metric;
-use crate::report::{Cell, MatrixReport};
+use crate::results::{Cell, MatrixReport};
 use crate::stats;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
