@@ -388,7 +388,7 @@ impl CellPlan<'_> {
             notes.extend(profile_check(p, &comparisons, &runs, &base));
         }
         Ok(Cell {
-            proto: self.specs[0].proto.clone(),
+            proto: self.specs[0].proto,
             url: self.specs[0].url.clone(),
             variants,
             runs,

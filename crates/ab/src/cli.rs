@@ -285,13 +285,6 @@ fn validate(a: &AbArgs) -> Result<()> {
     if a.max_time.is_zero() {
         return Err(usage_error("--max-time must be more than 0"));
     }
-    for p in &a.proto {
-        if !matches!(p.as_str(), "h1" | "h1s" | "h2" | "h2c" | "h3") {
-            return Err(usage_error(format!(
-                "unknown protocol '{p}' (h1, h1s, h2, h2c, h3)"
-            )));
-        }
-    }
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! of each metric, and every candidate's change against the baseline.
 
 use crate::metric::Metric;
+use crate::protocol::Protocol;
 use crate::results::{Cell, MatrixReport};
 use crate::stats;
 use anyhow::{Context, Result};
@@ -32,7 +33,7 @@ struct Point {
     /// "h1 /?s=1k B": the cell (named by the baseline's request) and the variant, Bencher's
     /// benchmark.
     benchmark: String,
-    proto: String,
+    proto: Protocol,
     url: String,
     variant: String,
     /// A metric (its median over the rounds), or `METRIC_change_pct` (against the baseline).
@@ -53,7 +54,7 @@ fn points(cells: &[Cell]) -> Vec<Point> {
         };
         let point = |variant: &str, measure: String, value: f64, ci| Point {
             benchmark: format!("{} {} {variant}", c.proto, c.url),
-            proto: c.proto.clone(),
+            proto: c.proto,
             url: url(variant),
             variant: variant.to_owned(),
             measure,
@@ -123,7 +124,7 @@ fn csv(cells: &[Cell], timestamp: &str, commit: &str) -> String {
         let fields = [
             timestamp,
             commit,
-            &p.proto,
+            p.proto.name(),
             &p.url,
             &p.variant,
             &p.measure,

@@ -18,6 +18,7 @@ mod options;
 mod plot;
 mod procs;
 mod profile;
+mod protocol;
 mod report;
 mod results;
 pub mod sequential;

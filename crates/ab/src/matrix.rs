@@ -10,6 +10,7 @@ use crate::measure::{RunSpec, VariantServer};
 use crate::metric::Metric;
 use crate::options::{window_duration, AbArgs};
 use crate::procs;
+use crate::protocol::Protocol;
 use crate::report;
 use crate::results::{Cell, MatrixReport, Variant};
 use anyhow::{bail, Context, Result};
@@ -118,7 +119,7 @@ impl Bench {
             target: variants[0].1.clone(),
             server_host,
             client_hosts,
-            proto: String::new(),
+            proto: Protocol::default(),
             host,
             ports: a.ports,
             url: a.url.clone(),
@@ -174,7 +175,7 @@ pub(crate) fn run_cells(
     };
     let cell_count = a.proto.len() * sizes.len();
     let mut cells = Vec::new();
-    for proto in &a.proto {
+    for &proto in &a.proto {
         for size in &sizes {
             if procs::interrupted() {
                 break;
@@ -198,13 +199,13 @@ fn run_cell(
     a: &AbArgs,
     variants: &[(String, VariantServer)],
     bench: &mut Bench,
-    proto: &str,
+    proto: Protocol,
     size: Option<&String>,
     deadline: std::time::Instant,
 ) -> Result<Option<Cell>> {
     let t_cell = std::time::Instant::now();
     let template = RunSpec {
-        proto: proto.to_owned(),
+        proto,
         ..bench.base.clone()
     };
     let (vs, specs) = cell_variants(a, variants, size, &template);
@@ -269,7 +270,7 @@ pub(crate) fn write_folded(a: &AbArgs, report: &mut MatrixReport) -> Result<()> 
     let stem = json.with_extension("");
     let safe = |t: &str| t.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
     for c in &mut report.cells {
-        let (proto, url) = (c.proto.clone(), c.url.clone());
+        let (proto, url) = (c.proto, c.url.clone());
         let Some(p) = &mut c.profile else { continue };
         for (name, stacks) in &p.folded {
             let path = PathBuf::from(format!(

@@ -3,6 +3,7 @@
 
 use crate::metric::Metric;
 use crate::procs;
+use crate::protocol::Protocol;
 use crate::threshold::Threshold;
 use anyhow::Result;
 use loadterm_plan::exit::{usage_error, Codes};
@@ -33,10 +34,9 @@ pub struct AbArgs {
     /// A different request for the second variant (known-effect checks).
     #[arg(long)]
     pub(crate) b_url: Option<String>,
-    /// Protocols, comma-separated: h1 and h2c (clear port), h1s (HTTP/1.1 over TLS), h2 and h3
-    /// (TLS port).
-    #[arg(long, default_value = "h1", value_delimiter = ',')]
-    pub(crate) proto: Vec<String>,
+    /// Protocols, comma-separated: a cell of the matrix each (with each --size).
+    #[arg(long, value_enum, default_values_t = [Protocol::default()], value_delimiter = ',')]
+    pub(crate) proto: Vec<Protocol>,
     /// Response sizes: replace `s=` in the URL, one matrix cell each (e.g. 1k,256k).
     #[arg(long, value_delimiter = ',')]
     pub(crate) size: Vec<String>,

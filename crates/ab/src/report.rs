@@ -562,7 +562,7 @@ pub(crate) mod tests {
             discarded_first_round: true,
             not_measured: None,
             cells: vec![Cell {
-                proto: "h1".into(),
+                proto: crate::protocol::Protocol::H1,
                 url: "/?s=1k".into(),
                 variants: vec![variant("A"), variant("B")],
                 runs,

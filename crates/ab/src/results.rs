@@ -5,12 +5,13 @@
 use crate::compare::Comparison;
 use crate::env::Environment;
 use crate::measure::Run;
+use crate::protocol::Protocol;
 use serde::Serialize;
 
 /// Results of one matrix cell (protocol × URL).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Cell {
-    pub proto: String,
+    pub proto: Protocol,
     pub url: String,
     pub variants: Vec<Variant>,
     pub runs: Vec<Run>,
