@@ -8,7 +8,7 @@ use crate::host::Backends;
 use crate::measure::{self, Run, RunSpec, Started};
 use crate::metric::Metric;
 use crate::procs;
-use crate::report::{Capacity, Cell, Variant};
+use crate::results::{Capacity, Cell, Variant};
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;
@@ -394,7 +394,7 @@ impl CellPlan<'_> {
             notes.extend(profile_check(p, &comparisons, &runs, &base));
         }
         Ok(Cell {
-            proto: self.specs[0].proto.clone(),
+            proto: self.specs[0].proto,
             url: self.specs[0].url.clone(),
             variants,
             runs,

@@ -4,7 +4,8 @@
 //! of each metric, and every candidate's change against the baseline.
 
 use crate::metric::Metric;
-use crate::report::{Cell, MatrixReport};
+use crate::protocol::Protocol;
+use crate::results::{Cell, MatrixReport};
 use crate::stats;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ struct Point {
     /// "h1 /?s=1k B": the cell (named by the baseline's request) and the variant, Bencher's
     /// benchmark.
     benchmark: String,
-    proto: String,
+    proto: Protocol,
     url: String,
     /// The load level of its cell (`--levels`).
     level: Option<f64>,
@@ -56,7 +57,7 @@ fn points(cells: &[Cell]) -> Vec<Point> {
         let level = c.level.map_or_else(String::new, |l| format!(" level {l}"));
         let point = |variant: &str, measure: String, value: f64, ci| Point {
             benchmark: format!("{} {}{level} {variant}", c.proto, c.url),
-            proto: c.proto.clone(),
+            proto: c.proto,
             url: url(variant),
             level: c.level,
             variant: variant.to_owned(),
@@ -129,7 +130,7 @@ fn csv(cells: &[Cell], timestamp: &str, commit: &str) -> String {
         let fields = [
             timestamp,
             commit,
-            &p.proto,
+            p.proto.name(),
             &p.url,
             &p.variant,
             &p.measure,

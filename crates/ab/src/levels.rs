@@ -4,11 +4,12 @@
 //! level, as a table and a chart (plot.rs).
 
 use crate::compare::{signed_pct, Comparison};
-use crate::report::{Cell, MatrixReport};
+use crate::protocol::Protocol;
+use crate::results::{Cell, MatrixReport};
 
 /// One variant's headline verdicts across the levels of one request (protocol × URL).
 pub(crate) struct Curve<'a> {
-    pub proto: &'a str,
+    pub proto: Protocol,
     pub url: &'a str,
     pub baseline: &'a str,
     pub variant: &'a str,
@@ -42,7 +43,7 @@ pub(crate) fn curves(r: &MatrixReport) -> Vec<Curve<'_>> {
             {
                 Some(k) => k.points.push(point),
                 None => out.push(Curve {
-                    proto: &c.proto,
+                    proto: c.proto,
                     url: &c.url,
                     baseline: &c.variants[0].name,
                     variant: &v.variant,

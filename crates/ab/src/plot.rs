@@ -5,7 +5,7 @@
 use crate::compare::Comparison;
 use crate::levels::Curve;
 use crate::metric::Metric;
-use crate::report::{Cell, MatrixReport};
+use crate::results::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{
     DefaultFormatting, IntoSegmentedCoord, KeyPointHint, Ranged, SegmentValue,
