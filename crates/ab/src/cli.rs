@@ -376,6 +376,37 @@ mod tests {
 
     /// `--ports FIRST-LAST` keeps every listener ab starts in a range; a bad range is a usage
     /// error (clap's: exit 2, the reason given).
+    /// Levels are fractions of a throughput, each given once, and choose the load: no other
+    /// regime beside them.
+    #[test]
+    fn levels_are_checked() {
+        let a = args(&["--a", "x", "--b", "y", "--levels", "0.25,0.5,0.9"]);
+        assert_eq!(a.levels, [0.25, 0.5, 0.9]);
+        assert!(validate(&a).is_ok());
+        for (bad, why) in [
+            ("0,0.5", "in (0, 1]"),
+            ("0.5,1.5", "in (0, 1]"),
+            ("0.5,0.5", "given twice"),
+        ] {
+            let e = validate(&args(&["--a", "x", "--b", "y", "--levels", bad])).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+        #[derive(clap::Parser, Debug)]
+        struct Line {
+            #[command(flatten)]
+            ab: AbArgs,
+        }
+        for other in [
+            &["--rate", "100"][..],
+            &["--rate-fraction", "0.3"],
+            &["--closed-loop"],
+        ] {
+            let line = [&["ab", "--a", "x", "--levels", "0.5"][..], other].concat();
+            let e = <Line as clap::Parser>::try_parse_from(line).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{other:?}: {e}");
+        }
+    }
+
     #[test]
     fn ports_range_is_parsed_and_checked() {
         use procs::PortRange;

@@ -24,7 +24,16 @@ fn levels_give_a_verdict_per_load_level() {
     let out = ab(&[
         &["--a", &server_cmd(""), "--b", &server_cmd(" --burn 20")][..],
         &["--levels", "0.25,0.5", "--rounds", "4"],
-        &["--duration", "1s", "--warmup", "0s", "-c", "4", "-m", "2"],
+        &[
+            "--duration",
+            "500ms",
+            "--warmup",
+            "0s",
+            "-c",
+            "4",
+            "-m",
+            "2",
+        ],
         &[
             "--json",
             js.to_str().unwrap(),
