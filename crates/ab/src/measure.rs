@@ -121,7 +121,7 @@ pub(crate) struct Run {
     /// Its server's samples, in a profiled round (`--profile`; in the report's profile, not
     /// with the run).
     #[serde(skip)]
-    pub profile: Option<crate::profile::RunProfile>,
+    pub profile: Option<crate::profile::record::RunProfile>,
 }
 
 /// The options of a run's `loadterm load` (`extra`: options of this run only).
@@ -390,7 +390,7 @@ pub(crate) fn windows(
         run.client_cpu_util = Some(client_util);
         run.wall_s = t_start.elapsed().as_secs_f64();
         run.profile = window.readings.profile.as_ref().and_then(|p| {
-            Some(crate::profile::RunProfile {
+            Some(crate::profile::record::RunProfile {
                 period_us: p.period_us,
                 stacks: p.stacks.get(k)?.clone(),
             })

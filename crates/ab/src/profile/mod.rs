@@ -19,14 +19,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(crate) use flame::differential_svg;
-
-/// A run's share of a profiled window: its server's folded stacks.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RunProfile {
-    /// CPU time per sample, µs.
-    pub period_us: f64,
-    pub stacks: BTreeMap<String, u64>,
-}
+use record::RunProfile;
 
 /// A B − A difference in µs per request across the profiled rounds.
 #[derive(Debug, Clone, Copy, Serialize)]

@@ -26,6 +26,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A run's share of a profiled window: its server's folded stacks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunProfile {
+    /// CPU time per sample, µs.
+    pub period_us: f64,
+    pub stacks: BTreeMap<String, u64>,
+}
+
 /// Time between two samples of a busy core: about 4 700 per second, so that a 1 s window of a
 /// server using half a core holds over 2 000 of them. A prime number of microseconds: the
 /// samples are a timer's, and a period in step with the load's own (ab's clients send on a
