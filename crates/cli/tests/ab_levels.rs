@@ -4,14 +4,7 @@
 
 use crate::common;
 
-use common::{ab, json_file as json, Dir};
-
-fn server_cmd(extra: &str) -> String {
-    format!(
-        "{} serve -t 1 -L {{host}}:{{clear_port}}:{{tls_port}} --no-quic{extra}",
-        common::bin()
-    )
-}
+use common::{ab, ab_server, json_file as json, Dir};
 
 /// `serve --burn 20` (a known +20% CPU per request) at two levels: each level's cell runs at
 /// its fraction of the baseline's closed-loop throughput and finds B costlier by about the
@@ -22,7 +15,7 @@ fn levels_give_a_verdict_per_load_level() {
     let dir = Dir::new("levels");
     let (js, md, html) = (dir.file("ab.json"), dir.file("ab.md"), dir.file("ab.html"));
     let out = ab(&[
-        &["--a", &server_cmd(""), "--b", &server_cmd(" --burn 20")][..],
+        &["--a", &ab_server(""), "--b", &ab_server(" --burn 20")][..],
         &["--levels", "0.25,0.5", "--rounds", "4"],
         &[
             "--duration",
