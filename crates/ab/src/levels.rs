@@ -8,16 +8,16 @@ use crate::protocol::Protocol;
 use crate::results::{Cell, MatrixReport};
 
 /// One variant's headline verdicts across the levels of one request (protocol × URL).
-pub(crate) struct Curve<'a> {
+pub(crate) struct EffectCurve<'a> {
     pub proto: Protocol,
     pub url: &'a str,
     pub baseline: &'a str,
     pub variant: &'a str,
     /// By level, lowest first.
-    pub points: Vec<Point<'a>>,
+    pub points: Vec<LevelVerdict<'a>>,
 }
 
-pub(crate) struct Point<'a> {
+pub(crate) struct LevelVerdict<'a> {
     pub level: f64,
     /// The open-loop rate the level's rounds ran at, per variant.
     pub rate: Option<f64>,
@@ -26,13 +26,13 @@ pub(crate) struct Point<'a> {
 
 /// The curves of every request measured at levels, in the order the cells ran; empty
 /// without `--levels`.
-pub(crate) fn curves(r: &MatrixReport) -> Vec<Curve<'_>> {
-    let mut out: Vec<Curve> = Vec::new();
+pub(crate) fn curves(r: &MatrixReport) -> Vec<EffectCurve<'_>> {
+    let mut out: Vec<EffectCurve> = Vec::new();
     for c in &r.cells {
         let Some(level) = c.level else { continue };
         let metric = c.headline();
         for v in c.comparisons.iter().filter(|v| v.metric == metric) {
-            let point = Point {
+            let point = LevelVerdict {
                 level,
                 rate: c.rate,
                 verdict: v,
@@ -42,7 +42,7 @@ pub(crate) fn curves(r: &MatrixReport) -> Vec<Curve<'_>> {
                 .find(|k| same_request(k, c) && k.variant == v.variant)
             {
                 Some(k) => k.points.push(point),
-                None => out.push(Curve {
+                None => out.push(EffectCurve {
                     proto: c.proto,
                     url: &c.url,
                     baseline: &c.variants[0].name,
@@ -58,13 +58,13 @@ pub(crate) fn curves(r: &MatrixReport) -> Vec<Curve<'_>> {
     out
 }
 
-fn same_request(k: &Curve, c: &Cell) -> bool {
+fn same_request(k: &EffectCurve, c: &Cell) -> bool {
     k.proto == c.proto && k.url == c.url
 }
 
 /// The curves grouped by request, for one chart and one table each.
-pub(crate) fn by_request<'a, 'b>(curves: &'b [Curve<'a>]) -> Vec<Vec<&'b Curve<'a>>> {
-    let mut groups: Vec<Vec<&Curve>> = Vec::new();
+pub(crate) fn by_request<'a, 'b>(curves: &'b [EffectCurve<'a>]) -> Vec<Vec<&'b EffectCurve<'a>>> {
+    let mut groups: Vec<Vec<&EffectCurve>> = Vec::new();
     for k in curves {
         match groups
             .iter_mut()
@@ -78,7 +78,7 @@ pub(crate) fn by_request<'a, 'b>(curves: &'b [Curve<'a>]) -> Vec<Vec<&'b Curve<'
 }
 
 /// "h1 /?s=1k, B against A (CPU per request), by load level:"
-pub(crate) fn heading(k: &Curve) -> String {
+pub(crate) fn heading(k: &EffectCurve) -> String {
     let words = k.points.first().map_or("", |p| p.verdict.metric.label());
     format!(
         "{} {}, {} against {} ({words}), by load level (a fraction of the baseline's closed-loop throughput)",
@@ -87,7 +87,7 @@ pub(crate) fn heading(k: &Curve) -> String {
 }
 
 /// "0.25 (5100 req/s): +5.0% (95% CI +3.8% to +6.2%), significant"
-pub(crate) fn point_line(p: &Point) -> String {
+pub(crate) fn point_line(p: &LevelVerdict) -> String {
     format!(
         "{} ({}): {}",
         p.level,
@@ -117,7 +117,7 @@ pub(crate) fn change_words(c: &Comparison) -> String {
 }
 
 /// Every curve in words, for the terminal.
-pub(crate) fn terminal(curves: &[Curve]) -> String {
+pub(crate) fn terminal(curves: &[EffectCurve]) -> String {
     let mut s = String::new();
     for k in curves {
         s += &format!("{}:\n", heading(k));
@@ -129,7 +129,7 @@ pub(crate) fn terminal(curves: &[Curve]) -> String {
 }
 
 /// A Markdown table per request: a row per level, a column per variant.
-pub(crate) fn markdown(curves: &[Curve]) -> String {
+pub(crate) fn markdown(curves: &[EffectCurve]) -> String {
     let mut s = String::new();
     for g in by_request(curves) {
         let (head, rows) = table(&g);
@@ -149,7 +149,7 @@ pub(crate) fn markdown(curves: &[Curve]) -> String {
 }
 
 /// A request's curves as a table: the header, then a row per level.
-pub(crate) fn table(g: &[&Curve]) -> (Vec<String>, Vec<Vec<String>>) {
+pub(crate) fn table(g: &[&EffectCurve]) -> (Vec<String>, Vec<Vec<String>>) {
     let words = g[0].points.first().map_or("", |p| p.verdict.metric.label());
     let mut head = vec!["level".to_owned(), "rate".to_owned()];
     head.extend(

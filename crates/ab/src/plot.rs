@@ -3,7 +3,7 @@
 //! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
-use crate::levels::Curve;
+use crate::levels::EffectCurve;
 use crate::metric::Metric;
 use crate::results::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
@@ -166,7 +166,7 @@ const LEVELS_HEIGHT: u32 = 380;
 /// A request's curves over load levels (`--levels`): each variant's change in the headline
 /// metric at each level, with its 95% CI, the levels on a linear axis of the baseline's
 /// closed-loop throughput.
-pub(crate) fn levels_svg(g: &[&Curve]) -> Result<String> {
+pub(crate) fn levels_svg(g: &[&EffectCurve]) -> Result<String> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, LEVELS_HEIGHT)).into_drawing_area();
@@ -177,7 +177,7 @@ pub(crate) fn levels_svg(g: &[&Curve]) -> Result<String> {
     Ok(out)
 }
 
-fn levels_chart(area: &Area, g: &[&Curve]) -> DrawResult {
+fn levels_chart(area: &Area, g: &[&EffectCurve]) -> DrawResult {
     let points = || g.iter().flat_map(|k| k.points.iter());
     let (mut lo, mut hi) = (-1.0f64, 1.0f64);
     for p in points() {
