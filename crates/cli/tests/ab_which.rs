@@ -252,7 +252,7 @@ fn bisect_names_the_commit_that_costs_more() {
     );
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(r["first_changed"], commits[11].as_str(), "{r:#}");
+    assert_eq!(r["first_changed"], commits[6].as_str(), "{r:#}");
     let steps = r["steps"].as_array().unwrap();
     assert!(steps.len() >= 3, "{r:#}");
     for s in steps {
