@@ -66,5 +66,7 @@ stamped() {
 }
 cargo test --workspace --locked -- --skip ab_profile:: 2>&1 | stamped
 stamp "the profile tests, alone"
-cargo test -p loadterm --test ab --locked ab_profile:: -- --test-threads=1 2>&1 | stamped
+# --workspace, as above: `-p loadterm` would resolve the dependencies' features for that package
+# alone, and build the test binary again (15 s).
+cargo test --workspace --test ab --locked ab_profile:: -- --test-threads=1 2>&1 | stamped
 stamp "all tests passed"

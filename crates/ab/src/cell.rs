@@ -8,7 +8,7 @@ use crate::host::Backends;
 use crate::measure::{self, Run, RunSpec, Started};
 use crate::metric::Metric;
 use crate::procs;
-use crate::report::{Capacity, Cell, Variant};
+use crate::results::{Capacity, Cell, Variant};
 use crate::sequential::{self, Moments};
 use anyhow::{bail, Result};
 use rand::seq::SliceRandom;
@@ -25,6 +25,9 @@ pub(crate) enum Regime {
     /// other variants when they are measured together), lowered until the servers and the
     /// clients have room.
     RateFraction(f64),
+    /// Open loop at this fraction of the baseline's closed-loop throughput, as asked
+    /// (`--levels`): checked, and a rate without room is kept with a warning.
+    Level(f64),
 }
 
 /// The client core is kept under this busy share, so that it sends on time.
@@ -260,6 +263,9 @@ pub(crate) struct CellPlan<'a> {
     pub series: bool,
     /// A profiled round after every measured one (`--profile`).
     pub profile: bool,
+    /// The closed-loop pilot window of an earlier level of the same request (`--levels`),
+    /// reused so that every level is a fraction of the same throughput; empty: measured here.
+    pub closed: Vec<Run>,
     pub backends: &'a mut Backends,
     pub rng: &'a mut rand::rngs::StdRng,
 }
@@ -388,7 +394,7 @@ impl CellPlan<'_> {
             notes.extend(profile_check(p, &comparisons, &runs, &base));
         }
         Ok(Cell {
-            proto: self.specs[0].proto.clone(),
+            proto: self.specs[0].proto,
             url: self.specs[0].url.clone(),
             variants,
             runs,
@@ -396,6 +402,12 @@ impl CellPlan<'_> {
             comparisons,
             steps,
             regime,
+            closed_pilot: closed,
+            level: match self.regime {
+                Regime::Level(f) => Some(f),
+                _ => None,
+            },
+            rate,
             rounds,
             notes,
             profiled_runs: profiled,
@@ -454,10 +466,38 @@ impl CellPlan<'_> {
         }
     }
 
+    /// One open-loop pilot window at `rate`, and what it measured.
+    fn check(&mut self, servers: &mut Servers, rate: f64) -> Result<PilotCheck> {
+        let cores = self.specs[0].server_cpus.len().max(1) as f64;
+        let client_cores = self.specs[0].client_cpus.len().max(1) as f64;
+        let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
+        let c = PilotCheck::of(&p, cores, client_cores, self.slots());
+        eprintln!(
+            "{} pilot check at {rate:.0} req/s: server cores {:.0}% busy, clients {:.0}% of theirs, {:.1}% of sends late{}",
+            self.tag,
+            c.server * 100.0,
+            c.client * 100.0,
+            c.late_pct,
+            if c.missed { ", sends missed" } else { "" }
+        );
+        Ok(c)
+    }
+
+    /// " (each of the 2 variants, measured together)" when they share the rate's windows.
+    fn each(&self) -> String {
+        if self.together && self.names.len() > 1 {
+            format!(
+                " (each of the {} variants, measured together)",
+                self.names.len()
+            )
+        } else {
+            String::new()
+        }
+    }
+
     /// The regime of the rounds (`Chosen`), from a pilot in the default regime.
     fn choose_rate(&mut self, servers: &mut Servers) -> Result<Chosen> {
         let shape = self.shape();
-        let cores = self.specs[0].server_cpus.len().max(1) as f64;
         let chosen = |rate, regime, late_limit, closed| Chosen {
             rate,
             regime,
@@ -477,12 +517,50 @@ impl CellPlan<'_> {
                 None,
                 Vec::new(),
             )),
+            Regime::Level(f) => {
+                eprintln!(
+                    "{} pilot: level {f} × the baseline's closed-loop throughput",
+                    self.tag
+                );
+                let (saturated, whose) = if self.closed.is_empty() {
+                    (self.pilot(servers, &[])?, "")
+                } else {
+                    (
+                        std::mem::take(&mut self.closed),
+                        ", the first level's pilot",
+                    )
+                };
+                let rate = (saturated[0].rps * f).max(1.0);
+                let c = self.check(servers, rate)?;
+                let each = self.each();
+                let warn = if c.room() {
+                    String::new()
+                } else {
+                    format!(
+                        " — WARNING: no room at this level (servers over {:.0}% busy, clients over {:.0}%, or over {:.0}% of sends late): the verdict is about a load near saturation",
+                        SERVER_BUSY_MAX * 100.0,
+                        CLIENT_BUSY_MAX * 100.0,
+                        contam::CLIENT_LATE_MAX_PCT
+                    )
+                };
+                Ok(chosen(
+                    Some(rate),
+                    format!(
+                        "open loop at {rate:.0} req/s{each}, level {f} × the baseline's closed-loop throughput ({:.0} req/s{whose}) (checked: server cores {:.0}% busy, clients {:.0}% of theirs, {:.1}% of sends late){warn}, {shape}",
+                        saturated[0].rps,
+                        c.server * 100.0,
+                        c.client * 100.0,
+                        c.late_pct,
+                    ),
+                    Some(contam::late_limit_pct(c.late_pct)),
+                    saturated,
+                ))
+            }
             Regime::RateFraction(f) => {
                 eprintln!(
                     "{} pilot: {f} × the baseline's closed-loop throughput, checked for room",
                     self.tag
                 );
-                let client_cores = self.specs[0].client_cpus.len().max(1) as f64;
                 let saturated = self.pilot(servers, &[])?;
                 let mut rate = (saturated[0].rps * f).max(1.0);
                 let mut checks = Vec::new();
@@ -490,16 +568,7 @@ impl CellPlan<'_> {
                     if check > 0 {
                         rate *= 0.7;
                     }
-                    let p = self.pilot(servers, &["--rate".to_owned(), format!("{rate:.0}")])?;
-                    let c = PilotCheck::of(&p, cores, client_cores, self.slots());
-                    eprintln!(
-                        "{} pilot check at {rate:.0} req/s: server cores {:.0}% busy, clients {:.0}% of theirs, {:.1}% of sends late{}",
-                        self.tag,
-                        c.server * 100.0,
-                        c.client * 100.0,
-                        c.late_pct,
-                        if c.missed { ", sends missed" } else { "" }
-                    );
+                    let c = self.check(servers, rate)?;
                     if c.slots_full() {
                         return Ok(chosen(
                             None,
@@ -523,14 +592,7 @@ impl CellPlan<'_> {
                 let only: Vec<PilotCheck> = checks.iter().map(|(_, c)| *c).collect();
                 let (k, kept) = kept(&only);
                 let (rate, seen) = checks[k];
-                let each = if self.together && self.names.len() > 1 {
-                    format!(
-                        " (each of the {} variants, measured together)",
-                        self.names.len()
-                    )
-                } else {
-                    String::new()
-                };
+                let each = self.each();
                 Ok(chosen(
                     Some(rate),
                     format!(

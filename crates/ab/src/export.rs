@@ -4,7 +4,8 @@
 //! of each metric, and every candidate's change against the baseline.
 
 use crate::metric::Metric;
-use crate::report::{Cell, MatrixReport};
+use crate::protocol::Protocol;
+use crate::results::{Cell, MatrixReport};
 use crate::stats;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -32,8 +33,10 @@ struct Point {
     /// "h1 /?s=1k B": the cell (named by the baseline's request) and the variant, Bencher's
     /// benchmark.
     benchmark: String,
-    proto: String,
+    proto: Protocol,
     url: String,
+    /// The load level of its cell (`--levels`).
+    level: Option<f64>,
     variant: String,
     /// A metric (its median over the rounds), or `METRIC_change_pct` (against the baseline).
     measure: String,
@@ -51,10 +54,12 @@ fn points(cells: &[Cell]) -> Vec<Point> {
                 .find(|v| v.name == variant)
                 .map_or(c.url.clone(), |v| v.url.clone())
         };
+        let level = c.level.map_or_else(String::new, |l| format!(" level {l}"));
         let point = |variant: &str, measure: String, value: f64, ci| Point {
-            benchmark: format!("{} {} {variant}", c.proto, c.url),
-            proto: c.proto.clone(),
+            benchmark: format!("{} {}{level} {variant}", c.proto, c.url),
+            proto: c.proto,
             url: url(variant),
+            level: c.level,
             variant: variant.to_owned(),
             measure,
             value,
@@ -115,21 +120,24 @@ fn bencher(cells: &[Cell]) -> serde_json::Value {
 
 /// One row per point, under a header; every row with the run's timestamp and commit.
 fn csv(cells: &[Cell], timestamp: &str, commit: &str) -> String {
-    let mut s = String::from("timestamp,commit,proto,url,variant,metric,value,ci_low,ci_high\n");
+    let mut s =
+        String::from("timestamp,commit,proto,url,variant,metric,value,ci_low,ci_high,level\n");
     for p in points(cells) {
         let (lo, hi) = p.ci.map_or((String::new(), String::new()), |(lo, hi)| {
             (lo.to_string(), hi.to_string())
         });
+        let level = p.level.map_or_else(String::new, |l| l.to_string());
         let fields = [
             timestamp,
             commit,
-            &p.proto,
+            p.proto.name(),
             &p.url,
             &p.variant,
             &p.measure,
             &p.value.to_string(),
             &lo,
             &hi,
+            &level,
         ];
         let quoted: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         s += &quoted.join(",");

@@ -11,6 +11,7 @@ use crate::contam::{self, Checks, CpuTicks, Flag, Readings, Settings, Stat};
 use crate::fixture::Vars;
 use crate::host::{ClientHost, ServerHost, ShardRun};
 use crate::procs::{self, UsageSample};
+use crate::protocol::Protocol;
 use crate::station::{self, Launch, LaunchRole, LoadWindow};
 use anyhow::{bail, Context, Result};
 use loadterm_load::report::Report as LoadReport;
@@ -44,7 +45,7 @@ pub(crate) struct RunSpec {
     /// Where the load of a measured window runs, one shard each: this machine first, then the
     /// agents of `--client-host`.
     pub client_hosts: Arc<Vec<ClientHost>>,
-    pub proto: String,
+    pub proto: Protocol,
     pub host: String,
     /// The ports the servers may listen on (`--ports`).
     pub ports: procs::PortRange,
@@ -120,17 +121,13 @@ pub(crate) struct Run {
     /// Its server's samples, in a profiled round (`--profile`; in the report's profile, not
     /// with the run).
     #[serde(skip)]
-    pub profile: Option<crate::profile::RunProfile>,
+    pub profile: Option<crate::profile::record::RunProfile>,
 }
 
 /// The options of a run's `loadterm load` (`extra`: options of this run only).
 fn client_args(spec: &RunSpec, url: &str, duration: Duration, extra: &[String]) -> Vec<String> {
     let mut args = vec![
-        match spec.proto.as_str() {
-            // HTTP/1.1 over TLS is the client's --h1 with an https URL.
-            "h1s" => "--h1".to_owned(),
-            p => format!("--{p}"),
-        },
+        spec.proto.load_flag().to_owned(),
         "-k".to_owned(),
         "-q".to_owned(),
     ];
@@ -393,7 +390,7 @@ pub(crate) fn windows(
         run.client_cpu_util = Some(client_util);
         run.wall_s = t_start.elapsed().as_secs_f64();
         run.profile = window.readings.profile.as_ref().and_then(|p| {
-            Some(crate::profile::RunProfile {
+            Some(crate::profile::record::RunProfile {
                 period_us: p.period_us,
                 stacks: p.stacks.get(k)?.clone(),
             })
@@ -483,13 +480,13 @@ fn start_server(
             ports: spec.ports,
             cpus: spec.server_cpus.clone(),
             accounting: spec.accounting,
-            ready_on_tls: !matches!(spec.proto.as_str(), "h1" | "h2c"),
+            ready_on_tls: spec.proto.is_tls(),
         })
         .with_context(|| format!("variant {variant}"))?;
-    let (scheme, port) = if matches!(spec.proto.as_str(), "h1" | "h2c") {
-        ("http", launched.clear_port)
-    } else {
+    let (scheme, port) = if spec.proto.is_tls() {
         ("https", launched.tls_port)
+    } else {
+        ("http", launched.clear_port)
     };
     // Said once per variant: every later start is read the same way.
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());

@@ -3,8 +3,9 @@
 //! 95% CI and the A/A noise band (with `--aa`); its caption names only what is drawn.
 
 use crate::compare::Comparison;
+use crate::levels::EffectCurve;
 use crate::metric::Metric;
-use crate::report::{Cell, MatrixReport};
+use crate::results::{Cell, MatrixReport};
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{
     DefaultFormatting, IntoSegmentedCoord, KeyPointHint, Ranged, SegmentValue,
@@ -157,6 +158,101 @@ fn waterfall_chart(area: &Area, c: &Cell) -> DrawResult {
             )))?;
         }
     }
+    Ok(())
+}
+
+const LEVELS_HEIGHT: u32 = 380;
+
+/// A request's curves over load levels (`--levels`): each variant's change in the headline
+/// metric at each level, with its 95% CI, the levels on a linear axis of the baseline's
+/// closed-loop throughput.
+pub(crate) fn levels_svg(g: &[&EffectCurve]) -> Result<String> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, LEVELS_HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
+        levels_chart(&root.margin(8, 8, 8, 8), g).map_err(|e| anyhow!("plot: {e}"))?;
+        root.present().map_err(|e| anyhow!("plot: {e}"))?;
+    }
+    Ok(out)
+}
+
+fn levels_chart(area: &Area, g: &[&EffectCurve]) -> DrawResult {
+    let points = || g.iter().flat_map(|k| k.points.iter());
+    let (mut lo, mut hi) = (-1.0f64, 1.0f64);
+    for p in points() {
+        let v = &p.verdict;
+        for x in [
+            Some(v.change_pct),
+            v.ci_pct.map(|c| c.0),
+            v.ci_pct.map(|c| c.1),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|x| x.is_finite())
+        {
+            lo = lo.min(x);
+            hi = hi.max(x);
+        }
+    }
+    let pad = (hi - lo) * 0.08;
+    let label = g[0].points.first().map_or("", |p| p.verdict.metric.label());
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "{} {}: change in {label} against {} by load level (95% CI)",
+                g[0].proto, g[0].url, g[0].baseline
+            ),
+            (FONT, 15),
+        )
+        .margin(6)
+        .x_label_area_size(38)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..1.0, (lo - pad)..(hi + pad))?;
+    chart
+        .configure_mesh()
+        .x_desc("load level: a fraction of the baseline's closed-loop throughput")
+        .y_desc("change against the baseline (%)")
+        .light_line_style(WHITE)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()?;
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(0.0, 0.0), (1.0, 0.0)],
+        BLACK.stroke_width(1),
+    )))?;
+    for (i, k) in g.iter().enumerate() {
+        let color = COLORS[(i + 1) % COLORS.len()];
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                k.points
+                    .iter()
+                    .map(|p| (p.level, p.verdict.change_pct))
+                    .collect::<Vec<_>>(),
+                color.stroke_width(2),
+            )))?
+            .label(k.variant)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+        for p in &k.points {
+            if let Some((a, b)) = p.verdict.ci_pct {
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(p.level, a), (p.level, b)],
+                    color.stroke_width(2),
+                )))?;
+            }
+            chart.draw_series(std::iter::once(Circle::new(
+                (p.level, p.verdict.change_pct),
+                4,
+                color.filled(),
+            )))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font((FONT, 12))
+        .draw()?;
     Ok(())
 }
 

@@ -2,113 +2,11 @@
 //! HTML (the Markdown's tables, the charts inline, the environment), JSON with every raw run.
 
 use crate::compare::Comparison;
-use crate::env::Environment;
 use crate::measure::Run;
 use crate::metric::Metric;
+use crate::results::{Cell, MatrixReport};
 use crate::stats::median;
 use base64::Engine;
-use serde::Serialize;
-
-/// Results of one matrix cell (protocol × URL).
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Cell {
-    pub proto: String,
-    pub url: String,
-    pub variants: Vec<Variant>,
-    pub runs: Vec<Run>,
-    pub aa_runs: Vec<Run>,
-    pub comparisons: Vec<Comparison>,
-    /// A series (`--series`): each variant against the one before it, from the same rounds.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<Comparison>,
-    /// The load regime every verdict of this cell is about.
-    pub regime: String,
-    /// Measured rounds (planned from a pilot with `--target-effect`).
-    pub rounds: usize,
-    /// How the rounds were planned, or what the calibration found (sentences).
-    pub notes: Vec<String>,
-    /// The profiled rounds' runs (`--profile`), which feed no verdict.
-    pub profiled_runs: Vec<Run>,
-    /// Where the CPU went (`--profile`).
-    pub profile: Option<crate::profile::CellProfile>,
-    /// Each variant's load against its closed-loop capacity (open loop after a pilot).
-    pub capacity: Vec<Capacity>,
-}
-
-/// The load a verdict was taken at, against what the variant can do.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Capacity {
-    pub variant: String,
-    /// Its throughput in the pilot's closed-loop window.
-    pub closed_loop_rps: f64,
-    /// The rate of the rounds over that throughput.
-    pub fraction: f64,
-    /// CPU per request in that closed-loop window, and at the rate (median of the rounds).
-    pub closed_loop_cpu_us_per_req: Option<f64>,
-    pub cpu_us_per_req: Option<f64>,
-}
-
-/// Costs per request further apart than this between the rate and the closed loop: the
-/// per-wake-up overhead of a low rate (or the batching of saturation) is then a large part of
-/// what the verdict measures.
-pub(crate) const COST_RATIO_WARN: f64 = 1.5;
-
-impl Capacity {
-    /// "load: B at 0.50 of its closed-loop capacity (8 200 req/s); CPU per request 14.2 µs at
-    /// the rate, 11.0 µs in a closed loop (1.29×)", and a warning beyond `COST_RATIO_WARN`.
-    pub(crate) fn note(&self) -> Option<String> {
-        let (open, closed) = (self.cpu_us_per_req?, self.closed_loop_cpu_us_per_req?);
-        let ratio = open / closed;
-        let warn = if !(1.0 / COST_RATIO_WARN..=COST_RATIO_WARN).contains(&ratio) {
-            format!(
-                " — WARNING: over {COST_RATIO_WARN}× apart: at this load the cost per request is mostly {}, and a change in the response path may read differently at another load (--levels)",
-                if ratio > 1.0 {
-                    "per-wake-up overhead"
-                } else {
-                    "what saturation batches away"
-                }
-            )
-        } else {
-            String::new()
-        };
-        Some(format!(
-            "load: {} at {:.2} of its closed-loop capacity ({:.0} req/s); CPU per request {open:.2} µs at the rate, {closed:.2} µs in a closed loop ({ratio:.2}×){warn}",
-            self.variant, self.fraction, self.closed_loop_rps
-        ))
-    }
-}
-
-impl Cell {
-    /// The headline metric: server CPU per request, or req/s when no server CPU was measured.
-    pub(crate) fn headline(&self) -> crate::metric::Metric {
-        if self.runs.iter().any(|r| r.cpu_us_per_req.is_some()) {
-            crate::metric::Metric::CpuUsPerReq
-        } else {
-            crate::metric::Metric::Rps
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Variant {
-    pub name: String,
-    pub command: String,
-    pub url: String,
-    /// How its server's CPU and memory were read (none in endpoint mode).
-    pub accounting: Option<crate::cgroup::Accounting>,
-}
-
-/// What `loadterm ab` reports: the machine it ran on and every cell of the matrix.
-#[derive(Debug, Serialize)]
-pub(crate) struct MatrixReport {
-    /// SIGINT or SIGTERM ended the comparison: the cells hold the rounds measured until then.
-    pub interrupted: bool,
-    pub environment: Environment,
-    pub discarded_first_round: bool,
-    /// What this mode could not measure (endpoint mode: everything on the server side).
-    pub not_measured: Option<String>,
-    pub cells: Vec<Cell>,
-}
 
 fn stat(runs: &[Run], variant: &str, f: impl Fn(&Run) -> f64) -> (f64, f64, f64) {
     let v: Vec<f64> = runs
@@ -294,6 +192,11 @@ fn profile_heading(c: &Cell) -> Option<String> {
     ))
 }
 
+/// A level's cell is its request at that level (`--levels`).
+fn level_words(c: &Cell) -> String {
+    c.level.map_or_else(String::new, |l| format!(", level {l}"))
+}
+
 fn cell_heading(r: &MatrixReport, c: &Cell) -> String {
     format!(
         "{} rounds, {}; regime: {}",
@@ -314,9 +217,10 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
     }
     for c in &r.cells {
         s += &format!(
-            "\n== {} {} — medians (min–max); {} ==\n",
+            "\n== {} {}{} — medians (min–max); {} ==\n",
             c.proto,
             c.url,
+            level_words(c),
             cell_heading(r, c)
         );
         let rows = cell_rows(c);
@@ -367,6 +271,11 @@ pub(crate) fn terminal(r: &MatrixReport) -> String {
                 );
             }
         }
+    }
+    let curves = crate::levels::curves(r);
+    if !curves.is_empty() {
+        s += "\n== by load level ==\n";
+        s += &crate::levels::terminal(&curves);
     }
     s
 }
@@ -489,8 +398,13 @@ pub(crate) fn markdown(r: &MatrixReport) -> String {
         s += &format!("\n**Not measured:** {n}\n");
     }
     for c in &r.cells {
-        s += &format!("\n### {} `{}`\n\n", c.proto, c.url);
+        s += &format!("\n### {} `{}`{}\n\n", c.proto, c.url, level_words(c));
         s += &markdown_cell(r, c);
+    }
+    let curves = crate::levels::curves(r);
+    if !curves.is_empty() {
+        s += "\n## By load level\n\n";
+        s += &crate::levels::markdown(&curves);
     }
     s += "\n<details><summary>Environment and commands</summary>\n\n```\n";
     s += &environment_text(r);
@@ -517,7 +431,12 @@ pub(crate) fn html(
         s += &format!("<p><b>Not measured:</b> {}</p>\n", escape(n));
     }
     for c in &r.cells {
-        s += &format!("<h2>{} <code>{}</code></h2>\n", c.proto, escape(&c.url));
+        s += &format!(
+            "<h2>{} <code>{}</code>{}</h2>\n",
+            c.proto,
+            escape(&c.url),
+            level_words(c)
+        );
         s += &chart(c)?;
         s += "\n<table>\n<tr>";
         for h in HEADERS {
@@ -595,6 +514,29 @@ pub(crate) fn html(
             s += "</ul>\n</details>\n";
         }
     }
+    let curves = crate::levels::curves(r);
+    for g in crate::levels::by_request(&curves) {
+        s += &format!(
+            "<h2>{} <code>{}</code> by load level</h2>\n",
+            g[0].proto,
+            escape(g[0].url)
+        );
+        s += &crate::plot::levels_svg(&g)?;
+        let (head, rows) = crate::levels::table(&g);
+        s += "\n<table>\n<tr>";
+        for h in head {
+            s += &format!("<th>{}</th>", escape(&h));
+        }
+        s += "</tr>\n";
+        for row in rows {
+            s += "<tr>";
+            for v in row {
+                s += &format!("<td>{}</td>", escape(&v));
+            }
+            s += "</tr>\n";
+        }
+        s += "</table>\n";
+    }
     s += &format!(
         "<h2>Environment and commands</h2>\n<pre>{}</pre>\n</body></html>\n",
         escape(&environment_text(r))
@@ -606,6 +548,8 @@ pub(crate) fn html(
 pub(crate) mod tests {
     use super::*;
     use crate::compare::{self, tests::run};
+    use crate::env::Environment;
+    use crate::results::Variant;
 
     /// A report as ab writes it: 12 rounds of A, B (about 8% less CPU) and the A/A twin A'
     /// (`--aa`), the first `flagged` runs flagged by the contamination checks.
@@ -662,7 +606,7 @@ pub(crate) mod tests {
             discarded_first_round: true,
             not_measured: None,
             cells: vec![Cell {
-                proto: "h1".into(),
+                proto: crate::protocol::Protocol::H1,
                 url: "/?s=1k".into(),
                 variants: vec![variant("A"), variant("B")],
                 runs,
@@ -670,6 +614,9 @@ pub(crate) mod tests {
                 comparisons,
                 steps: Vec::new(),
                 regime: "open loop at 5000 req/s".into(),
+                level: None,
+                rate: Some(5000.0),
+                closed_pilot: Vec::new(),
                 rounds: 12,
                 notes: vec!["servers kept".into()],
                 profiled_runs: Vec::new(),
@@ -785,6 +732,25 @@ pub(crate) mod tests {
             .map(str::to_owned)
             .collect();
         (probe, console)
+    }
+
+    /// With `--levels`, the HTML report's curve in a real browser: no console message, and the
+    /// levels chart drawn at its size below the cells' charts, with its points and legend dot.
+    #[test]
+    fn levels_chart_renders_in_chromium() {
+        let Some(browser) = chromium() else { return };
+        let dir = std::env::temp_dir().join(format!("loadterm-ab-levels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = html(&crate::levels::tests::at_levels(), crate::plot::cell_svg).unwrap();
+        let (probe, console) = browse(browser, &dir, "levels.html", &page);
+        assert!(console.is_empty(), "{console:#?}");
+        let svgs = probe
+            .split(';')
+            .find_map(|f| f.strip_prefix("svgs="))
+            .unwrap_or_else(|| panic!("svgs in {probe}"));
+        // Two cells' charts, then the curve: 2 levels' points and B's legend dot.
+        assert_eq!(svgs, "1000x360/34,1000x360/34,1000x380/3", "{probe}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The HTML report in a real browser (Debian's headless chromium): no console message at

@@ -3,7 +3,7 @@
 
 use crate::compare::{signed_pct, Comparison};
 use crate::metric::Metric;
-use crate::report::Cell;
+use crate::results::Cell;
 use loadterm_plan::exit::Judgement;
 
 /// A change of `metric` (variant / baseline − 1) that must not be passed: above `pct` when

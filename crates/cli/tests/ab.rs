@@ -9,6 +9,7 @@ mod common;
 
 mod ab_agent;
 mod ab_harness;
+mod ab_levels;
 mod ab_profile;
 mod ab_round2;
 mod ab_where;

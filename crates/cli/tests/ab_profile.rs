@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{ab, json_file as json, Dir};
+use common::{ab, ab_server, json_file as json, Dir};
 use std::process::Output;
 
 fn ok(out: &Output) -> String {
@@ -25,13 +25,6 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn server_cmd(extra: &str) -> String {
-    format!(
-        "{} serve -t 1 -L {{host}}:{{clear_port}}:{{tls_port}} --no-quic{extra}",
-        common::bin()
-    )
-}
-
 /// With the server cores to itself (`--alternate`) a variant is charged its network stack's
 /// irq + softirq: user, system and irq + softirq each get a verdict, in the terminal, the
 /// Markdown, the HTML and the JSON (typed: the metric's name, which way is better).
@@ -41,7 +34,7 @@ fn split_verdicts_appear_in_every_format() {
     let dir = Dir::new("split");
     let (js, md, html) = (dir.file("ab.json"), dir.file("ab.md"), dir.file("ab.html"));
     let out = ab(&[
-        &["--a", &server_cmd(""), "--b", &server_cmd(" --burn 20")][..],
+        &["--a", &ab_server(""), "--b", &ab_server(" --burn 20")][..],
         &[
             "--alternate",
             "--rounds",
@@ -113,7 +106,7 @@ fn profile_finds_the_burn_and_adds_up_to_the_verdict() {
     let dir = Dir::new("profile");
     let (js, html) = (dir.file("ab.json"), dir.file("ab.html"));
     let out = ab(&[
-        &["--a", &server_cmd(""), "--b", &server_cmd(" --burn 10")][..],
+        &["--a", &ab_server(""), "--b", &ab_server(" --burn 10")][..],
         &[
             "--profile",
             "--rounds",

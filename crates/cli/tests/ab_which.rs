@@ -229,36 +229,37 @@ fn bisect(src: &Path, good: &str, bad: &str, json: &Path) -> Output {
     loadterm(&args)
 }
 
-/// 17 commits; the 12th adds `--burn 100` (twice the CPU per request): bisect names it,
-/// having built each commit it measured once.
+/// 9 commits; the 6th after the first adds `--burn 100` (twice the CPU per request): bisect
+/// names it, in three steps (4 same, 6 changed, 5 same), having built each commit it measured
+/// once.
 #[test]
 fn bisect_names_the_commit_that_costs_more() {
     let dir = scratch("bisect");
     let src = dir.join("repo");
     std::fs::create_dir_all(&src).unwrap();
-    let commits = repo(&src, 17, |k| if k < 11 { "" } else { "--burn 100" });
+    let commits = repo(&src, 9, |k| if k < 6 { "" } else { "--burn 100" });
     let json = dir.join("bisect.json");
-    let o = bisect(&src, &commits[0], &commits[16], &json);
+    let o = bisect(&src, &commits[0], &commits[8], &json);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains(&format!(
-            "first changed commit: {} \"revision 11\"",
-            commits[11]
+            "first changed commit: {} \"revision 6\"",
+            commits[6]
         )),
         "{}",
         text(&o)
     );
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(r["first_changed"], commits[11].as_str(), "{r:#}");
+    assert_eq!(r["first_changed"], commits[6].as_str(), "{r:#}");
     let steps = r["steps"].as_array().unwrap();
     assert!(steps.len() >= 3, "{r:#}");
     for s in steps {
         let k: usize = s["subject"].as_str().unwrap()["revision ".len()..]
             .parse()
             .unwrap();
-        let want = if k < 11 { "same" } else { "changed" };
+        let want = if k < 6 { "same" } else { "changed" };
         assert_eq!(s["verdict"], want, "{s:#}");
     }
     // One build per commit measured, and the two ends.

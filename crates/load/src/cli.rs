@@ -610,9 +610,9 @@ fn find_max_rate(
     );
     if let Some(path) = &find.plot {
         let doc = if path.extension().is_some_and(|e| e == "svg") {
-            outcome.svg(&find.slos)?
+            crate::curve::svg(&outcome, &find.slos)?
         } else {
-            outcome.html(&find.slos)?
+            crate::curve::html(&outcome, &find.slos)?
         };
         std::fs::write(path, doc).with_context(|| format!("cannot write {}", path.display()))?;
     }

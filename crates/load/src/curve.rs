@@ -2,7 +2,7 @@
 //! knee where queueing starts), the latency objectives, and the rate found; SVG with
 //! `plotters`, or an HTML page holding it and the trials' table.
 
-use crate::search::{Quantity, Slo, Trial, QUANTILES};
+use crate::search::{Finding, Quantity, Slo, Trial, QUANTILES};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
@@ -15,13 +15,14 @@ const COLORS: [RGBColor; 5] = [
 ];
 const FONT: &str = "sans-serif";
 
+const TITLE: &str = "loadterm --find-max-rate: corrected latency against the offered rate";
+
 /// The curve as SVG: the trials in order of rate, failing ones drawn hollow.
-pub(crate) fn svg(
-    trials: &[Trial],
-    slos: &[Slo],
-    found: Option<f64>,
-    title: &str,
-) -> Result<String> {
+pub(crate) fn svg(f: &Finding, slos: &[Slo]) -> Result<String> {
+    curve_svg(&f.trials, slos, f.max_rate, TITLE)
+}
+
+fn curve_svg(trials: &[Trial], slos: &[Slo], found: Option<f64>, title: &str) -> Result<String> {
     let mut out = String::new();
     draw(&mut out, trials, slos, found, title).map_err(|e| anyhow!("plot: {e}"))?;
     Ok(out)
@@ -136,14 +137,9 @@ fn esc(s: &str) -> String {
 }
 
 /// An HTML page: the curve, what was found, and every trial in the order run.
-pub(crate) fn html(
-    trials: &[Trial],
-    slos: &[Slo],
-    found: Option<f64>,
-    title: &str,
-    verdict: &str,
-) -> Result<String> {
-    let svg = svg(trials, slos, found, title)?;
+pub(crate) fn html(f: &Finding, slos: &[Slo]) -> Result<String> {
+    let (trials, title, verdict) = (&f.trials, TITLE, &f.verdict());
+    let svg = curve_svg(trials, slos, f.max_rate, title)?;
     let mut rows = String::new();
     for (k, t) in trials.iter().enumerate() {
         let lat = |q| {

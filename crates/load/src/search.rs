@@ -371,24 +371,6 @@ impl Finding {
         s += "latency: corrected for coordinated omission (from each request's intended send time)\n";
         s
     }
-
-    pub fn svg(&self, slos: &[Slo]) -> Result<String> {
-        crate::curve::svg(&self.trials, slos, self.max_rate, &self.title())
-    }
-
-    pub fn html(&self, slos: &[Slo]) -> Result<String> {
-        crate::curve::html(
-            &self.trials,
-            slos,
-            self.max_rate,
-            &self.title(),
-            &self.verdict(),
-        )
-    }
-
-    fn title(&self) -> String {
-        "loadterm --find-max-rate: corrected latency against the offered rate".to_owned()
-    }
 }
 
 fn ms(us: Option<f64>) -> String {

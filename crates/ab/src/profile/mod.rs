@@ -19,14 +19,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(crate) use flame::differential_svg;
-
-/// A run's share of a profiled window: its server's folded stacks.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RunProfile {
-    /// CPU time per sample, µs.
-    pub period_us: f64,
-    pub stacks: BTreeMap<String, u64>,
-}
+use record::RunProfile;
 
 /// A B − A difference in µs per request across the profiled rounds.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -71,7 +64,8 @@ impl Diff {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FunctionDiff {
     pub variant: String,
-    /// The symbol; kernel functions end in `_[k]`, `[unknown]` is a frame without a symbol.
+    /// The symbol; kernel functions end in `_[k]`; a frame without a symbol is `[unknown]`, or
+    /// its binary in brackets (`[libc.so.6]`).
     pub function: String,
     /// Samples whose innermost frame it is.
     #[serde(rename = "self")]
@@ -135,6 +129,17 @@ fn functions(stack: &str) -> (&str, BTreeSet<&str>) {
     let frames: Vec<&str> = stack.split(';').skip(1).collect();
     let leaf = frames.last().copied().unwrap_or(stack);
     (leaf, frames.into_iter().collect())
+}
+
+/// Whether a folded frame has no symbol: perf found none at its address, and inferno names it
+/// `[unknown]`, or by its binary in brackets (`[libc.so.6]`, `[[vdso]]_[k]`) where perf knew
+/// the mapping.
+fn has_no_symbol(frame: &str) -> bool {
+    let frame = frame
+        .strip_suffix("_[k]")
+        .or_else(|| frame.strip_suffix("_[j]"))
+        .unwrap_or(frame);
+    frame.starts_with('[') && frame.ends_with(']')
 }
 
 /// µs of CPU per request that one sample of the run stands for: the run's measured CPU per
@@ -220,7 +225,7 @@ pub(crate) fn analyse(names: &[String], profiled: &[Run], measured: &[Run]) -> O
             for (stack, n) in &p.stacks {
                 *sum.entry(stack.clone()).or_insert(0) += n;
                 all += n;
-                if functions(stack).0 == "[unknown]" {
+                if has_no_symbol(functions(stack).0) {
                     unknown += n;
                 }
             }
@@ -361,7 +366,7 @@ impl CellProfile {
             }
             if v.unknown_pct >= 1.0 {
                 s += &format!(
-                    "; {:.0}% of its samples have no symbol (a stripped binary, JIT code, or a binary perf could not read): they show as [unknown]",
+                    "; {:.0}% of its samples have no symbol (a stripped binary, JIT code, or a binary perf could not read): they show as [unknown] or as their binary, [libc.so.6]",
                     v.unknown_pct
                 );
             }
@@ -395,6 +400,26 @@ mod tests {
             stacks,
         });
         r
+    }
+
+    #[test]
+    fn frames_named_by_their_binary_count_as_without_a_symbol() {
+        let names = vec!["A".to_owned()];
+        let mut r = crate::compare::tests::run("A", 0, 10.0);
+        let stacks = [
+            ("loadterm;main;[unknown]", 1),
+            ("loadterm;main;write;[libc.so.6]", 2),
+            ("loadterm;main;[[vdso]]_[k]", 3),
+            ("loadterm;main;<[T] as core::fmt::Debug>::fmt", 4),
+            ("loadterm;main;tcp_sendmsg_[k]", 10),
+        ];
+        r.profile = Some(RunProfile {
+            period_us: 250.0,
+            stacks: stacks.iter().map(|&(s, n)| (s.to_owned(), n)).collect(),
+        });
+        let p = analyse(&names, &[r], &[]).unwrap();
+        assert!((p.variants[0].unknown_pct - 30.0).abs() < 1e-9, "{p:?}");
+        assert!(p.notes()[1].contains("30% of its samples have no symbol"));
     }
 
     #[test]

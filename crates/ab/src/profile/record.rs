@@ -4,6 +4,14 @@
 //! resolves the symbols while the processes are still alive (a container's binaries through its
 //! root file system, which perf reaches from the process's mount namespace) and each sample goes
 //! to the server whose process it interrupted, folded by `inferno`.
+//!
+//! perf keeps a build-id cache of its own in the window's scratch directory (not `~/.debug`):
+//! when recording stops it copies there what the samples hit, the vDSO (code that exists only
+//! in memory: without the copy, `clock_gettime` has no symbol) and each library's debug file
+//! found by its build-id on this host (Debian's `libc6-dbg`). perf looks for a container's
+//! debug files inside the container, where there are none; the host's, found by the same
+//! build-id, are linked into the cache before `perf script`, which reads the cache from the
+//! host.
 
 use crate::contam::cpu_list;
 use crate::fixture::Scratch;
@@ -14,9 +22,17 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A run's share of a profiled window: its server's folded stacks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunProfile {
+    /// CPU time per sample, µs.
+    pub period_us: f64,
+    pub stacks: BTreeMap<String, u64>,
+}
 
 /// Time between two samples of a busy core: about 4 700 per second, so that a 1 s window of a
 /// server using half a core holds over 2 000 of them. A prime number of microseconds: the
@@ -60,6 +76,55 @@ fn mkfifo(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// perf's build-id cache in `scratch`.
+fn buildid_dir(scratch: &Scratch) -> PathBuf {
+    scratch.path().join("buildid")
+}
+
+/// perf with its build-id cache in `scratch`.
+fn perf(scratch: &Scratch) -> Command {
+    let mut c = Command::new("perf");
+    c.arg("--buildid-dir").arg(buildid_dir(scratch));
+    c
+}
+
+/// Where this host keeps debug files by build-id (Debian's `-dbg` and `-dbgsym` packages).
+const HOST_DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
+
+/// Links into perf's build-id cache `cache` the debug files of `debug_dir` (`xx/rest.debug`
+/// by build-id) of every cached binary that has none: a container's libraries, whose debug
+/// files perf looked for inside the container. Returns how many it linked.
+fn link_debug_files(cache: &Path, debug_dir: &Path) -> Result<usize> {
+    let index = cache.join(".build-id");
+    let Ok(prefixes) = std::fs::read_dir(&index) else {
+        return Ok(0);
+    };
+    let mut linked = 0;
+    for prefix in prefixes {
+        let prefix = prefix.context("reading perf's build-id cache")?;
+        let Ok(ids) = std::fs::read_dir(prefix.path()) else {
+            continue;
+        };
+        for id in ids {
+            let id = id.context("reading perf's build-id cache")?;
+            // `.build-id/xx/rest` links to the binary's directory, holding `elf` (and `debug`).
+            let Ok(entry) = std::fs::canonicalize(id.path()) else {
+                continue;
+            };
+            let host = debug_dir
+                .join(prefix.file_name())
+                .join(format!("{}.debug", id.file_name().to_string_lossy()));
+            if !entry.join("debug").exists() && host.is_file() {
+                std::os::unix::fs::symlink(&host, entry.join("debug")).with_context(|| {
+                    format!("linking {} into perf's build-id cache", host.display())
+                })?;
+                linked += 1;
+            }
+        }
+    }
+    Ok(linked)
+}
+
 impl PerfSampler {
     /// Start perf on `cpus`, its events off; returns once it answers commands.
     pub(crate) fn start(cpus: &[usize]) -> Result<PerfSampler> {
@@ -75,10 +140,10 @@ impl PerfSampler {
             .context("opening perf's ack FIFO")?;
         let data = scratch.path().join("perf.data");
         let log = std::fs::File::create(scratch.path().join("perf.log"))?;
-        let child = Command::new("perf")
+        let child = perf(&scratch)
             .args(["record", "-e", "cpu-clock", "-c"])
             .arg(PERIOD_NS.to_string())
-            .args(["-g", "--no-buildid-cache", "-q", "-D", "-1", "-C"])
+            .args(["-g", "-q", "-D", "-1", "-C"])
             .arg(cpu_list(cpus))
             .arg(format!(
                 "--control=fifo:{},{}",
@@ -171,7 +236,8 @@ impl PerfSampler {
                 std::fs::read_to_string(self.scratch.path().join("perf.log")).unwrap_or_default();
             bail!("perf record failed ({status}): {}", log.trim());
         }
-        let out = Command::new("perf")
+        link_debug_files(&buildid_dir(&self.scratch), Path::new(HOST_DEBUG_DIR))?;
+        let out = perf(&self.scratch)
             .args([
                 "script",
                 "--no-inline",
@@ -255,6 +321,71 @@ mod tests {
     use super::*;
 
     const SCRIPT: &str = "loadterm  2881/2901 cpu-clock: \n\tffffffff8206cfb8 tcp_v4_rcv ([kernel.kallsyms])\n\tffffffff81eb1bfe net_rx_action ([kernel.kallsyms])\n\t55d0c0a0 loadterm::spin (/usr/bin/loadterm)\n\t55d0c0b0 main (/usr/bin/loadterm)\n\nloadterm  2881/2902 cpu-clock: \n\t55d0c0a0 loadterm::spin (/usr/bin/loadterm)\n\t55d0c0b0 main (/usr/bin/loadterm)\n\nhaproxy 77/77 cpu-clock: \n\t4000 process_stream (/usr/sbin/haproxy)\n\ncc1 9/9 cpu-clock: \n\t4000 foo (/usr/bin/cc1)\n\n";
+
+    /// A real recording of this process reading the clock: the vDSO's `clock_gettime` has its
+    /// symbol.
+    #[test]
+    fn a_recording_names_the_vdso() {
+        if Command::new("perf").arg("version").output().is_err() {
+            eprintln!("skipped: no perf (Debian's linux-perf)");
+            return;
+        }
+        let cpus: Vec<usize> = (0..std::thread::available_parallelism().unwrap().get()).collect();
+        let mut perf = PerfSampler::start(&cpus).unwrap();
+        perf.enable().unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(500) {
+            std::hint::black_box(std::time::SystemTime::now());
+        }
+        perf.disable().unwrap();
+        let p = perf.finish(&[vec![std::process::id()]]).unwrap();
+        let (vdso, all) = p.stacks[0].iter().fold((0, 0), |(v, a), (s, n)| {
+            (v + n * u64::from(s.contains("__vdso_clock_gettime")), a + n)
+        });
+        assert!(vdso > 0 && all > 10, "{vdso} of {all}: {:?}", p.stacks[0]);
+    }
+
+    /// A cache as perf leaves it: a host library with its debug file, a container's library
+    /// without one (the host has it), a binary nobody has one for.
+    #[test]
+    fn host_debug_files_are_linked_for_binaries_without_one() {
+        let dir = Scratch::new("debug-files").unwrap();
+        let (cache, host) = (dir.path().join("cache"), dir.path().join("host"));
+        let entry = |path: &str, id: &str, debug: Option<&str>| {
+            let e = cache.join(path).join(id);
+            std::fs::create_dir_all(&e).unwrap();
+            std::fs::write(e.join("elf"), "elf").unwrap();
+            if let Some(d) = debug {
+                std::fs::write(e.join("debug"), d).unwrap();
+            }
+            let index = cache.join(".build-id").join(&id[..2]);
+            std::fs::create_dir_all(&index).unwrap();
+            std::os::unix::fs::symlink(&e, index.join(&id[2..])).unwrap();
+            e
+        };
+        let ours = entry("usr/lib/libssl.so.3", "aa1111", Some("own"));
+        let theirs = entry("lib/libc.so.6", "93ac61", None);
+        let stripped = entry("bin/loadterm", "77aa00", None);
+        for id in ["aa1111", "93ac61"] {
+            std::fs::create_dir_all(host.join(&id[..2])).unwrap();
+            std::fs::write(
+                host.join(&id[..2]).join(format!("{}.debug", &id[2..])),
+                "host",
+            )
+            .unwrap();
+        }
+        assert_eq!(link_debug_files(&cache, &host).unwrap(), 1);
+        let read = |e: &Path| std::fs::read_to_string(e.join("debug")).ok();
+        assert_eq!(read(&ours).as_deref(), Some("own"));
+        assert_eq!(read(&theirs).as_deref(), Some("host"));
+        assert_eq!(read(&stripped), None);
+        assert_eq!(link_debug_files(&cache, &host).unwrap(), 0);
+        // A recording that hit no binary leaves no index.
+        assert_eq!(
+            link_debug_files(&dir.path().join("none"), &host).unwrap(),
+            0
+        );
+    }
 
     #[test]
     fn samples_go_to_their_process_and_fold_with_kernel_frames_marked() {

@@ -315,6 +315,15 @@ impl Drop for Dir {
 }
 
 /// `loadterm ab ARGS`, run to its end.
+/// The server of an ab comparison: this build's, on one thread, without QUIC, `extra`
+/// appended (e.g. " --burn 20").
+pub(crate) fn ab_server(extra: &str) -> String {
+    format!(
+        "{} serve -t 1 -L {{host}}:{{clear_port}}:{{tls_port}} --no-quic{extra}",
+        bin()
+    )
+}
+
 pub(crate) fn ab(args: &[&str]) -> std::process::Output {
     Command::new(bin()).arg("ab").args(args).output().unwrap()
 }

@@ -118,8 +118,9 @@ impl H2Args {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct H3Args {
     /// Concurrent request streams a client may open per QUIC connection. quinn keeps an entry
-    /// for each from the connection's start (256: 21.5 KB a connection, 100: 6.2 KB, 25: 1.6 KB;
-    /// HAProxy's default is 100 too).
+    /// for each stream allowed (256: 21.5 KB a connection, 100: 6.2 KB, 25: 1.6 KB; HAProxy's
+    /// default is 100 too), so a connection starts with at most 52 and is allowed up to N once it
+    /// has three quarters of them open.
     #[arg(long = "h3-max-streams", default_value_t = 100, value_name = "N")]
     pub h3_max_streams: u32,
     /// Receive window per stream and per connection (request bodies), bytes.

@@ -32,7 +32,7 @@ fn server_config(
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
-    t.max_concurrent_bidi_streams(cfg.h3.h3_max_streams.into())
+    t.max_concurrent_bidi_streams(conn::first_stream_limit(cfg.h3.h3_max_streams).into())
         .max_concurrent_uni_streams(UNI_STREAMS.into())
         // No QUIC DATAGRAM frames (RFC 9221): HTTP/3 without SETTINGS_H3_DATAGRAM has no use
         // for them, and quinn would otherwise hold up to 1.25 MB of unread ones per connection.

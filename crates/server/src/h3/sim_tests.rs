@@ -332,6 +332,29 @@ async fn concurrent_streams_on_one_connection() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_client_may_have_as_many_requests_in_flight_as_the_limit() {
+    let s = server();
+    let c = connect(&s).await;
+    // The connection starts with fewer streams than `--h3-max-streams` (100) and grows its
+    // limit as they are used: 100 delayed requests all wait their second at once.
+    let start = tokio::time::Instant::now();
+    let all = futures::future::join_all((0..100).map(|_| {
+        let conn = c.conn.clone();
+        async move { get(&conn, "/?s=3&t=1000").await }
+    }))
+    .await;
+    for r in all {
+        assert_eq!((r.status, r.body), (200, pattern(3)));
+    }
+    let took = start.elapsed();
+    // At 52 streams at a time, 100 requests of a second would take 2 s.
+    assert!(
+        took < Duration::from_millis(1500),
+        "{took:?}: waited for streams"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_client_has_three_unidirectional_streams_and_no_datagrams() {
     let s = server();
     let c = connect(&s).await;
