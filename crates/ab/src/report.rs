@@ -420,6 +420,26 @@ fn escape(t: &str) -> String {
 
 /// A self-contained HTML page: per cell the chart inline (`chart` draws it), the table and the
 /// verdicts; then the environment.
+/// A table: the header row, then the rows, every cell escaped.
+fn html_table<R: IntoIterator<Item = String>>(
+    head: &[impl AsRef<str>],
+    rows: impl IntoIterator<Item = R>,
+) -> String {
+    let mut s = String::from("<table>\n<tr>");
+    for h in head {
+        s += &format!("<th>{}</th>", escape(h.as_ref()));
+    }
+    s += "</tr>\n";
+    for row in rows {
+        s += "<tr>";
+        for v in row {
+            s += &format!("<td>{}</td>", escape(&v));
+        }
+        s += "</tr>\n";
+    }
+    s + "</table>\n"
+}
+
 pub(crate) fn html(
     r: &MatrixReport,
     chart: impl Fn(&Cell) -> anyhow::Result<String>,
@@ -438,19 +458,9 @@ pub(crate) fn html(
             level_words(c)
         );
         s += &chart(c)?;
-        s += "\n<table>\n<tr>";
-        for h in HEADERS {
-            s += &format!("<th>{}</th>", escape(h));
-        }
-        s += "</tr>\n";
-        for row in cell_rows(c) {
-            s += "<tr>";
-            for v in row {
-                s += &format!("<td>{}</td>", escape(&v));
-            }
-            s += "</tr>\n";
-        }
-        s += &format!("</table>\n<p>{}.</p>\n", escape(&cell_heading(r, c)));
+        s += "\n";
+        s += &html_table(&HEADERS, cell_rows(c));
+        s += &format!("<p>{}.</p>\n", escape(&cell_heading(r, c)));
         s += &format!(
             "<p>Verdicts (regime: {}; change = variant / baseline − 1):</p>\n<ul>\n",
             escape(&c.regime)
@@ -484,19 +494,7 @@ pub(crate) fn html(
                     base64::engine::general_purpose::STANDARD.encode(svg)
                 );
             }
-            s += "<table>\n<tr>";
-            for h in PROFILE_HEADERS {
-                s += &format!("<th>{}</th>", escape(h));
-            }
-            s += "</tr>\n";
-            for row in profile_rows(c, 30) {
-                s += "<tr>";
-                for v in row {
-                    s += &format!("<td>{}</td>", escape(&v));
-                }
-                s += "</tr>\n";
-            }
-            s += "</table>\n";
+            s += &html_table(&PROFILE_HEADERS, profile_rows(c, 30));
         }
         let flags = flag_lines(c);
         if flags.is_empty() {
@@ -523,19 +521,8 @@ pub(crate) fn html(
         );
         s += &crate::plot::levels_svg(&g)?;
         let (head, rows) = crate::levels::table(&g);
-        s += "\n<table>\n<tr>";
-        for h in head {
-            s += &format!("<th>{}</th>", escape(&h));
-        }
-        s += "</tr>\n";
-        for row in rows {
-            s += "<tr>";
-            for v in row {
-                s += &format!("<td>{}</td>", escape(&v));
-            }
-            s += "</tr>\n";
-        }
-        s += "</table>\n";
+        s += "\n";
+        s += &html_table(&head, rows);
     }
     s += &format!(
         "<h2>Environment and commands</h2>\n<pre>{}</pre>\n</body></html>\n",
