@@ -254,6 +254,9 @@ pub(crate) struct CellPlan<'a> {
     pub deadline: Option<Instant>,
     /// Kept servers are started again after this many measured rounds.
     pub restart_every: usize,
+    /// At most this many contaminated rounds run again (`--max-repeats`), within the bound
+    /// of every repeat (as many as the rounds kept, plus 5).
+    pub max_repeats: Option<usize>,
     /// The metric whose interval decides when to stop.
     pub headline: Metric,
     /// Kept servers measured all in the same window (else one after another).
@@ -641,7 +644,7 @@ impl CellPlan<'_> {
         let mut profiled = Vec::new();
         let mut profiled_rounds = 0;
         let mut repeats = Vec::new();
-        let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
+        let (mut measured, mut started, mut restarted, mut lost) = (0usize, 0usize, 0usize, 0usize);
         let mut ended = None;
         let mut last_round = Duration::ZERO;
         loop {
@@ -673,10 +676,12 @@ impl CellPlan<'_> {
             ) {
                 // The signal reached the load clients too: the round is lost, not the run.
                 Err(_) if procs::interrupted() => break,
-                // Counted with the contaminated rounds, under the same cap.
+                // Counted with the contaminated rounds, under the same cap; not --max-repeats,
+                // which keeps contaminated rounds: a lost one has nothing to keep.
                 Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
                     eprintln!("{} round run again: {e:#}", self.tag);
                     repeats.push(vec!["no request completed"]);
+                    lost += 1;
                     continue;
                 }
                 // Repeats used up: the rounds kept still make a comparison.
@@ -697,7 +702,10 @@ impl CellPlan<'_> {
             // Repeating is decided from the contamination checks alone, before the round's
             // metrics are looked at; at most as many repeats as kept rounds (plus a start),
             // so that a busy machine ends the run rather than stretching it.
-            if !flags.is_empty() && repeats.len() < measured + 5 {
+            if !flags.is_empty()
+                && repeats.len() < measured + 5
+                && self.max_repeats.is_none_or(|m| repeats.len() - lost < m)
+            {
                 eprintln!(
                     "{} round run again: {}",
                     self.tag,

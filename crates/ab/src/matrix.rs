@@ -251,6 +251,7 @@ fn run_cell(
         warmup_rounds: usize::from(!a.keep_first_round),
         deadline: Some(deadline),
         restart_every: a.restart_every,
+        max_repeats: a.max_repeats,
         headline: bench.headline,
         together: !a.alternate,
         series: a.series,

@@ -133,6 +133,12 @@ pub struct AbArgs {
     /// processes average out.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub(crate) restart_every: usize,
+    /// At most this many contaminated rounds of a cell run again; later ones are kept, with
+    /// their flags in the report [default: as many as the rounds kept, plus 5]. 0 keeps every
+    /// round: on a machine known to be noisy, a run time fixed by --rounds instead of cleaner
+    /// rounds. (A window in which no request completed is always run again, up to the default.)
+    #[arg(long, value_name = "N")]
+    pub(crate) max_repeats: Option<usize>,
     /// A process started once before the first round and stopped at the end, pinned to
     /// --backend-cpus, never measured (repeatable). Its ports are {backend_port} and
     /// {backend_tls_port} in its own command and in the variants' (the N-th backend's also

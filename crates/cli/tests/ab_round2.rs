@@ -255,7 +255,8 @@ fn endpoint_mode_says_what_it_cannot_measure() {
         ][..],
         // Endpoint mode's own regime, a closed loop: req/s is its headline.
         &["--rounds", "2", "--duration", "1s", "--warmup", "0s"],
-        &["-c", "4", "-m", "2", "--json", js.to_str().unwrap()],
+        &["-c", "4", "-m", "2", "--max-repeats", "0"],
+        &["--json", js.to_str().unwrap()],
     ]
     .concat());
     let stdout = ok(&out);
@@ -287,7 +288,8 @@ fn rate_fraction_sets_the_regime_from_a_pilot() {
     let out = ab(&[
         &["--a", &cmd, "--b", &cmd, "--rate-fraction", "0.4"][..],
         &["--rounds", "2", "--duration", "1s", "--warmup", "0s"],
-        &["-c", "4", "-m", "2", "--json", js.to_str().unwrap()],
+        &["-c", "4", "-m", "2", "--max-repeats", "0"],
+        &["--json", js.to_str().unwrap()],
     ]
     .concat());
     let stdout = ok(&out);
@@ -371,10 +373,10 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
     let cmd = server_cmd();
     let dir = Dir::new("budget");
     let js = dir.file("ab.json");
-    // ±0.05 points cannot be reached in 20 s: the run stops at the budget, with a verdict.
+    // ±0.05 points cannot be reached in 12 s: the run stops at the budget, with a verdict.
     // A fixed rate: on a busy machine the pilot may check all its rates, and it is not what
     // this test is about; the budget must leave the rounds an interval (3 or more: 12 s left
-    // 2 on a busy machine, rounds run again).
+    // 2 on a busy machine when rounds were run again; contaminated rounds are kept here).
     let out = ab(&[
         &[
             "--a",
@@ -384,7 +386,9 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
             "--target-effect",
             "0.1%",
             "--max-time",
-            "20s",
+            "12s",
+            "--max-repeats",
+            "0",
         ][..],
         &[
             "--duration",
@@ -425,14 +429,48 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
     );
 }
 
+/// `--max-repeats 0` (in `SHORT`) on a machine that stays busy (a loop on the server core):
+/// every round is contaminated, none is run again, and each is kept with its flags in the
+/// report.
+#[test]
+fn max_repeats_zero_keeps_the_contaminated_rounds() {
+    let mut busy = Command::new("taskset")
+        .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let cmd = server_cmd();
+    let dir = Dir::new("max-repeats");
+    let js = dir.file("ab.json");
+    let out = ab(&[
+        &["--a", &cmd, "--b", &cmd][..],
+        SHORT,
+        &["--json", js.to_str().unwrap()],
+    ]
+    .concat());
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let stdout = ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("round run again"), "{err}");
+    let r = json(&js);
+    let cell = &r["cells"][0];
+    assert_eq!(cell["runs"].as_array().unwrap().len(), 4, "{stdout}");
+    assert!(
+        stdout.contains("flagged: round 1, ") && stdout.contains("foreign CPU"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn the_run_stops_once_the_interval_is_narrow_enough() {
     let cmd = server_cmd();
     let dir = Dir::new("sequential");
     let js = dir.file("ab.json");
-    // A 80% target asks for ±40 points: any machine gets there at the minimum of rounds.
+    // A 80% target asks for ±40 points: any machine gets there at the minimum of rounds,
+    // contaminated or not.
     let out = ab(&[
         &["--a", &cmd, "--b", &cmd, "--target-effect", "80%"][..],
+        &["--max-repeats", "0"],
         &[
             "--duration",
             "500ms",
