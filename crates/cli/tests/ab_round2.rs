@@ -373,7 +373,7 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
     let cmd = server_cmd();
     let dir = Dir::new("budget");
     let js = dir.file("ab.json");
-    // ±0.05 points cannot be reached in 12 s: the run stops at the budget, with a verdict.
+    // ±0.05 points cannot be reached in 15 s: the run stops at the budget, with a verdict.
     // A fixed rate: on a busy machine the pilot may check all its rates, and it is not what
     // this test is about; the budget must leave the rounds an interval (3 or more: 12 s left
     // 2 on a busy machine when rounds were run again; contaminated rounds are kept here).
@@ -386,7 +386,7 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
             "--target-effect",
             "0.1%",
             "--max-time",
-            "12s",
+            "15s",
             "--max-repeats",
             "0",
         ][..],

@@ -15,9 +15,10 @@ fn serve() -> String {
     )
 }
 
-/// Short rounds at a fixed rate (no pilot), contaminated ones kept (the effects these tests
-/// look for are exact, or far beyond what a busy machine moves): a comparison in a few seconds.
-const FAST: [&str; 12] = [
+/// Short rounds at a fixed rate (no pilot), contaminated ones kept and no warm-up round (the
+/// effects these tests look for are exact, or far beyond what a busy machine moves): a
+/// comparison in a few seconds.
+const FAST: [&str; 13] = [
     "--rate",
     "1500",
     "--duration",
@@ -30,6 +31,7 @@ const FAST: [&str; 12] = [
     "1",
     "--max-repeats",
     "0",
+    "--keep-first-round",
 ];
 
 fn loadterm(args: &[&str]) -> Output {

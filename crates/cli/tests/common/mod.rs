@@ -375,11 +375,11 @@ pub(crate) fn processes_with(marker: &str) -> usize {
         .count()
 }
 
-/// Short ab runs: a fixed rate (no pilot), two measured rounds after the discarded one
-/// (`--rounds` first, for a test that gives its own), no warm-up load when a server starts
-/// (each window's client warms its connections up anyway), and contaminated rounds kept:
-/// the tests beside it and the VM's steal would flag most rounds, and what these tests check
-/// does not depend on clean ones.
+/// Short ab runs: a fixed rate (no pilot), two measured rounds (`--rounds` first, for a test
+/// that gives its own), no warm-up load when a server starts and no warm-up round (each
+/// window's client warms its connections up anyway), and contaminated rounds kept: the tests
+/// beside it and the VM's steal would flag most rounds, and what these tests check does not
+/// depend on clean ones.
 pub(crate) const AB_SHORT: &[&str] = &[
     "--rounds",
     "2",
@@ -395,4 +395,5 @@ pub(crate) const AB_SHORT: &[&str] = &[
     "2",
     "--max-repeats",
     "0",
+    "--keep-first-round",
 ];
