@@ -80,6 +80,7 @@ for p in json.load(sys.stdin)["packages"]:
     for t in p["targets"]:
         if "test" in t["kind"] and t["name"] not in ("integration", "ab"):
             print("--test=" + t["name"])')
+[ ${#others[@]} -gt 0 ] || { echo "test.sh: cargo metadata listed no test targets" >&2; exit 1; }
 cargo test --workspace --locked --lib --bins "${others[@]}" 2>&1 | stamped
 cargo test --workspace --locked --doc 2>&1 | stamped
 # The integration tests wait on servers and clients much of the time: four at a time took the
