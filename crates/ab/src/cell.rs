@@ -644,7 +644,9 @@ impl CellPlan<'_> {
         let mut profiled = Vec::new();
         let mut profiled_rounds = 0;
         let mut repeats = Vec::new();
-        let (mut measured, mut started, mut restarted, mut lost) = (0usize, 0usize, 0usize, 0usize);
+        let (mut measured, mut started, mut restarted) = (0usize, 0usize, 0usize);
+        // Of the repeats, those for contamination: the ones --max-repeats bounds.
+        let mut contaminated = 0usize;
         let mut ended = None;
         let mut last_round = Duration::ZERO;
         loop {
@@ -681,7 +683,6 @@ impl CellPlan<'_> {
                 Err(e) if measure::NoRequest::is(&e) && repeats.len() < measured + 5 => {
                     eprintln!("{} round run again: {e:#}", self.tag);
                     repeats.push(vec!["no request completed"]);
-                    lost += 1;
                     continue;
                 }
                 // Repeats used up: the rounds kept still make a comparison.
@@ -704,8 +705,9 @@ impl CellPlan<'_> {
             // so that a busy machine ends the run rather than stretching it.
             if !flags.is_empty()
                 && repeats.len() < measured + 5
-                && self.max_repeats.is_none_or(|m| repeats.len() - lost < m)
+                && self.max_repeats.is_none_or(|m| contaminated < m)
             {
+                contaminated += 1;
                 eprintln!(
                     "{} round run again: {}",
                     self.tag,

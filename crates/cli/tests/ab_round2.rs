@@ -435,19 +435,29 @@ fn the_budget_ends_an_unresolved_run_and_says_so() {
 /// beside this one keep their latency (at nice 0 one's pilot fell back to closed loop).
 #[test]
 fn max_repeats_zero_keeps_the_contaminated_rounds() {
-    let mut busy = Command::new("nice")
-        .args([
-            "-n",
-            "19",
-            "taskset",
-            "-c",
-            "0",
-            "sh",
-            "-c",
-            "while :; do :; done",
-        ])
-        .spawn()
-        .unwrap();
+    /// Stopped however the test ends: left running, it would load core 0 for every later test.
+    struct Busy(std::process::Child);
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let busy = Busy(
+        Command::new("nice")
+            .args([
+                "-n",
+                "19",
+                "taskset",
+                "-c",
+                "0",
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ])
+            .spawn()
+            .unwrap(),
+    );
     let cmd = server_cmd();
     let dir = Dir::new("max-repeats");
     let js = dir.file("ab.json");
@@ -457,8 +467,7 @@ fn max_repeats_zero_keeps_the_contaminated_rounds() {
         &["--json", js.to_str().unwrap()],
     ]
     .concat());
-    let _ = busy.kill();
-    let _ = busy.wait();
+    drop(busy);
     let stdout = ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("round run again"), "{err}");
